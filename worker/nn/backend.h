@@ -1,0 +1,154 @@
+// File: worker/nn/backend.h
+//
+// The compute-backend interface: every numerical operation a layer needs,
+// over memory that the backend owns (host RAM for the CPU backend, device
+// memory for a CUDA backend). Layers and the model are written only against
+// this interface, so a new backend slots in without touching them.
+//
+// Conventions:
+//  * All tensors are float32, row-major. Images are NCHW; convolution
+//    weights are OIHW; dense weights are [out, in] (PyTorch's layouts, so saved
+//    parameters load directly into the equivalent torch.nn modules).
+//  * Pointers passed to operations are backend memory from Allocate() unless
+//    the parameter is named host_*.
+//  * Operations may be asynchronous on a device; CopyToHost and Synchronize
+//    wait for completion.
+//  * A Backend is used by one thread at a time (one per worker replica).
+//    Devices are chosen by the caller (main) and passed in; library code
+//    never picks one.
+#ifndef DOWNPOUR_WORKER_NN_BACKEND_H_
+#define DOWNPOUR_WORKER_NN_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace downpour {
+
+// 2-D convolution of an NCHW batch with OIHW weights.
+struct ConvDesc {
+  int batch = 0;
+  int in_channels = 0, in_h = 0, in_w = 0;
+  int out_channels = 0;
+  int kernel_h = 3, kernel_w = 3;
+  int stride = 1;
+  int pad = 0;
+  int OutH() const { return (in_h + 2 * pad - kernel_h) / stride + 1; }
+  int OutW() const { return (in_w + 2 * pad - kernel_w) / stride + 1; }
+};
+
+// Max pooling of an NCHW batch (window = stride = `window`, no padding,
+// trailing rows/cols that do not fill a window are dropped, as in PyTorch).
+struct PoolDesc {
+  int batch = 0;
+  int channels = 0, in_h = 0, in_w = 0;
+  int window = 2;
+  int OutH() const { return in_h / window; }
+  int OutW() const { return in_w / window; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or e.g. "cuda:0 (NVIDIA H100)".
+  virtual std::string Name() const = 0;
+
+  // ---- Memory -------------------------------------------------------------
+  // Returns zero-initialized memory for n floats; release with Free.
+  virtual absl::StatusOr<float*> Allocate(int64_t n) = 0;
+  virtual void Free(float* p) = 0;
+  virtual absl::Status CopyToDevice(const float* host_src, float* dst,
+                                    int64_t n) = 0;
+  virtual absl::Status CopyToHost(const float* src, float* host_dst,
+                                  int64_t n) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- Elementwise --------------------------------------------------------
+  virtual absl::Status Fill(float* x, int64_t n, float value) = 0;
+  // y += alpha * x
+  virtual absl::Status Axpy(int64_t n, float alpha, const float* x,
+                            float* y) = 0;
+
+  // ---- Dense --------------------------------------------------------------
+  // C[m,n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k,
+  // op(B) is k x n.
+  virtual absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                            float alpha, const float* a, const float* b,
+                            float beta, float* c) = 0;
+  // y[r, c] += bias[c] for r < rows, c < cols.
+  virtual absl::Status AddRowBias(int rows, int cols, const float* bias,
+                                  float* y) = 0;
+  // db[c] = sum_r dy[r, c]  (overwrites db).
+  virtual absl::Status ColumnSum(int rows, int cols, const float* dy,
+                                 float* db) = 0;
+
+  // ---- Convolution (overwrite their outputs) ------------------------------
+  // y = conv(x, w) + b (b may be null).
+  virtual absl::Status Conv2dForward(const ConvDesc& d, const float* x,
+                                     const float* w, const float* b,
+                                     float* y) = 0;
+  // dx = conv_transpose(dy, w).
+  virtual absl::Status Conv2dBackwardData(const ConvDesc& d, const float* w,
+                                          const float* dy, float* dx) = 0;
+  // dw = sum over batch of x (*) dy; db = sum over batch, h, w of dy
+  // (db may be null).
+  virtual absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
+                                            const float* dy, float* dw,
+                                            float* db) = 0;
+
+  // ---- Activations and pooling --------------------------------------------
+  virtual absl::Status ReluForward(int64_t n, const float* x, float* y) = 0;
+  // dx = dy where y > 0, else 0.
+  virtual absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
+                                    float* dx) = 0;
+  virtual absl::Status MaxPoolForward(const PoolDesc& d, const float* x,
+                                      float* y) = 0;
+  // dx (overwritten) receives dy at each window's first maximum.
+  virtual absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
+                                       const float* y, const float* dy,
+                                       float* dx) = 0;
+
+  // ---- Loss ---------------------------------------------------------------
+  // Softmax cross-entropy over `batch` rows of `classes` logits. `labels`
+  // holds class indices stored as floats (backend memory). Writes the mean
+  // loss to *host_loss, the number of rows whose argmax equals the label to
+  // *host_correct, and, when dlogits is not null,
+  // dlogits = (softmax(logits) - onehot(labels)) / batch.
+  virtual absl::Status SoftmaxCrossEntropy(int batch, int classes,
+                                           const float* logits,
+                                           const float* labels,
+                                           float* dlogits, float* host_loss,
+                                           int64_t* host_correct) = 0;
+};
+
+// The CPU backend: OpenBLAS GEMM (im2col for convolutions), vectorizable
+// loops for the rest. `num_threads` <= 0 keeps OpenBLAS's default.
+std::unique_ptr<Backend> NewCpuBackend(int num_threads);
+
+// RAII owner of one Allocate()d buffer.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static absl::StatusOr<DeviceBuffer> Create(Backend* backend, int64_t n);
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  float* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  Backend* backend_ = nullptr;  // Not owned.
+  float* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_NN_BACKEND_H_
