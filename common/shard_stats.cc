@@ -1,0 +1,26 @@
+#include "common/shard_stats.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace downpour {
+
+std::string ShardStatsToJson(const ShardStats& s) {
+  std::string rejected;
+  for (const auto& [reason, n] : s.rejected) {
+    absl::StrAppend(&rejected, rejected.empty() ? "" : ",", "\"", reason,
+                    "\":", n);
+  }
+  return absl::StrFormat(
+      "{\"shard\":%d,\"num_shards\":%d,\"initialized\":%s,\"chunks\":%d,"
+      "\"elements\":%d,\"pulls\":%d,\"pushes_applied\":%d,"
+      "\"pushes_duplicate\":%d,\"rejected\":{%s},\"staleness_mean\":%.4f,"
+      "\"staleness_max\":%d,\"chunk_updates\":%d,\"bytes_pulled\":%d,"
+      "\"bytes_pushed\":%d,\"optimizer\":\"%s\"}",
+      s.shard_index, s.num_shards, s.initialized ? "true" : "false",
+      s.num_chunks, s.num_elements, s.pulls, s.pushes_applied,
+      s.pushes_duplicate, rejected, s.staleness_mean, s.staleness_max,
+      s.total_chunk_updates, s.bytes_pulled, s.bytes_pushed, s.optimizer);
+}
+
+}  // namespace downpour

@@ -1,0 +1,136 @@
+#include "common/sharding.h"
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+
+namespace downpour {
+namespace {
+
+ModelLayout CnnLayout(int shards) {
+  ModelLayout l;
+  l.tensors = {{"conv1.weight", {32, 1, 3, 3}}, {"conv1.bias", {32}},
+               {"conv2.weight", {64, 32, 3, 3}}, {"conv2.bias", {64}},
+               {"fc1.weight", {128, 1600}},      {"fc1.bias", {128}},
+               {"fc2.weight", {10, 128}},        {"fc2.bias", {10}}};
+  l.num_shards = shards;
+  return l;
+}
+
+TEST(ShardingTest, ChunksCoverFlatVectorContiguously) {
+  for (int s : {1, 2, 3, 4, 7}) {
+    auto map = ComputeShardMap(CnnLayout(s));
+    ASSERT_TRUE(map.ok()) << map.status();
+    int64_t expected_offset = 0;
+    for (const Chunk& c : map->chunks) {
+      EXPECT_EQ(c.flat_offset, expected_offset);
+      EXPECT_GE(c.num_elements, 1);
+      EXPECT_LE(c.num_elements * 4, CnnLayout(s).max_chunk_bytes);
+      EXPECT_GE(c.shard, 0);
+      EXPECT_LT(c.shard, s);
+      expected_offset += c.num_elements;
+    }
+    EXPECT_EQ(expected_offset, CnnLayout(s).NumElements());
+    EXPECT_EQ(map->total_elements, 225034);
+    int64_t sum = 0;
+    for (int64_t e : map->shard_elements) sum += e;
+    EXPECT_EQ(sum, map->total_elements);
+  }
+}
+
+TEST(ShardingTest, LargeTensorsSpreadOverAllShards) {
+  for (int s : {2, 4}) {
+    auto map = ComputeShardMap(CnnLayout(s));
+    ASSERT_TRUE(map.ok());
+    std::vector<bool> holds_fc1(s, false);
+    for (const Chunk& c : map->chunks) {
+      if (c.tensor_index == 4) holds_fc1[c.shard] = true;  // fc1.weight
+    }
+    for (int k = 0; k < s; ++k) EXPECT_TRUE(holds_fc1[k]) << "shard " << k;
+  }
+}
+
+TEST(ShardingTest, BalancedByBytes) {
+  for (int s : {2, 3, 4}) {
+    auto map = ComputeShardMap(CnnLayout(s));
+    ASSERT_TRUE(map.ok());
+    const auto [lo, hi] = std::minmax_element(map->shard_elements.begin(),
+                                              map->shard_elements.end());
+    // Greedy largest-first packing leaves the shards at most one chunk apart,
+    // and here within 5% of the mean.
+    int64_t largest = 0;
+    for (const Chunk& c : map->chunks) largest = std::max(largest, c.num_elements);
+    EXPECT_LE(*hi - *lo, largest) << "shards " << s;
+    const double mean = static_cast<double>(map->total_elements) / s;
+    EXPECT_LE((*hi - *lo) / mean, 0.05) << "shards " << s;
+  }
+}
+
+TEST(ShardingTest, SmallTensorsStayWhole) {
+  auto map = ComputeShardMap(CnnLayout(4));
+  ASSERT_TRUE(map.ok());
+  int bias_chunks = 0;
+  for (const Chunk& c : map->chunks) {
+    if (c.tensor_index == 1 || c.tensor_index == 3 || c.tensor_index == 7) {
+      ++bias_chunks;
+    }
+  }
+  EXPECT_EQ(bias_chunks, 3);
+}
+
+TEST(ShardingTest, MaxChunkBytesSplitsBigTensors) {
+  ModelLayout l;
+  l.tensors = {{"big", {1000, 1001}}};  // 4,004,000 bytes
+  l.max_chunk_bytes = 1 << 20;
+  l.num_shards = 2;
+  auto map = ComputeShardMap(l);
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->chunks.size(), 4u);
+  for (const Chunk& c : map->chunks) EXPECT_LE(c.num_elements * 4, 1 << 20);
+  EXPECT_EQ(map->shard_elements[0], map->shard_elements[1]);
+}
+
+TEST(ShardingTest, DeterministicAndIndependentOfCallOrder) {
+  auto a = ComputeShardMap(CnnLayout(3));
+  auto other = ComputeShardMap(CnnLayout(5));
+  auto b = ComputeShardMap(CnnLayout(3));
+  ASSERT_TRUE(a.ok() && b.ok() && other.ok());
+  ASSERT_EQ(a->chunks.size(), b->chunks.size());
+  for (size_t i = 0; i < a->chunks.size(); ++i) {
+    EXPECT_EQ(a->chunks[i].shard, b->chunks[i].shard);
+    EXPECT_EQ(a->chunks[i].flat_offset, b->chunks[i].flat_offset);
+    EXPECT_EQ(a->chunks[i].num_elements, b->chunks[i].num_elements);
+  }
+  EXPECT_EQ(a->shard_chunks, b->shard_chunks);
+}
+
+TEST(ShardingTest, EmptyAndScalarTensors) {
+  ModelLayout l;
+  l.tensors = {{"empty", {0, 5}}, {"scalar", {}}, {"one", {1}}};
+  l.num_shards = 2;
+  auto map = ComputeShardMap(l);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_EQ(map->chunks.size(), 3u);
+  EXPECT_EQ(map->chunks[0].num_elements, 0);
+  EXPECT_EQ(map->chunks[1].num_elements, 1);
+  EXPECT_EQ(map->total_elements, 2);
+}
+
+TEST(ShardingTest, RejectsBadLayouts) {
+  ModelLayout l = CnnLayout(0);
+  EXPECT_EQ(ComputeShardMap(l).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  l = CnnLayout(2);
+  l.tensors.push_back({"conv1.bias", {3}});
+  EXPECT_NE(ComputeShardMap(l).status().message().find("twice"),
+            std::string::npos);
+  l = CnnLayout(2);
+  l.tensors[0].shape = {-1};
+  EXPECT_FALSE(ComputeShardMap(l).ok());
+  l = CnnLayout(2);
+  l.tensors.clear();
+  EXPECT_FALSE(ComputeShardMap(l).ok());
+}
+
+}  // namespace
+}  // namespace downpour

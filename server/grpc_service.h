@@ -1,0 +1,30 @@
+// File: server/grpc_service.h
+//
+// The gRPC face of one parameter-server shard: a thin adapter that turns
+// requests into ParameterStore calls and Status into grpc::Status, nothing
+// more. Only a factory is exposed.
+//
+//   auto service = NewParameterServerService(store.get());
+//   grpc::ServerBuilder b;
+//   b.RegisterService(service.get());
+#ifndef DOWNPOUR_SERVER_GRPC_SERVICE_H_
+#define DOWNPOUR_SERVER_GRPC_SERVICE_H_
+
+#include <memory>
+
+#include "grpcpp/impl/codegen/service_type.h"
+#include "server/parameter_store.h"
+
+namespace downpour {
+
+// `store` must outlive the service. Handlers run on gRPC's callback threads;
+// each does one bounded pass over the request's chunks.
+std::unique_ptr<grpc::Service> NewParameterServerService(ParameterStore* store);
+
+// Largest request or response the server and clients accept (bytes). A model
+// larger than this per shard must be cut into smaller chunks per request.
+inline constexpr int kMaxMessageBytes = 256 << 20;
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_GRPC_SERVICE_H_

@@ -1,0 +1,125 @@
+// ps_server: one parameter-server shard, serving gRPC until SIGINT/SIGTERM.
+//
+//   ps_server --port=5000 --shard_index=0 --num_shards=2 --optimizer=adagrad --lr=0.05
+//
+// With --port=0 a free port is chosen; --port_file receives it (written
+// atomically once the server accepts calls), which is how deploy:launch and
+// the integration tests find their servers.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
+#include "server/grpc_service.h"
+#include "server/parameter_store.h"
+
+ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one.");
+ABSL_FLAG(std::string, bind, "127.0.0.1",
+          "Address to bind. Use 0.0.0.0 to serve workers on other hosts.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written here once serving.");
+ABSL_FLAG(int, shard_index, 0, "This server's shard, 0 <= index < num_shards.");
+ABSL_FLAG(int, num_shards, 1, "Number of parameter-server shards in the job.");
+ABSL_FLAG(std::string, optimizer, "adagrad",
+          "Server-side optimizer: sgd, momentum or adagrad.");
+ABSL_FLAG(double, lr, 0.05, "Learning rate of the server-side optimizer.");
+ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer=momentum).");
+ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
+          "Initial Adagrad accumulator (--optimizer=adagrad).");
+
+namespace {
+
+absl::Notification* g_stop = nullptr;  // Set only in main, for the handler.
+
+void HandleSignal(int) {
+  // Notify() is not async-signal-safe in general; a self-pipe would be, but
+  // the only other thread touching it waits on it. Keep the handler minimal.
+  if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
+}
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << port << "\n";
+    if (!f.good()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Downpour parameter-server shard. See README.md for the flags.");
+  absl::ParseCommandLine(argc, argv);
+
+  downpour::ParameterStoreOptions options;
+  options.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.num_shards = absl::GetFlag(FLAGS_num_shards);
+  options.optimizer.name = absl::GetFlag(FLAGS_optimizer);
+  options.optimizer.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  options.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  options.optimizer.adagrad_initial_accumulator =
+      static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator));
+  const int port = absl::GetFlag(FLAGS_port);
+  if (port < 0 || port > 65535) {
+    std::fprintf(stderr, "ps_server: --port must be in [0, 65535], got %d\n", port);
+    return 2;
+  }
+
+  auto store = downpour::ParameterStore::Create(options);
+  if (!store.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", store.status().ToString().c_str());
+    return 2;
+  }
+  std::unique_ptr<grpc::Service> service =
+      downpour::NewParameterServerService(store->get());
+
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", port);
+  int bound_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(service.get());
+  builder.SetMaxReceiveMessageSize(downpour::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(downpour::kMaxMessageBytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    std::fprintf(stderr, "ps_server: could not listen on %s\n", address.c_str());
+    return 1;
+  }
+  std::printf("ps_server: shard %d of %d (%s, lr %g) listening on %s:%d\n",
+              options.shard_index, options.num_shards,
+              options.optimizer.name.c_str(), options.optimizer.learning_rate,
+              absl::GetFlag(FLAGS_bind).c_str(), bound_port);
+  std::fflush(stdout);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, bound_port)) {
+    std::fprintf(stderr, "ps_server: could not write --port_file %s\n",
+                 port_file.c_str());
+    server->Shutdown();
+    return 1;
+  }
+
+  absl::Notification stop;
+  g_stop = &stop;
+  std::signal(SIGINT, HandleSignal);
+  std::signal(SIGTERM, HandleSignal);
+  stop.WaitForNotification();
+
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  const downpour::ShardStats stats = (*store)->Stats();
+  std::printf("ps_server: shard %d stopped: %s\n", options.shard_index,
+              downpour::ShardStatsToJson(stats).c_str());
+  return 0;
+}
