@@ -1,0 +1,97 @@
+#include "worker/local_ps_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/chunk_io.h"
+
+namespace downpour {
+namespace {
+
+class LocalParameterClient final : public ParameterClient {
+ public:
+  LocalParameterClient(std::vector<ParameterStore*> stores, int32_t worker_id)
+      : stores_(std::move(stores)), worker_id_(worker_id) {}
+
+  absl::Status Declare(const ModelLayout& layout,
+                       absl::Span<const float> initial) override {
+    if (layout.num_shards != static_cast<int>(stores_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layout is cut for ", layout.num_shards, " shards, client has ",
+          stores_.size()));
+    }
+    DP_ASSIGN_OR_RETURN(ShardMap map, ComputeShardMap(layout));
+    if (static_cast<int64_t>(initial.size()) != map.total_elements) {
+      return absl::InvalidArgumentError("initial values do not fit the layout");
+    }
+    for (size_t s = 0; s < stores_.size(); ++s) {
+      DP_RETURN_IF_ERROR(stores_[s]->Declare(layout, Slices(map, s, initial, {})).status());
+    }
+    map_ = std::move(map);
+    return absl::OkStatus();
+  }
+
+  absl::Status Pull(absl::Span<float> params,
+                    std::vector<int64_t>* versions) override {
+    DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
+    versions->assign(map_.chunks.size(), -1);
+    for (size_t s = 0; s < stores_.size(); ++s) {
+      absl::Status copy_status;
+      DP_RETURN_IF_ERROR(stores_[s]->Pull({}, [&](const ChunkView& c) {
+        if (!copy_status.ok()) return;
+        copy_status = StoreChunk(map_, static_cast<int>(s), c.chunk_id,
+                                 c.version, c.data, c.num_elements * 4, params,
+                                 versions);
+      }));
+      DP_RETURN_IF_ERROR(copy_status);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Push(int64_t seq, absl::Span<const float> grads,
+                    absl::Span<const int64_t> base_versions) override {
+    DP_RETURN_IF_ERROR(CheckFlatSize(map_, grads.size(), "Push"));
+    if (base_versions.size() != map_.chunks.size()) {
+      return absl::InvalidArgumentError("Push: wrong number of base versions");
+    }
+    for (size_t s = 0; s < stores_.size(); ++s) {
+      DP_RETURN_IF_ERROR(
+          stores_[s]->Push(worker_id_, seq, Slices(map_, s, grads, base_versions))
+              .status());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<ShardStats>> Stats() override {
+    std::vector<ShardStats> out;
+    for (ParameterStore* s : stores_) out.push_back(s->Stats());
+    return out;
+  }
+
+  const ShardMap& shard_map() const override { return map_; }
+
+ private:
+  static std::vector<ChunkBytes> Slices(const ShardMap& map, size_t shard,
+                                        absl::Span<const float> flat,
+                                        absl::Span<const int64_t> versions) {
+    std::vector<ChunkBytes> out;
+    for (int32_t id : map.shard_chunks[shard]) {
+      const Chunk& c = map.chunks[id];
+      out.push_back({id, versions.empty() ? 0 : versions[id],
+                     flat.data() + c.flat_offset, c.num_elements * 4});
+    }
+    return out;
+  }
+
+  const std::vector<ParameterStore*> stores_;  // Not owned.
+  const int32_t worker_id_;
+  ShardMap map_;
+};
+
+}  // namespace
+
+std::unique_ptr<ParameterClient> NewLocalParameterClient(
+    std::vector<ParameterStore*> stores, int32_t worker_id) {
+  return std::make_unique<LocalParameterClient>(std::move(stores), worker_id);
+}
+
+}  // namespace downpour

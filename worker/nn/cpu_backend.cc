@@ -1,0 +1,540 @@
+// File: worker/nn/cpu_backend.cc
+//
+// The CPU implementation of Backend. Matrix products (dense layers and
+// convolutions lowered with im2col) go through OpenBLAS sgemm; everything
+// else is a simple loop the compiler can vectorize.
+//
+// Convolutions process the batch in chunks of images: the im2col matrix of a
+// whole chunk is laid out as [C*KH*KW, images*OH*OW] so that one large GEMM
+// replaces many small ones, and results are transposed back to NCHW. Chunks
+// bound the scratch memory, which the backend keeps and reuses (it only grows),
+// so steady-state training does no heap allocation.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "worker/nn/backend.h"
+
+namespace downpour {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// Upper bound, in floats, on one chunk's im2col (or transposed output)
+// scratch matrix. 1M floats = 4 MiB: large enough for efficient GEMMs, small
+// enough to stay mostly in cache.
+#ifndef DP_CHUNK_LOG2
+#define DP_CHUNK_LOG2 20
+#endif
+constexpr int64_t kChunkFloats = int64_t{1} << DP_CHUNK_LOG2;
+
+// 64-byte aligned, zero-filled allocation of n floats (n may be 0).
+float* AlignedZeroAlloc(int64_t n) {
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
+  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, bytes);
+  if (p != nullptr) std::memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+
+// Grow-only scratch buffer. Contents are unspecified between uses.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(data_); }
+
+  // Returns at least n floats, or null if allocation failed.
+  float* Get(int64_t n) {
+    if (n > capacity_) {
+      std::free(data_);
+      data_ = AlignedZeroAlloc(n);
+      capacity_ = data_ == nullptr ? 0 : n;
+    }
+    return data_;
+  }
+
+ private:
+  float* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
+absl::Status ValidateConv(const ConvDesc& d, const char* op) {
+  if (d.batch < 0 || d.in_channels < 1 || d.in_h < 1 || d.in_w < 1 ||
+      d.out_channels < 1 || d.kernel_h < 1 || d.kernel_w < 1 ||
+      d.stride < 1 || d.pad < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bad ConvDesc (batch=", d.batch, " in=", d.in_channels, "x",
+        d.in_h, "x", d.in_w, " out_channels=", d.out_channels,
+        " kernel=", d.kernel_h, "x", d.kernel_w, " stride=", d.stride,
+        " pad=", d.pad, ")"));
+  }
+  if (d.in_h + 2 * d.pad < d.kernel_h || d.in_w + 2 * d.pad < d.kernel_w) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": kernel ", d.kernel_h, "x", d.kernel_w,
+                     " larger than padded input ", d.in_h + 2 * d.pad, "x",
+                     d.in_w + 2 * d.pad));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePool(const PoolDesc& d, const char* op) {
+  if (d.batch < 0 || d.channels < 1 || d.window < 1 || d.in_h < d.window ||
+      d.in_w < d.window) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bad PoolDesc (batch=", d.batch, " channels=", d.channels,
+        " in=", d.in_h, "x", d.in_w, " window=", d.window, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Range [lo, hi) of output columns ow whose input column ow*stride - pad + j
+// lies inside [0, w), for stride 1.
+inline void ValidRange(int out_w, int w, int pad, int j, int* lo, int* hi) {
+  *lo = std::min(out_w, std::max(0, pad - j));
+  *hi = std::max(*lo, std::min(out_w, w + pad - j));
+}
+
+// col[(c*KH + i)*KW + j][n*P + oh*OW + ow] = x[n][c][oh*s - pad + i]
+//                                             [ow*s - pad + j]  (0 outside),
+// for the `images` images starting at x.
+void Im2Col(const ConvDesc& d, const float* x, int images, float* col) {
+  const int oh_n = d.OutH(), ow_n = d.OutW();
+  const int64_t p = int64_t{oh_n} * ow_n;
+  const int64_t row_len = p * images;
+  const int64_t plane = int64_t{d.in_h} * d.in_w;
+  for (int c = 0; c < d.in_channels; ++c) {
+    for (int i = 0; i < d.kernel_h; ++i) {
+      for (int j = 0; j < d.kernel_w; ++j) {
+        float* row =
+            col + ((int64_t{c} * d.kernel_h + i) * d.kernel_w + j) * row_len;
+        int lo = 0, hi = 0;
+        if (d.stride == 1) ValidRange(ow_n, d.in_w, d.pad, j, &lo, &hi);
+        for (int n = 0; n < images; ++n) {
+          const float* xc = x + (int64_t{n} * d.in_channels + c) * plane;
+          float* out = row + n * p;
+          for (int oh = 0; oh < oh_n; ++oh, out += ow_n) {
+            const int ih = oh * d.stride - d.pad + i;
+            if (ih < 0 || ih >= d.in_h) {
+              std::memset(out, 0, sizeof(float) * ow_n);
+              continue;
+            }
+            const float* xr = xc + int64_t{ih} * d.in_w;
+            if (d.stride == 1) {
+              for (int ow = 0; ow < lo; ++ow) out[ow] = 0.f;
+              const float* src = xr + (lo - d.pad + j);
+              for (int ow = lo; ow < hi; ++ow) out[ow] = src[ow - lo];
+              for (int ow = hi; ow < ow_n; ++ow) out[ow] = 0.f;
+            } else {
+              for (int ow = 0; ow < ow_n; ++ow) {
+                const int iw = ow * d.stride - d.pad + j;
+                out[ow] = (iw >= 0 && iw < d.in_w) ? xr[iw] : 0.f;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: dx (for `images` images, zeroed here) accumulates
+// every column entry at the input position it was copied from.
+void Col2Im(const ConvDesc& d, const float* col, int images, float* dx) {
+  const int oh_n = d.OutH(), ow_n = d.OutW();
+  const int64_t p = int64_t{oh_n} * ow_n;
+  const int64_t row_len = p * images;
+  const int64_t plane = int64_t{d.in_h} * d.in_w;
+  std::memset(dx, 0, sizeof(float) * plane * d.in_channels * images);
+  for (int c = 0; c < d.in_channels; ++c) {
+    for (int i = 0; i < d.kernel_h; ++i) {
+      for (int j = 0; j < d.kernel_w; ++j) {
+        const float* row =
+            col + ((int64_t{c} * d.kernel_h + i) * d.kernel_w + j) * row_len;
+        int lo = 0, hi = 0;
+        if (d.stride == 1) ValidRange(ow_n, d.in_w, d.pad, j, &lo, &hi);
+        for (int n = 0; n < images; ++n) {
+          float* xc = dx + (int64_t{n} * d.in_channels + c) * plane;
+          const float* in = row + n * p;
+          for (int oh = 0; oh < oh_n; ++oh, in += ow_n) {
+            const int ih = oh * d.stride - d.pad + i;
+            if (ih < 0 || ih >= d.in_h) continue;
+            float* xr = xc + int64_t{ih} * d.in_w;
+            if (d.stride == 1) {
+              float* dst = xr + (lo - d.pad + j);
+              for (int ow = lo; ow < hi; ++ow) dst[ow - lo] += in[ow];
+            } else {
+              for (int ow = 0; ow < ow_n; ++ow) {
+                const int iw = ow * d.stride - d.pad + j;
+                if (iw >= 0 && iw < d.in_w) xr[iw] += in[ow];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// dst[o][n*P + q] = src[n][o][q] for `images` images of `channels` x P.
+void NchwToCnhw(const float* src, int images, int channels, int64_t p,
+                float* dst) {
+  const int64_t row_len = p * images;
+  for (int n = 0; n < images; ++n) {
+    for (int o = 0; o < channels; ++o) {
+      std::memcpy(dst + o * row_len + n * p,
+                  src + (int64_t{n} * channels + o) * p, sizeof(float) * p);
+    }
+  }
+}
+
+class CpuBackend : public Backend {
+ public:
+  std::string Name() const override { return "cpu"; }
+
+  absl::StatusOr<float*> Allocate(int64_t n) override {
+    if (n < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Allocate: negative size ", n));
+    }
+    if (n > std::numeric_limits<int64_t>::max() / 8) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Allocate: ", n, " floats is too large"));
+    }
+    float* p = AlignedZeroAlloc(n);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Allocate: out of memory for ", n, " floats"));
+    }
+    return p;
+  }
+
+  void Free(float* p) override { std::free(p); }
+
+  absl::Status CopyToDevice(const float* host_src, float* dst,
+                            int64_t n) override {
+    return Copy(host_src, dst, n, "CopyToDevice");
+  }
+  absl::Status CopyToHost(const float* src, float* host_dst,
+                          int64_t n) override {
+    return Copy(src, host_dst, n, "CopyToHost");
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status Fill(float* x, int64_t n, float value) override {
+    if (n < 0) return absl::InvalidArgumentError("Fill: negative size");
+    std::fill(x, x + n, value);
+    return absl::OkStatus();
+  }
+
+  absl::Status Axpy(int64_t n, float alpha, const float* x,
+                    float* y) override {
+    if (n < 0) return absl::InvalidArgumentError("Axpy: negative size");
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+    return absl::OkStatus();
+  }
+
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                    float alpha, const float* a, const float* b, float beta,
+                    float* c) override {
+    if (m < 0 || n < 0 || k < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: negative dimension m=", m, " n=", n, " k=", k));
+    }
+    if (m == 0 || n == 0) return absl::OkStatus();
+    const int lda = std::max(1, trans_a ? m : k);
+    const int ldb = std::max(1, trans_b ? k : n);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+                ldb, beta, c, n);
+    return absl::OkStatus();
+  }
+
+  absl::Status AddRowBias(int rows, int cols, const float* bias,
+                          float* y) override {
+    if (rows < 0 || cols < 0) {
+      return absl::InvalidArgumentError("AddRowBias: negative dimension");
+    }
+    for (int r = 0; r < rows; ++r) {
+      float* yr = y + int64_t{r} * cols;
+      for (int c = 0; c < cols; ++c) yr[c] += bias[c];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ColumnSum(int rows, int cols, const float* dy,
+                         float* db) override {
+    if (rows < 0 || cols < 0) {
+      return absl::InvalidArgumentError("ColumnSum: negative dimension");
+    }
+    std::fill(db, db + cols, 0.f);
+    for (int r = 0; r < rows; ++r) {
+      const float* dyr = dy + int64_t{r} * cols;
+      for (int c = 0; c < cols; ++c) db[c] += dyr[c];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2dForward(const ConvDesc& d, const float* x, const float* w,
+                             const float* b, float* y) override {
+    absl::Status s = ValidateConv(d, "Conv2dForward");
+    if (!s.ok()) return s;
+    const int64_t p = int64_t{d.OutH()} * d.OutW();
+    const int k = d.in_channels * d.kernel_h * d.kernel_w;
+    const int o_n = d.out_channels;
+    const int chunk = ChunkImages(d);
+    for (int n0 = 0; n0 < d.batch; n0 += chunk) {
+      const int g = std::min(chunk, d.batch - n0);
+      const int64_t cols = p * g;
+      float* col = col_.Get(k * cols);
+      float* tmp = tmp_.Get(o_n * cols);
+      if (col == nullptr || tmp == nullptr) return OutOfScratch();
+      Im2Col(d, x + InputOffset(d, n0), g, col);
+      // tmp[O, g*P] = W[O, K] * col[K, g*P]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o_n,
+                  static_cast<int>(cols), k, 1.f, w, k, col,
+                  static_cast<int>(cols), 0.f, tmp, static_cast<int>(cols));
+      for (int n = 0; n < g; ++n) {
+        for (int o = 0; o < o_n; ++o) {
+          const float* src = tmp + o * cols + n * p;
+          float* dst = y + (int64_t{n0 + n} * o_n + o) * p;
+          const float bias = b == nullptr ? 0.f : b[o];
+          for (int64_t q = 0; q < p; ++q) dst[q] = src[q] + bias;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2dBackwardData(const ConvDesc& d, const float* w,
+                                  const float* dy, float* dx) override {
+    absl::Status s = ValidateConv(d, "Conv2dBackwardData");
+    if (!s.ok()) return s;
+    const int64_t p = int64_t{d.OutH()} * d.OutW();
+    const int k = d.in_channels * d.kernel_h * d.kernel_w;
+    const int o_n = d.out_channels;
+    const int chunk = ChunkImages(d);
+    for (int n0 = 0; n0 < d.batch; n0 += chunk) {
+      const int g = std::min(chunk, d.batch - n0);
+      const int64_t cols = p * g;
+      float* col = col_.Get(k * cols);
+      float* tmp = tmp_.Get(o_n * cols);
+      if (col == nullptr || tmp == nullptr) return OutOfScratch();
+      NchwToCnhw(dy + int64_t{n0} * o_n * p, g, o_n, p, tmp);
+      // col[K, g*P] = W^T[K, O] * dy[O, g*P]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k,
+                  static_cast<int>(cols), o_n, 1.f, w, k, tmp,
+                  static_cast<int>(cols), 0.f, col, static_cast<int>(cols));
+      Col2Im(d, col, g, dx + InputOffset(d, n0));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
+                                    const float* dy, float* dw,
+                                    float* db) override {
+    absl::Status s = ValidateConv(d, "Conv2dBackwardFilter");
+    if (!s.ok()) return s;
+    const int64_t p = int64_t{d.OutH()} * d.OutW();
+    const int k = d.in_channels * d.kernel_h * d.kernel_w;
+    const int o_n = d.out_channels;
+    const int chunk = ChunkImages(d);
+    if (d.batch == 0) {
+      std::fill(dw, dw + int64_t{o_n} * k, 0.f);
+    }
+    if (db != nullptr) std::fill(db, db + o_n, 0.f);
+    for (int n0 = 0; n0 < d.batch; n0 += chunk) {
+      const int g = std::min(chunk, d.batch - n0);
+      const int64_t cols = p * g;
+      float* col = col_.Get(k * cols);
+      float* tmp = tmp_.Get(o_n * cols);
+      if (col == nullptr || tmp == nullptr) return OutOfScratch();
+      Im2Col(d, x + InputOffset(d, n0), g, col);
+      NchwToCnhw(dy + int64_t{n0} * o_n * p, g, o_n, p, tmp);
+      // dW[O, K] (+)= dy[O, g*P] * col^T[g*P, K]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o_n, k,
+                  static_cast<int>(cols), 1.f, tmp, static_cast<int>(cols),
+                  col, static_cast<int>(cols), n0 == 0 ? 0.f : 1.f, dw, k);
+      if (db != nullptr) {
+        for (int o = 0; o < o_n; ++o) {
+          const float* row = tmp + o * cols;
+          float sum = 0.f;
+          for (int64_t q = 0; q < cols; ++q) sum += row[q];
+          db[o] += sum;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReluForward(int64_t n, const float* x, float* y) override {
+    if (n < 0) return absl::InvalidArgumentError("ReluForward: negative size");
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+    return absl::OkStatus();
+  }
+
+  absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
+                            float* dx) override {
+    if (n < 0) return absl::InvalidArgumentError("ReluBackward: negative size");
+    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+    return absl::OkStatus();
+  }
+
+  absl::Status MaxPoolForward(const PoolDesc& d, const float* x,
+                              float* y) override {
+    absl::Status s = ValidatePool(d, "MaxPoolForward");
+    if (!s.ok()) return s;
+    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window;
+    const int64_t planes = int64_t{d.batch} * d.channels;
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const float* xp = x + pl * d.in_h * d.in_w;
+      float* yp = y + pl * oh_n * ow_n;
+      for (int oh = 0; oh < oh_n; ++oh) {
+        for (int ow = 0; ow < ow_n; ++ow) {
+          const float* base = xp + int64_t{oh * win} * d.in_w + ow * win;
+          float m = base[0];
+          for (int i = 0; i < win; ++i) {
+            for (int j = 0; j < win; ++j) {
+              m = std::max(m, base[int64_t{i} * d.in_w + j]);
+            }
+          }
+          yp[oh * ow_n + ow] = m;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
+                               const float* /*y*/, const float* dy,
+                               float* dx) override {
+    absl::Status s = ValidatePool(d, "MaxPoolBackward");
+    if (!s.ok()) return s;
+    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window;
+    const int64_t planes = int64_t{d.batch} * d.channels;
+    const int64_t plane = int64_t{d.in_h} * d.in_w;
+    std::fill(dx, dx + planes * plane, 0.f);
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const float* xp = x + pl * plane;
+      float* dxp = dx + pl * plane;
+      const float* dyp = dy + pl * oh_n * ow_n;
+      for (int oh = 0; oh < oh_n; ++oh) {
+        for (int ow = 0; ow < ow_n; ++ow) {
+          // The argmax is recomputed from x (first maximum in row-major
+          // window order) rather than matched against y.
+          const int64_t base = int64_t{oh * win} * d.in_w + ow * win;
+          int64_t best = base;
+          for (int i = 0; i < win; ++i) {
+            for (int j = 0; j < win; ++j) {
+              const int64_t idx = base + int64_t{i} * d.in_w + j;
+              if (xp[idx] > xp[best]) best = idx;
+            }
+          }
+          dxp[best] += dyp[oh * ow_n + ow];
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SoftmaxCrossEntropy(int batch, int classes, const float* logits,
+                                   const float* labels, float* dlogits,
+                                   float* host_loss,
+                                   int64_t* host_correct) override {
+    if (batch < 1 || classes < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SoftmaxCrossEntropy: bad shape batch=", batch,
+                       " classes=", classes));
+    }
+    for (int r = 0; r < batch; ++r) {
+      const float l = labels[r];
+      if (!(l >= 0.f && l < static_cast<float>(classes)) ||
+          l != std::floor(l)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "SoftmaxCrossEntropy: label ", l, " of example ", r,
+            " is not a class index in [0, ", classes, ")"));
+      }
+    }
+    double loss = 0;
+    int64_t correct = 0;
+    const float inv_batch = 1.f / static_cast<float>(batch);
+    for (int r = 0; r < batch; ++r) {
+      const float* z = logits + int64_t{r} * classes;
+      const int label = static_cast<int>(labels[r]);
+      int argmax = 0;
+      for (int c = 1; c < classes; ++c) {
+        if (z[c] > z[argmax]) argmax = c;
+      }
+      const float zmax = z[argmax];
+      double sum = 0;
+      for (int c = 0; c < classes; ++c) sum += std::exp(double{z[c] - zmax});
+      loss += std::log(sum) - double{z[label] - zmax};
+      if (argmax == label) ++correct;
+      if (dlogits != nullptr) {
+        float* g = dlogits + int64_t{r} * classes;
+        const float inv_sum = static_cast<float>(1.0 / sum);
+        for (int c = 0; c < classes; ++c) {
+          g[c] = std::exp(z[c] - zmax) * inv_sum * inv_batch;
+        }
+        g[label] -= inv_batch;
+      }
+    }
+    if (host_loss != nullptr) *host_loss = static_cast<float>(loss / batch);
+    if (host_correct != nullptr) *host_correct = correct;
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status Copy(const float* src, float* dst, int64_t n,
+                           const char* op) {
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": negative size"));
+    }
+    if (n > 0) std::memcpy(dst, src, sizeof(float) * n);
+    return absl::OkStatus();
+  }
+
+  static absl::Status OutOfScratch() {
+    return absl::ResourceExhaustedError(
+        "convolution: out of memory for scratch buffers");
+  }
+
+  static int64_t InputOffset(const ConvDesc& d, int n) {
+    return int64_t{n} * d.in_channels * d.in_h * d.in_w;
+  }
+
+  // Images per chunk so that both scratch matrices stay under kChunkFloats
+  // (at least one image).
+  static int ChunkImages(const ConvDesc& d) {
+    const int64_t p = int64_t{d.OutH()} * d.OutW();
+    const int64_t per_image =
+        p * std::max<int64_t>(
+                int64_t{d.in_channels} * d.kernel_h * d.kernel_w,
+                d.out_channels);
+    const int64_t g = std::max<int64_t>(1, kChunkFloats / per_image);
+    return static_cast<int>(std::min<int64_t>(g, std::max(d.batch, 1)));
+  }
+
+  Scratch col_;  // im2col matrix of one chunk.
+  Scratch tmp_;  // Output or output-gradient of one chunk in [O, g*P] layout.
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> NewCpuBackend(int num_threads) {
+  // OpenBLAS's thread count is process-wide; main decides it once.
+  if (num_threads > 0) openblas_set_num_threads(num_threads);
+  return std::make_unique<CpuBackend>();
+}
+
+}  // namespace downpour

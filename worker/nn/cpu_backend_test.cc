@@ -1,0 +1,408 @@
+// Tests of the CPU backend against naive reference implementations.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/nn/backend.h"
+
+namespace downpour {
+namespace {
+
+std::vector<float> RandomVec(int64_t n, uint64_t seed, float lo = -1.f,
+                             float hi = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = lo + (hi - lo) * static_cast<float>((rng() >> 40) * 0x1.0p-24);
+  }
+  return v;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want,
+                float tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1.f + std::fabs(want[i])))
+        << what << " at " << i;
+  }
+}
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  // Copies host data into a fresh backend buffer.
+  DeviceBuffer Upload(const std::vector<float>& v) {
+    auto b = DeviceBuffer::Create(be_.get(), v.size());
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(be_->CopyToDevice(v.data(), b->data(), v.size()).ok());
+    return std::move(*b);
+  }
+  DeviceBuffer Zeros(int64_t n) {
+    auto b = DeviceBuffer::Create(be_.get(), n);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return std::move(*b);
+  }
+  std::vector<float> Download(const DeviceBuffer& b) {
+    std::vector<float> v(b.size());
+    EXPECT_TRUE(be_->CopyToHost(b.data(), v.data(), b.size()).ok());
+    return v;
+  }
+
+  std::unique_ptr<Backend> be_ = NewCpuBackend(0);
+};
+
+TEST_F(CpuBackendTest, AllocateIsZeroedAndAligned) {
+  for (int64_t n : {0, 1, 7, 1000, 12345}) {
+    auto p = be_->Allocate(n);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % 64, 0u);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ((*p)[i], 0.f);
+    be_->Free(*p);
+  }
+  EXPECT_EQ(be_->Allocate(-1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be_->Name(), "cpu");
+}
+
+TEST_F(CpuBackendTest, DeviceBufferMoves) {
+  auto a = DeviceBuffer::Create(be_.get(), 10);
+  ASSERT_TRUE(a.ok());
+  float* p = a->data();
+  DeviceBuffer b = std::move(*a);
+  EXPECT_EQ(b.data(), p);
+  EXPECT_EQ(b.size(), 10);
+  EXPECT_EQ(a->data(), nullptr);
+  DeviceBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+}
+
+TEST_F(CpuBackendTest, FillAxpyCopy) {
+  std::vector<float> x = RandomVec(37, 1), y = RandomVec(37, 2);
+  DeviceBuffer dx = Upload(x), dy = Upload(y);
+  ASSERT_TRUE(be_->Axpy(37, -0.5f, dx.data(), dy.data()).ok());
+  std::vector<float> want(37);
+  for (int i = 0; i < 37; ++i) want[i] = y[i] - 0.5f * x[i];
+  ExpectNear(Download(dy), want, 1e-6f, "axpy");
+  ASSERT_TRUE(be_->Fill(dy.data(), 37, 2.5f).ok());
+  ExpectNear(Download(dy), std::vector<float>(37, 2.5f), 0, "fill");
+  ASSERT_TRUE(be_->Synchronize().ok());
+}
+
+TEST_F(CpuBackendTest, GemmAllTransposes) {
+  const int m = 5, n = 7, k = 3;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      std::vector<float> a = RandomVec(m * k, 3), b = RandomVec(k * n, 4),
+                         c = RandomVec(m * n, 5);
+      std::vector<float> want(m * n);
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int l = 0; l < k; ++l) {
+            const float av = ta ? a[l * m + i] : a[i * k + l];
+            const float bv = tb ? b[j * k + l] : b[l * n + j];
+            s += double{av} * bv;
+          }
+          want[i * n + j] = static_cast<float>(1.5 * s + 0.25 * c[i * n + j]);
+        }
+      }
+      DeviceBuffer da = Upload(a), db = Upload(b), dc = Upload(c);
+      ASSERT_TRUE(be_->Gemm(ta, tb, m, n, k, 1.5f, da.data(), db.data(), 0.25f,
+                            dc.data())
+                      .ok());
+      ExpectNear(Download(dc), want, 1e-5f, "gemm");
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, RowBiasAndColumnSum) {
+  const int rows = 4, cols = 9;
+  std::vector<float> y = RandomVec(rows * cols, 6), bias = RandomVec(cols, 7);
+  DeviceBuffer dy = Upload(y), dbias = Upload(bias);
+  ASSERT_TRUE(be_->AddRowBias(rows, cols, dbias.data(), dy.data()).ok());
+  std::vector<float> want = y;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) want[r * cols + c] += bias[c];
+  ExpectNear(Download(dy), want, 1e-6f, "bias");
+
+  DeviceBuffer sums = Upload(RandomVec(cols, 8));  // Must be overwritten.
+  ASSERT_TRUE(be_->ColumnSum(rows, cols, dy.data(), sums.data()).ok());
+  std::vector<float> want_sums(cols, 0.f);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) want_sums[c] += want[r * cols + c];
+  ExpectNear(Download(sums), want_sums, 1e-5f, "colsum");
+}
+
+// ---- Convolution reference -------------------------------------------------
+
+float XAt(const ConvDesc& d, const std::vector<float>& x, int n, int c, int h,
+          int w) {
+  if (h < 0 || h >= d.in_h || w < 0 || w >= d.in_w) return 0.f;
+  return x[((n * d.in_channels + c) * d.in_h + h) * d.in_w + w];
+}
+
+std::vector<float> RefConvForward(const ConvDesc& d, const std::vector<float>& x,
+                                  const std::vector<float>& w,
+                                  const std::vector<float>* b) {
+  const int oh_n = d.OutH(), ow_n = d.OutW();
+  std::vector<float> y(d.batch * d.out_channels * oh_n * ow_n);
+  for (int n = 0; n < d.batch; ++n)
+    for (int o = 0; o < d.out_channels; ++o)
+      for (int oh = 0; oh < oh_n; ++oh)
+        for (int ow = 0; ow < ow_n; ++ow) {
+          double s = b ? (*b)[o] : 0.0;
+          for (int c = 0; c < d.in_channels; ++c)
+            for (int i = 0; i < d.kernel_h; ++i)
+              for (int j = 0; j < d.kernel_w; ++j)
+                s += double{w[((o * d.in_channels + c) * d.kernel_h + i) *
+                                  d.kernel_w + j]} *
+                     XAt(d, x, n, c, oh * d.stride - d.pad + i,
+                         ow * d.stride - d.pad + j);
+          y[((n * d.out_channels + o) * oh_n + oh) * ow_n + ow] =
+              static_cast<float>(s);
+        }
+  return y;
+}
+
+// Reference gradients by scattering dy through the forward loop nest.
+void RefConvBackward(const ConvDesc& d, const std::vector<float>& x,
+                     const std::vector<float>& w, const std::vector<float>& dy,
+                     std::vector<float>* dx, std::vector<float>* dw,
+                     std::vector<float>* db) {
+  const int oh_n = d.OutH(), ow_n = d.OutW();
+  std::vector<double> gx(x.size(), 0.0), gw(w.size(), 0.0),
+      gb(d.out_channels, 0.0);
+  for (int n = 0; n < d.batch; ++n)
+    for (int o = 0; o < d.out_channels; ++o)
+      for (int oh = 0; oh < oh_n; ++oh)
+        for (int ow = 0; ow < ow_n; ++ow) {
+          const double g =
+              dy[((n * d.out_channels + o) * oh_n + oh) * ow_n + ow];
+          gb[o] += g;
+          for (int c = 0; c < d.in_channels; ++c)
+            for (int i = 0; i < d.kernel_h; ++i)
+              for (int j = 0; j < d.kernel_w; ++j) {
+                const int h = oh * d.stride - d.pad + i;
+                const int ww = ow * d.stride - d.pad + j;
+                const int wi =
+                    ((o * d.in_channels + c) * d.kernel_h + i) * d.kernel_w + j;
+                gw[wi] += g * XAt(d, x, n, c, h, ww);
+                if (h >= 0 && h < d.in_h && ww >= 0 && ww < d.in_w) {
+                  gx[((n * d.in_channels + c) * d.in_h + h) * d.in_w + ww] +=
+                      g * w[wi];
+                }
+              }
+        }
+  dx->assign(gx.begin(), gx.end());
+  dw->assign(gw.begin(), gw.end());
+  db->assign(gb.begin(), gb.end());
+}
+
+struct ConvCase {
+  int batch, c, h, w, o, kh, kw, stride, pad;
+};
+
+class ConvTest : public CpuBackendTest,
+                 public ::testing::WithParamInterface<ConvCase> {};
+
+TEST_P(ConvTest, MatchesReference) {
+  const ConvCase& p = GetParam();
+  ConvDesc d;
+  d.batch = p.batch;
+  d.in_channels = p.c;
+  d.in_h = p.h;
+  d.in_w = p.w;
+  d.out_channels = p.o;
+  d.kernel_h = p.kh;
+  d.kernel_w = p.kw;
+  d.stride = p.stride;
+  d.pad = p.pad;
+  const int64_t xs = int64_t{d.batch} * d.in_channels * d.in_h * d.in_w;
+  const int64_t ws = int64_t{d.out_channels} * d.in_channels * d.kernel_h *
+                     d.kernel_w;
+  const int64_t ys = int64_t{d.batch} * d.out_channels * d.OutH() * d.OutW();
+  std::vector<float> x = RandomVec(xs, 10), w = RandomVec(ws, 11),
+                     b = RandomVec(d.out_channels, 12), dy = RandomVec(ys, 13);
+  DeviceBuffer dx_in = Upload(x), dw_in = Upload(w), db_in = Upload(b),
+               ddy = Upload(dy);
+  const float tol = 2e-5f * std::sqrt(static_cast<float>(ws));
+
+  for (bool with_bias : {true, false}) {
+    DeviceBuffer y = Upload(RandomVec(ys, 14));  // Must be overwritten.
+    ASSERT_TRUE(be_->Conv2dForward(d, dx_in.data(), dw_in.data(),
+                                   with_bias ? db_in.data() : nullptr,
+                                   y.data())
+                    .ok());
+    ExpectNear(Download(y), RefConvForward(d, x, w, with_bias ? &b : nullptr),
+               tol, "conv forward");
+  }
+
+  std::vector<float> rdx, rdw, rdb;
+  RefConvBackward(d, x, w, dy, &rdx, &rdw, &rdb);
+  DeviceBuffer gx = Upload(RandomVec(xs, 15));
+  ASSERT_TRUE(
+      be_->Conv2dBackwardData(d, dw_in.data(), ddy.data(), gx.data()).ok());
+  ExpectNear(Download(gx), rdx, tol, "conv backward data");
+
+  DeviceBuffer gw = Upload(RandomVec(ws, 16)), gb = Upload(RandomVec(p.o, 17));
+  ASSERT_TRUE(be_->Conv2dBackwardFilter(d, dx_in.data(), ddy.data(), gw.data(),
+                                        gb.data())
+                  .ok());
+  const float ftol = 2e-5f * std::sqrt(static_cast<float>(ys));
+  ExpectNear(Download(gw), rdw, ftol, "conv backward filter");
+  ExpectNear(Download(gb), rdb, ftol, "conv backward bias");
+  // db may be null.
+  ASSERT_TRUE(be_->Conv2dBackwardFilter(d, dx_in.data(), ddy.data(), gw.data(),
+                                        nullptr)
+                  .ok());
+  ExpectNear(Download(gw), rdw, ftol, "conv backward filter (no db)");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvTest,
+    ::testing::Values(ConvCase{2, 1, 5, 5, 3, 3, 3, 1, 0},
+                      ConvCase{3, 2, 7, 6, 4, 3, 3, 1, 1},   // pad 1, odd.
+                      ConvCase{2, 3, 9, 7, 5, 3, 2, 2, 1},   // stride 2.
+                      ConvCase{1, 2, 4, 4, 2, 1, 1, 1, 0},   // 1x1 kernel.
+                      ConvCase{2, 1, 3, 3, 2, 5, 5, 1, 2},   // kernel > input.
+                      // Big enough per image that the batch is processed in
+                      // several chunks (4 MiB scratch limit).
+                      ConvCase{9, 32, 30, 30, 8, 3, 3, 1, 1}));
+
+TEST_F(CpuBackendTest, ConvRejectsBadDesc) {
+  ConvDesc d;
+  d.batch = 1;
+  d.in_channels = 1;
+  d.in_h = d.in_w = 2;
+  d.out_channels = 1;  // 3x3 kernel on a 2x2 unpadded input.
+  DeviceBuffer buf = Zeros(64);
+  EXPECT_EQ(be_->Conv2dForward(d, buf.data(), buf.data(), nullptr, buf.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  d.in_h = d.in_w = 5;
+  d.stride = 0;
+  EXPECT_EQ(be_->Conv2dForward(d, buf.data(), buf.data(), nullptr, buf.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CpuBackendTest, Relu) {
+  std::vector<float> x = RandomVec(101, 20), dy = RandomVec(101, 21);
+  DeviceBuffer dx_in = Upload(x), y = Zeros(101), ddy = Upload(dy),
+               dx = Zeros(101);
+  ASSERT_TRUE(be_->ReluForward(101, dx_in.data(), y.data()).ok());
+  ASSERT_TRUE(be_->ReluBackward(101, y.data(), ddy.data(), dx.data()).ok());
+  std::vector<float> want_y(101), want_dx(101);
+  for (int i = 0; i < 101; ++i) {
+    want_y[i] = x[i] > 0 ? x[i] : 0.f;
+    want_dx[i] = x[i] > 0 ? dy[i] : 0.f;
+  }
+  ExpectNear(Download(y), want_y, 0, "relu forward");
+  ExpectNear(Download(dx), want_dx, 0, "relu backward");
+}
+
+TEST_F(CpuBackendTest, MaxPoolOddSizes) {
+  PoolDesc d;
+  d.batch = 2;
+  d.channels = 3;
+  d.in_h = 5;
+  d.in_w = 7;
+  d.window = 2;
+  const int oh = d.OutH(), ow = d.OutW();
+  ASSERT_EQ(oh, 2);
+  ASSERT_EQ(ow, 3);
+  const int xs = d.batch * d.channels * d.in_h * d.in_w;
+  const int ys = d.batch * d.channels * oh * ow;
+  std::vector<float> x = RandomVec(xs, 30);
+  // Ties: plant an equal maximum in one window; the first one gets dy.
+  x[0] = x[1] = 5.f;
+  std::vector<float> dy = RandomVec(ys, 31);
+
+  std::vector<float> want_y(ys), want_dx(xs, 0.f);
+  for (int p = 0; p < d.batch * d.channels; ++p)
+    for (int i = 0; i < oh; ++i)
+      for (int j = 0; j < ow; ++j) {
+        int best = -1;
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const int idx = (p * d.in_h + 2 * i + a) * d.in_w + 2 * j + b;
+            if (best < 0 || x[idx] > x[best]) best = idx;
+          }
+        want_y[(p * oh + i) * ow + j] = x[best];
+        want_dx[best] += dy[(p * oh + i) * ow + j];
+      }
+
+  DeviceBuffer dxin = Upload(x), y = Zeros(ys), ddy = Upload(dy),
+               dx = Upload(RandomVec(xs, 32));  // Must be overwritten.
+  ASSERT_TRUE(be_->MaxPoolForward(d, dxin.data(), y.data()).ok());
+  ExpectNear(Download(y), want_y, 0, "pool forward");
+  ASSERT_TRUE(
+      be_->MaxPoolBackward(d, dxin.data(), y.data(), ddy.data(), dx.data())
+          .ok());
+  ExpectNear(Download(dx), want_dx, 0, "pool backward");
+  EXPECT_EQ(Download(dx)[1], 0.f);  // Second of the tied maxima.
+}
+
+TEST_F(CpuBackendTest, SoftmaxCrossEntropy) {
+  const int batch = 6, classes = 5;
+  std::vector<float> logits = RandomVec(batch * classes, 40, -3.f, 3.f);
+  logits[2 * classes + 1] = 1000.f;  // Stability: must not overflow.
+  std::vector<float> labels = {0, 1, 1, 4, 2, 3};
+  double want_loss = 0;
+  int64_t want_correct = 0;
+  std::vector<float> want_d(batch * classes);
+  for (int r = 0; r < batch; ++r) {
+    const float* z = &logits[r * classes];
+    double mx = z[0];
+    int arg = 0;
+    for (int c = 1; c < classes; ++c)
+      if (z[c] > z[arg]) arg = c;
+    mx = z[arg];
+    double s = 0;
+    for (int c = 0; c < classes; ++c) s += std::exp(z[c] - mx);
+    const int l = static_cast<int>(labels[r]);
+    want_loss += std::log(s) + mx - z[l];
+    want_correct += arg == l;
+    for (int c = 0; c < classes; ++c)
+      want_d[r * classes + c] =
+          static_cast<float>((std::exp(z[c] - mx) / s - (c == l)) / batch);
+  }
+  want_loss /= batch;
+
+  DeviceBuffer dl = Upload(logits), dlab = Upload(labels),
+               dd = Zeros(batch * classes);
+  float loss = -1;
+  int64_t correct = -1;
+  ASSERT_TRUE(be_->SoftmaxCrossEntropy(batch, classes, dl.data(), dlab.data(),
+                                       dd.data(), &loss, &correct)
+                  .ok());
+  EXPECT_NEAR(loss, want_loss, 1e-5 * (1 + want_loss));
+  EXPECT_EQ(correct, want_correct);
+  EXPECT_TRUE(std::isfinite(loss));
+  ExpectNear(Download(dd), want_d, 1e-6f, "dlogits");
+
+  // Without dlogits.
+  loss = -1;
+  ASSERT_TRUE(be_->SoftmaxCrossEntropy(batch, classes, dl.data(), dlab.data(),
+                                       nullptr, &loss, &correct)
+                  .ok());
+  EXPECT_NEAR(loss, want_loss, 1e-5 * (1 + want_loss));
+}
+
+TEST_F(CpuBackendTest, SoftmaxCrossEntropyRejectsBadLabels) {
+  DeviceBuffer dl = Upload(RandomVec(2 * 3, 41)), dd = Zeros(6);
+  for (float bad : {-1.f, 3.f, 1.5f, NAN}) {
+    DeviceBuffer dlab = Upload({0.f, bad});
+    float loss;
+    int64_t correct;
+    absl::Status s = be_->SoftmaxCrossEntropy(2, 3, dl.data(), dlab.data(),
+                                              dd.data(), &loss, &correct);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace downpour

@@ -1,0 +1,423 @@
+// Tests of the layers and Model: gradients against central finite
+// differences, the fashion_cnn layout, determinism, training and errors.
+#include "worker/nn/model.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/nn/backend.h"
+
+namespace downpour {
+namespace {
+
+std::vector<float> RandomVec(int64_t n, uint64_t seed, float lo = -1.f,
+                             float hi = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = lo + (hi - lo) * static_cast<float>((rng() >> 40) * 0x1.0p-24);
+  }
+  return v;
+}
+
+// Holds one layer bound to host-visible CPU buffers, and evaluates
+// L = sum(y * r) for a fixed random r so gradients can be checked numerically.
+class LayerHarness {
+ public:
+  LayerHarness(Backend* be, std::unique_ptr<Layer> layer, Dims in, int batch)
+      : be_(be), layer_(std::move(layer)), in_(in), batch_(batch) {
+    absl::StatusOr<Dims> out = layer_->Configure(in);
+    EXPECT_TRUE(out.ok()) << out.status();
+    out_ = *out;
+    for (const ParamSpec& p : layer_->Params()) {
+      int64_t n = 1;
+      for (int64_t d : p.shape) n *= d;
+      params_.push_back(RandomVec(n, 100 + params_.size(), -0.5f, 0.5f));
+      grads_.push_back(std::vector<float>(n, 0.f));
+    }
+    std::vector<float*> pp, gp;
+    for (auto& p : params_) pp.push_back(p.data());
+    for (auto& g : grads_) gp.push_back(g.data());
+    absl::Status s = layer_->Bind(be_, pp, gp, batch);
+    EXPECT_TRUE(s.ok()) << s;
+    r_ = RandomVec(batch * out_.Size(), 7);
+    y_.resize(batch * out_.Size());
+  }
+
+  // The CPU backend's memory is host memory, so host vectors serve directly.
+  double Loss(const std::vector<float>& x) {
+    EXPECT_TRUE(layer_->Forward(batch_, x.data(), y_.data()).ok());
+    double l = 0;
+    for (size_t i = 0; i < y_.size(); ++i) l += double{y_[i]} * r_[i];
+    return l;
+  }
+
+  // Analytic gradients: dx and (into grads_) parameter gradients.
+  std::vector<float> Backward(const std::vector<float>& x) {
+    Loss(x);
+    std::vector<float> dx(x.size(), 123.f);  // Must be overwritten.
+    for (auto& g : grads_) std::fill(g.begin(), g.end(), 456.f);
+    absl::Status s =
+        layer_->Backward(batch_, x.data(), y_.data(), r_.data(), dx.data());
+    EXPECT_TRUE(s.ok()) << s;
+    return dx;
+  }
+
+  // Checks every component of dx and of each parameter gradient.
+  void Check(std::vector<float> x, double eps, double tol) {
+    const std::vector<float> dx = Backward(x);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float keep = x[i];
+      x[i] = keep + eps;
+      const double lp = Loss(x);
+      x[i] = keep - eps;
+      const double lm = Loss(x);
+      x[i] = keep;
+      const double num = (lp - lm) / (2 * eps);
+      ASSERT_NEAR(dx[i], num, tol * (1 + std::fabs(num)))
+          << layer_->name() << " dx[" << i << "]";
+    }
+    for (size_t t = 0; t < params_.size(); ++t) {
+      std::vector<float>& p = params_[t];
+      for (size_t i = 0; i < p.size(); ++i) {
+        const float keep = p[i];
+        p[i] = keep + eps;
+        const double lp = Loss(x);
+        p[i] = keep - eps;
+        const double lm = Loss(x);
+        p[i] = keep;
+        const double num = (lp - lm) / (2 * eps);
+        ASSERT_NEAR(grads_[t][i], num, tol * (1 + std::fabs(num)))
+            << layer_->name() << " param " << t << "[" << i << "]";
+      }
+    }
+  }
+
+  Dims out() const { return out_; }
+
+ private:
+  Backend* be_;
+  std::unique_ptr<Layer> layer_;
+  Dims in_, out_;
+  int batch_;
+  std::vector<std::vector<float>> params_, grads_;
+  std::vector<float> r_, y_;
+};
+
+// Inputs whose entries are at least `gap` apart from each other in magnitude
+// and from zero, so ReLU kinks and max-pool ties are not crossed by the
+// finite-difference step.
+std::vector<float> SpreadInput(int64_t n, uint64_t seed, float gap) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = (static_cast<float>(i) + 1.f) * gap * (i % 2 ? 1.f : -1.f);
+  }
+  std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
+  return v;
+}
+
+class LayerGradTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be_ = NewCpuBackend(1);
+};
+
+TEST_F(LayerGradTest, Conv2dPad0) {
+  const Dims in{2, 5, 6};
+  LayerHarness h(be_.get(), NewConv2d("c", 3, 3, 0), in, 2);
+  EXPECT_EQ(h.out(), (Dims{3, 3, 4}));
+  h.Check(RandomVec(2 * in.Size(), 1), 1e-2, 2e-3);
+}
+
+TEST_F(LayerGradTest, Conv2dPad1OddSize) {
+  const Dims in{3, 5, 7};
+  LayerHarness h(be_.get(), NewConv2d("c", 2, 3, 1), in, 3);
+  EXPECT_EQ(h.out(), (Dims{2, 5, 7}));
+  h.Check(RandomVec(3 * in.Size(), 2), 1e-2, 2e-3);
+}
+
+TEST_F(LayerGradTest, Relu) {
+  const Dims in{2, 3, 3};
+  LayerHarness h(be_.get(), NewRelu("r"), in, 2);
+  EXPECT_EQ(h.out(), in);
+  h.Check(SpreadInput(2 * in.Size(), 3, 0.1f), 1e-2, 2e-3);
+}
+
+TEST_F(LayerGradTest, MaxPoolOddSize) {
+  const Dims in{2, 5, 7};
+  LayerHarness h(be_.get(), NewMaxPool("p", 2), in, 2);
+  EXPECT_EQ(h.out(), (Dims{2, 2, 3}));
+  h.Check(SpreadInput(2 * in.Size(), 4, 0.05f), 1e-2, 2e-3);
+}
+
+TEST_F(LayerGradTest, Flatten) {
+  const Dims in{3, 2, 4};
+  LayerHarness h(be_.get(), NewFlatten("f"), in, 2);
+  EXPECT_EQ(h.out(), (Dims{24, 1, 1}));
+  h.Check(RandomVec(2 * in.Size(), 5), 1e-2, 2e-3);
+}
+
+TEST_F(LayerGradTest, Dense) {
+  const Dims in{2, 3, 2};  // Dense also accepts unflattened input.
+  LayerHarness h(be_.get(), NewDense("d", 5), in, 4);
+  EXPECT_EQ(h.out(), (Dims{5, 1, 1}));
+  h.Check(RandomVec(4 * in.Size(), 6), 1e-2, 2e-3);
+}
+
+// A small model exercising every layer type.
+absl::StatusOr<std::unique_ptr<Model>> SmallModel(Backend* be, int max_batch,
+                                                  int classes = 4) {
+  std::vector<std::unique_ptr<Layer>> layers;
+  layers.push_back(NewConv2d("conv", 3, 3, 1));
+  layers.push_back(NewRelu("relu"));
+  layers.push_back(NewMaxPool("pool", 2));
+  layers.push_back(NewFlatten("flat"));
+  layers.push_back(NewDense("fc1", 6));
+  layers.push_back(NewRelu("relu2"));
+  layers.push_back(NewDense("fc2", classes));
+  return Model::Create(be, std::move(layers), Dims{2, 6, 5}, max_batch);
+}
+
+TEST(ModelTest, SoftmaxGradientsMatchFiniteDifferences) {
+  auto be = NewCpuBackend(1);
+  auto model = SmallModel(be.get(), 8);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Model& m = **model;
+  EXPECT_EQ(m.num_classes(), 4);
+  const int batch = 5;
+  std::vector<float> params = m.InitialParameters(3);
+  // Non-zero biases so their gradients are exercised in a generic point.
+  std::vector<float> noise = RandomVec(params.size(), 9, -0.05f, 0.05f);
+  for (size_t i = 0; i < params.size(); ++i) params[i] += noise[i];
+  ASSERT_TRUE(m.SetParameters(params).ok());
+  const std::vector<float> x = RandomVec(batch * m.input_dims().Size(), 10);
+  const std::vector<int32_t> labels = {0, 3, 1, 2, 3};
+
+  auto r = m.ComputeGradients(x.data(), labels.data(), batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<float> grads(m.num_parameters());
+  ASSERT_TRUE(
+      be->CopyToHost(m.gradients(), grads.data(), grads.size()).ok());
+  auto eval = m.Evaluate(x.data(), labels.data(), batch);
+  ASSERT_TRUE(eval.ok());
+  EXPECT_FLOAT_EQ(eval->loss, r->loss);
+  EXPECT_EQ(eval->correct, r->correct);
+
+  const double eps = 1e-3;
+  int checked = 0, mismatched = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const float keep = params[i];
+    params[i] = keep + eps;
+    ASSERT_TRUE(m.SetParameters(params).ok());
+    const double lp = m.Evaluate(x.data(), labels.data(), batch)->loss;
+    params[i] = keep - eps;
+    ASSERT_TRUE(m.SetParameters(params).ok());
+    const double lm = m.Evaluate(x.data(), labels.data(), batch)->loss;
+    params[i] = keep;
+    const double num = (lp - lm) / (2 * eps);
+    ++checked;
+    // A step can cross a ReLU or max-pool kink; tolerate a handful of those.
+    if (std::fabs(grads[i] - num) > 2e-3 + 1e-2 * std::fabs(num)) {
+      ++mismatched;
+      ADD_FAILURE_AT(__FILE__, __LINE__)
+          << "param " << i << " analytic " << grads[i] << " numeric " << num;
+      if (mismatched > 3) break;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int>(params.size()));
+}
+
+TEST(ModelTest, FashionCnnLayout) {
+  auto be = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", be.get(), 16);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<TensorSpec> want = {
+      {"conv1.weight", {32, 1, 3, 3}}, {"conv1.bias", {32}},
+      {"conv2.weight", {64, 32, 3, 3}}, {"conv2.bias", {64}},
+      {"fc1.weight", {128, 1600}},     {"fc1.bias", {128}},
+      {"fc2.weight", {10, 128}},       {"fc2.bias", {10}},
+  };
+  EXPECT_EQ((*model)->param_specs(), want);
+  EXPECT_EQ((*model)->num_parameters(), 225034);
+  EXPECT_EQ((*model)->input_dims(), (Dims{1, 28, 28}));
+  EXPECT_EQ((*model)->num_classes(), 10);
+  EXPECT_EQ((*model)->max_batch(), 16);
+  EXPECT_EQ((*model)->backend(), be.get());
+
+  auto bad = BuildModel("resnet9000", be.get(), 16);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("fashion_cnn"), std::string::npos);
+}
+
+TEST(ModelTest, InitialParametersDeterministic) {
+  auto be = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", be.get(), 4);
+  ASSERT_TRUE(model.ok());
+  Model& m = **model;
+  const std::vector<float> a = m.InitialParameters(1);
+  EXPECT_EQ(a, m.InitialParameters(1));
+  EXPECT_NE(a, m.InitialParameters(2));
+  ASSERT_EQ(static_cast<int64_t>(a.size()), m.num_parameters());
+
+  // Weights lie in the He-uniform range and fill it; biases are zero.
+  int64_t offset = 0;
+  for (const TensorSpec& t : m.param_specs()) {
+    const int64_t n = t.NumElements();
+    const bool is_bias = t.name.find(".bias") != std::string::npos;
+    double fan_in = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) fan_in *= t.shape[d];
+    const double bound = std::sqrt(6.0 / fan_in);
+    double lo = 0, hi = 0, sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = a[offset + i];
+      if (is_bias) {
+        ASSERT_EQ(v, 0.f) << t.name;
+      } else {
+        ASSERT_LE(std::fabs(v), bound) << t.name;
+      }
+      lo = std::min<double>(lo, v);
+      hi = std::max<double>(hi, v);
+      sum += v;
+    }
+    if (!is_bias) {
+      EXPECT_LT(lo, -0.8 * bound) << t.name;
+      EXPECT_GT(hi, 0.8 * bound) << t.name;
+      EXPECT_LT(std::fabs(sum / n), 0.2 * bound) << t.name;
+    }
+    offset += n;
+  }
+
+  // Round trip through the parameter buffer.
+  ASSERT_TRUE(m.SetParameters(a).ok());
+  std::vector<float> back(a.size());
+  ASSERT_TRUE(m.GetParameters(absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, a);
+}
+
+TEST(ModelTest, SgdReducesLossOnSeparableData) {
+  auto be = NewCpuBackend(1);
+  const int classes = 3, n = 24;
+  auto model = SmallModel(be.get(), n, classes);
+  ASSERT_TRUE(model.ok());
+  Model& m = **model;
+  ASSERT_TRUE(m.SetParameters(m.InitialParameters(5)).ok());
+
+  // Class k: a bright horizontal band at rows 2k..2k+1, plus noise.
+  const Dims in = m.input_dims();
+  std::vector<float> x(n * in.Size());
+  std::vector<int32_t> labels(n);
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < n; ++i) {
+    labels[i] = i % classes;
+    for (int c = 0; c < in.c; ++c)
+      for (int h = 0; h < in.h; ++h)
+        for (int w = 0; w < in.w; ++w) {
+          const float noise = ((rng() >> 40) * 0x1.0p-24f - 0.5f) * 0.2f;
+          const bool on = h / 2 == labels[i];
+          x[((i * in.c + c) * in.h + h) * in.w + w] = (on ? 1.f : 0.f) + noise;
+        }
+  }
+
+  auto first = m.Evaluate(x.data(), labels.data(), n);
+  ASSERT_TRUE(first.ok());
+  float last = 0;
+  for (int step = 0; step < 40; ++step) {
+    auto r = m.ComputeGradients(x.data(), labels.data(), n);
+    ASSERT_TRUE(r.ok()) << r.status();
+    last = r->loss;
+    ASSERT_TRUE(
+        be->Axpy(m.num_parameters(), -0.2f, m.gradients(), m.parameters())
+            .ok());
+  }
+  auto final_eval = m.Evaluate(x.data(), labels.data(), n);
+  ASSERT_TRUE(final_eval.ok());
+  EXPECT_LT(final_eval->loss, 0.5f * first->loss)
+      << "initial " << first->loss << " last step " << last;
+  EXPECT_EQ(final_eval->correct, n);
+}
+
+TEST(ModelTest, RejectsBadBatchesAndLabels) {
+  auto be = NewCpuBackend(1);
+  auto model = SmallModel(be.get(), 4);
+  ASSERT_TRUE(model.ok());
+  Model& m = **model;
+  const std::vector<float> x(5 * m.input_dims().Size(), 0.5f);
+  std::vector<int32_t> labels = {0, 1, 2, 3, 0};
+  for (int batch : {0, -1, 5}) {
+    EXPECT_EQ(m.ComputeGradients(x.data(), labels.data(), batch)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << batch;
+    EXPECT_EQ(m.Evaluate(x.data(), labels.data(), batch).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << batch;
+  }
+  for (int32_t bad : {4, -1, 1 << 30}) {
+    labels[1] = bad;
+    EXPECT_EQ(m.ComputeGradients(x.data(), labels.data(), 2).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  labels[1] = 3;
+  EXPECT_TRUE(m.ComputeGradients(x.data(), labels.data(), 4).ok());
+
+  std::vector<float> wrong(m.num_parameters() + 1);
+  EXPECT_EQ(m.SetParameters(wrong).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.GetParameters(absl::MakeSpan(wrong)).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(SmallModel(be.get(), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<std::unique_ptr<Layer>> too_small;
+  too_small.push_back(NewConv2d("c", 2, 5, 0));
+  EXPECT_EQ(
+      Model::Create(be.get(), std::move(too_small), Dims{1, 3, 3}, 2)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  std::vector<std::unique_ptr<Layer>> dup;
+  dup.push_back(NewDense("d", 3));
+  dup.push_back(NewDense("d", 3));
+  EXPECT_EQ(Model::Create(be.get(), std::move(dup), Dims{4, 1, 1}, 2)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Information only: fashion_cnn forward + backward time at batch 64.
+TEST(ModelTest, FashionCnnTiming) {
+  for (int threads : {1, 2}) {
+    auto be = NewCpuBackend(threads);
+    auto model = BuildModel("fashion_cnn", be.get(), 64);
+    ASSERT_TRUE(model.ok());
+    Model& m = **model;
+    ASSERT_TRUE(m.SetParameters(m.InitialParameters(1)).ok());
+    const std::vector<float> x = RandomVec(64 * 784, 3, 0.f, 1.f);
+    std::vector<int32_t> labels(64);
+    for (int i = 0; i < 64; ++i) labels[i] = i % 10;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(m.ComputeGradients(x.data(), labels.data(), 64).ok());
+    }
+    const int iters = 20;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      ASSERT_TRUE(m.ComputeGradients(x.data(), labels.data(), 64).ok());
+    }
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count() /
+                      iters;
+    std::printf("fashion_cnn fwd+bwd batch 64, %d OpenBLAS thread(s): %.2f ms\n",
+                threads, ms);
+  }
+}
+
+}  // namespace
+}  // namespace downpour

@@ -1,0 +1,170 @@
+#include "worker/trainer.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server/parameter_store.h"
+#include "worker/local_ps_client.h"
+#include "worker/nn/backend.h"
+
+namespace downpour {
+namespace {
+
+// A separable 28x28 problem: class k lights a 4x4 patch at a class-specific
+// place, plus noise. Real data is used by the integration tests.
+Dataset Synthetic(int n, uint64_t seed) {
+  Dataset d;
+  d.size = n;
+  d.height = d.width = 28;
+  d.images.assign(static_cast<size_t>(n) * 784, 0.0f);
+  d.labels.resize(n);
+  uint64_t x = seed * 2654435761u + 1;
+  auto next = [&x] {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    return static_cast<float>(x % 1000) / 1000.0f;
+  };
+  for (int i = 0; i < n; ++i) {
+    const int k = i % 10;
+    d.labels[i] = k;
+    float* img = d.images.data() + static_cast<size_t>(i) * 784;
+    for (int p = 0; p < 784; ++p) img[p] = 0.2f * next();
+    const int r0 = 2 + (k / 5) * 12, c0 = 2 + (k % 5) * 5;
+    for (int r = r0; r < r0 + 4; ++r)
+      for (int c = c0; c < c0 + 4; ++c) img[r * 28 + c] = 1.0f;
+  }
+  return d;
+}
+
+struct Cluster {
+  std::vector<std::unique_ptr<ParameterStore>> stores;
+  std::vector<ParameterStore*> raw;
+};
+
+Cluster MakeCluster(int shards, const std::string& opt, float lr) {
+  Cluster c;
+  for (int s = 0; s < shards; ++s) {
+    ParameterStoreOptions o;
+    o.shard_index = s;
+    o.num_shards = shards;
+    o.optimizer.name = opt;
+    o.optimizer.learning_rate = lr;
+    c.stores.push_back(std::move(*ParameterStore::Create(o)));
+    c.raw.push_back(c.stores.back().get());
+  }
+  return c;
+}
+
+TEST(TrainerTest, SingleWorkerLearnsThroughTheStore) {
+  auto backend = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", backend.get(), 32);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Cluster cluster = MakeCluster(2, "adagrad", 0.05f);
+  auto client = NewLocalParameterClient(cluster.raw, 0);
+  ASSERT_TRUE(DeclareModel(client.get(), **model, 1, 2, 1 << 20).ok());
+
+  Dataset train = Synthetic(640, 1), test = Synthetic(200, 2);
+  BatcherOptions bo;
+  bo.batch_size = 32;
+  bo.epochs = 2;
+  auto batcher = Batcher::Create(&train, bo);
+  ASSERT_TRUE(batcher.ok());
+  std::vector<Progress> progress;
+  TrainerOptions to;
+  to.log_every = 10;
+  auto r = RunDownpourWorker(to, model->get(), client.get(), batcher->get(),
+                             [&](const Progress& p) { progress.push_back(p); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps, 40);
+  EXPECT_EQ(r->pushes, 40);
+  EXPECT_EQ(r->examples, 1280);
+  ASSERT_EQ(progress.size(), 4u);
+  EXPECT_LT(progress.back().loss, progress.front().loss);
+  EXPECT_GT(r->total.compute, 0);
+  EXPECT_GT(r->total.pull, 0);
+  for (const ShardStats& s : *client->Stats()) EXPECT_EQ(s.pushes_applied, 40);
+
+  // The servers' parameters, not the worker's copy, classify the test set.
+  auto eval_model = BuildModel("fashion_cnn", backend.get(), 100);
+  std::vector<float> params((*eval_model)->num_parameters());
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(client->Pull(absl::MakeSpan(params), &versions).ok());
+  ASSERT_TRUE((*eval_model)->SetParameters(params).ok());
+  auto eval = EvaluateModel(eval_model->get(), test);
+  ASSERT_TRUE(eval.ok());
+  EXPECT_GT(eval->accuracy, 0.9);
+  for (int64_t v : versions) EXPECT_EQ(v, 40);
+}
+
+TEST(TrainerTest, NPushAccruesAndPushesRemainder) {
+  auto backend = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", backend.get(), 16);
+  ASSERT_TRUE(model.ok());
+  Cluster cluster = MakeCluster(1, "sgd", 0.01f);
+  auto client = NewLocalParameterClient(cluster.raw, 0);
+  ASSERT_TRUE(DeclareModel(client.get(), **model, 1, 1, 1 << 20).ok());
+  Dataset train = Synthetic(160, 3);
+  BatcherOptions bo;
+  bo.batch_size = 16;
+  auto batcher = Batcher::Create(&train, bo);
+  TrainerOptions to;
+  to.n_push = 3;
+  to.n_fetch = 2;
+  to.local_lr = 0.01f;
+  to.log_every = 0;
+  auto r = RunDownpourWorker(to, model->get(), client.get(), batcher->get(), {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps, 10);
+  EXPECT_EQ(r->pushes, 4);  // after steps 3, 6, 9 and the remainder
+  EXPECT_EQ((*client->Stats())[0].pushes_applied, 4);
+}
+
+TEST(TrainerTest, ConcurrentWorkersShareTheServers) {
+  auto b0 = NewCpuBackend(1), b1 = NewCpuBackend(1);
+  auto m0 = BuildModel("fashion_cnn", b0.get(), 16);
+  auto m1 = BuildModel("fashion_cnn", b1.get(), 16);
+  Cluster cluster = MakeCluster(2, "adagrad", 0.05f);
+  auto c0 = NewLocalParameterClient(cluster.raw, 0);
+  auto c1 = NewLocalParameterClient(cluster.raw, 1);
+  ASSERT_TRUE(DeclareModel(c0.get(), **m0, 1, 2, 1 << 20).ok());
+  ASSERT_TRUE(DeclareModel(c1.get(), **m1, 99, 2, 1 << 20).ok());  // ignored
+  Dataset train = Synthetic(320, 4);
+  BatcherOptions bo0, bo1;
+  bo0.batch_size = bo1.batch_size = 16;
+  bo0.num_workers = bo1.num_workers = 2;
+  bo1.worker_index = 1;
+  auto bt0 = Batcher::Create(&train, bo0);
+  auto bt1 = Batcher::Create(&train, bo1);
+  absl::StatusOr<TrainResult> r0, r1;
+  TrainerOptions to;
+  to.log_every = 0;
+  std::thread t0([&] { r0 = RunDownpourWorker(to, m0->get(), c0.get(), bt0->get(), {}); });
+  std::thread t1([&] { r1 = RunDownpourWorker(to, m1->get(), c1.get(), bt1->get(), {}); });
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  auto stats = c0->Stats();
+  for (const ShardStats& s : *stats) {
+    EXPECT_EQ(s.pushes_applied, r0->pushes + r1->pushes);
+    EXPECT_EQ(s.total_chunk_updates, s.num_chunks * (r0->pushes + r1->pushes));
+  }
+}
+
+TEST(TrainerTest, RejectsBadOptionsAndUndeclaredClient) {
+  auto backend = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", backend.get(), 16);
+  Cluster cluster = MakeCluster(1, "sgd", 0.01f);
+  auto client = NewLocalParameterClient(cluster.raw, 0);
+  Dataset train = Synthetic(32, 5);
+  BatcherOptions bo;
+  bo.batch_size = 16;
+  auto batcher = Batcher::Create(&train, bo);
+  TrainerOptions bad;
+  bad.n_push = 0;
+  EXPECT_FALSE(RunDownpourWorker(bad, model->get(), client.get(), batcher->get(), {}).ok());
+  auto r = RunDownpourWorker({}, model->get(), client.get(), batcher->get(), {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace downpour
