@@ -4,11 +4,10 @@
 // convolutions lowered with im2col) go through OpenBLAS sgemm; everything
 // else is a simple loop the compiler can vectorize.
 //
-// Convolutions process the batch in chunks of images: the im2col matrix of a
-// whole chunk is laid out as [C*KH*KW, images*OH*OW] so that one large GEMM
-// replaces many small ones, and results are transposed back to NCHW. Chunks
-// bound the scratch memory, which the backend keeps and reuses (it only grows),
-// so steady-state training does no heap allocation.
+// Convolutions run one image at a time: the image's im2col matrix
+// [C*KH*KW, OH*OW] stays in cache and the GEMM reads and writes NCHW memory
+// directly (no transposes). The im2col scratch is kept by the backend and
+// reused (it only grows), so steady-state training does no heap allocation.
 #include <cblas.h>
 
 #include <algorithm>
@@ -28,14 +27,6 @@ namespace downpour {
 namespace {
 
 constexpr size_t kAlignment = 64;
-
-// Upper bound, in floats, on one chunk's im2col (or transposed output)
-// scratch matrix. 1M floats = 4 MiB: large enough for efficient GEMMs, small
-// enough to stay mostly in cache.
-#ifndef DP_CHUNK_LOG2
-#define DP_CHUNK_LOG2 20
-#endif
-constexpr int64_t kChunkFloats = int64_t{1} << DP_CHUNK_LOG2;
 
 // 64-byte aligned, zero-filled allocation of n floats (n may be 0).
 float* AlignedZeroAlloc(int64_t n) {
@@ -105,41 +96,35 @@ inline void ValidRange(int out_w, int w, int pad, int j, int* lo, int* hi) {
   *hi = std::max(*lo, std::min(out_w, w + pad - j));
 }
 
-// col[(c*KH + i)*KW + j][n*P + oh*OW + ow] = x[n][c][oh*s - pad + i]
-//                                             [ow*s - pad + j]  (0 outside),
-// for the `images` images starting at x.
-void Im2Col(const ConvDesc& d, const float* x, int images, float* col) {
+// col[(c*KH + i)*KW + j][oh*OW + ow] = x[c][oh*s - pad + i][ow*s - pad + j]
+// (0 outside the image), for one image x.
+void Im2Col(const ConvDesc& d, const float* x, float* col) {
   const int oh_n = d.OutH(), ow_n = d.OutW();
-  const int64_t p = int64_t{oh_n} * ow_n;
-  const int64_t row_len = p * images;
   const int64_t plane = int64_t{d.in_h} * d.in_w;
+  float* out = col;
   for (int c = 0; c < d.in_channels; ++c) {
+    const float* xc = x + c * plane;
     for (int i = 0; i < d.kernel_h; ++i) {
       for (int j = 0; j < d.kernel_w; ++j) {
-        float* row =
-            col + ((int64_t{c} * d.kernel_h + i) * d.kernel_w + j) * row_len;
         int lo = 0, hi = 0;
         if (d.stride == 1) ValidRange(ow_n, d.in_w, d.pad, j, &lo, &hi);
-        for (int n = 0; n < images; ++n) {
-          const float* xc = x + (int64_t{n} * d.in_channels + c) * plane;
-          float* out = row + n * p;
-          for (int oh = 0; oh < oh_n; ++oh, out += ow_n) {
-            const int ih = oh * d.stride - d.pad + i;
-            if (ih < 0 || ih >= d.in_h) {
-              std::memset(out, 0, sizeof(float) * ow_n);
-              continue;
-            }
-            const float* xr = xc + int64_t{ih} * d.in_w;
-            if (d.stride == 1) {
-              for (int ow = 0; ow < lo; ++ow) out[ow] = 0.f;
-              const float* src = xr + (lo - d.pad + j);
-              for (int ow = lo; ow < hi; ++ow) out[ow] = src[ow - lo];
-              for (int ow = hi; ow < ow_n; ++ow) out[ow] = 0.f;
-            } else {
-              for (int ow = 0; ow < ow_n; ++ow) {
-                const int iw = ow * d.stride - d.pad + j;
-                out[ow] = (iw >= 0 && iw < d.in_w) ? xr[iw] : 0.f;
-              }
+        for (int oh = 0; oh < oh_n; ++oh, out += ow_n) {
+          const int ih = oh * d.stride - d.pad + i;
+          if (ih < 0 || ih >= d.in_h) {
+            std::memset(out, 0, sizeof(float) * ow_n);
+            continue;
+          }
+          const float* xr = xc + int64_t{ih} * d.in_w;
+          if (d.stride == 1) {
+            // Rows are short (OW floats): a plain loop beats memcpy calls.
+            const float* src = xr + (lo - d.pad + j);
+            for (int ow = 0; ow < lo; ++ow) out[ow] = 0.f;
+            for (int ow = lo; ow < hi; ++ow) out[ow] = src[ow - lo];
+            for (int ow = hi; ow < ow_n; ++ow) out[ow] = 0.f;
+          } else {
+            for (int ow = 0; ow < ow_n; ++ow) {
+              const int iw = ow * d.stride - d.pad + j;
+              out[ow] = (iw >= 0 && iw < d.in_w) ? xr[iw] : 0.f;
             }
           }
         }
@@ -148,36 +133,30 @@ void Im2Col(const ConvDesc& d, const float* x, int images, float* col) {
   }
 }
 
-// The adjoint of Im2Col: dx (for `images` images, zeroed here) accumulates
-// every column entry at the input position it was copied from.
-void Col2Im(const ConvDesc& d, const float* col, int images, float* dx) {
+// The adjoint of Im2Col for one image: dx (zeroed here) accumulates every
+// column entry at the input position it was copied from.
+void Col2Im(const ConvDesc& d, const float* col, float* dx) {
   const int oh_n = d.OutH(), ow_n = d.OutW();
-  const int64_t p = int64_t{oh_n} * ow_n;
-  const int64_t row_len = p * images;
   const int64_t plane = int64_t{d.in_h} * d.in_w;
-  std::memset(dx, 0, sizeof(float) * plane * d.in_channels * images);
+  std::memset(dx, 0, sizeof(float) * plane * d.in_channels);
+  const float* in = col;
   for (int c = 0; c < d.in_channels; ++c) {
+    float* xc = dx + c * plane;
     for (int i = 0; i < d.kernel_h; ++i) {
       for (int j = 0; j < d.kernel_w; ++j) {
-        const float* row =
-            col + ((int64_t{c} * d.kernel_h + i) * d.kernel_w + j) * row_len;
         int lo = 0, hi = 0;
         if (d.stride == 1) ValidRange(ow_n, d.in_w, d.pad, j, &lo, &hi);
-        for (int n = 0; n < images; ++n) {
-          float* xc = dx + (int64_t{n} * d.in_channels + c) * plane;
-          const float* in = row + n * p;
-          for (int oh = 0; oh < oh_n; ++oh, in += ow_n) {
-            const int ih = oh * d.stride - d.pad + i;
-            if (ih < 0 || ih >= d.in_h) continue;
-            float* xr = xc + int64_t{ih} * d.in_w;
-            if (d.stride == 1) {
-              float* dst = xr + (lo - d.pad + j);
-              for (int ow = lo; ow < hi; ++ow) dst[ow - lo] += in[ow];
-            } else {
-              for (int ow = 0; ow < ow_n; ++ow) {
-                const int iw = ow * d.stride - d.pad + j;
-                if (iw >= 0 && iw < d.in_w) xr[iw] += in[ow];
-              }
+        for (int oh = 0; oh < oh_n; ++oh, in += ow_n) {
+          const int ih = oh * d.stride - d.pad + i;
+          if (ih < 0 || ih >= d.in_h) continue;
+          float* xr = xc + int64_t{ih} * d.in_w;
+          if (d.stride == 1) {
+            float* dst = xr + (lo - d.pad + j);
+            for (int ow = lo; ow < hi; ++ow) dst[ow - lo] += in[ow];
+          } else {
+            for (int ow = 0; ow < ow_n; ++ow) {
+              const int iw = ow * d.stride - d.pad + j;
+              if (iw >= 0 && iw < d.in_w) xr[iw] += in[ow];
             }
           }
         }
@@ -186,16 +165,18 @@ void Col2Im(const ConvDesc& d, const float* col, int images, float* dx) {
   }
 }
 
-// dst[o][n*P + q] = src[n][o][q] for `images` images of `channels` x P.
-void NchwToCnhw(const float* src, int images, int channels, int64_t p,
-                float* dst) {
-  const int64_t row_len = p * images;
-  for (int n = 0; n < images; ++n) {
-    for (int o = 0; o < channels; ++o) {
-      std::memcpy(dst + o * row_len + n * p,
-                  src + (int64_t{n} * channels + o) * p, sizeof(float) * p);
-    }
+// Sum of n floats with eight independent partial sums, so the loop
+// vectorizes without -ffast-math (a single accumulator is latency-bound).
+float Sum(const float* v, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += v[i + l];
   }
+  float sum = 0.f;
+  for (; i < n; ++i) sum += v[i];
+  for (int l = 0; l < 8; ++l) sum += acc[l];
+  return sum;
 }
 
 class CpuBackend : public Backend {
@@ -289,27 +270,22 @@ class CpuBackend : public Backend {
                              const float* b, float* y) override {
     absl::Status s = ValidateConv(d, "Conv2dForward");
     if (!s.ok()) return s;
-    const int64_t p = int64_t{d.OutH()} * d.OutW();
+    const int p = d.OutH() * d.OutW();
     const int k = d.in_channels * d.kernel_h * d.kernel_w;
     const int o_n = d.out_channels;
-    const int chunk = ChunkImages(d);
-    for (int n0 = 0; n0 < d.batch; n0 += chunk) {
-      const int g = std::min(chunk, d.batch - n0);
-      const int64_t cols = p * g;
-      float* col = col_.Get(k * cols);
-      float* tmp = tmp_.Get(o_n * cols);
-      if (col == nullptr || tmp == nullptr) return OutOfScratch();
-      Im2Col(d, x + InputOffset(d, n0), g, col);
-      // tmp[O, g*P] = W[O, K] * col[K, g*P]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o_n,
-                  static_cast<int>(cols), k, 1.f, w, k, col,
-                  static_cast<int>(cols), 0.f, tmp, static_cast<int>(cols));
-      for (int n = 0; n < g; ++n) {
+    float* col = col_.Get(int64_t{k} * p);
+    if (col == nullptr) return OutOfScratch();
+    for (int n = 0; n < d.batch; ++n) {
+      float* yn = y + int64_t{n} * o_n * p;
+      Im2Col(d, x + InputOffset(d, n), col);
+      // y_n[O, P] = W[O, K] * col[K, P]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o_n, p, k, 1.f, w,
+                  k, col, p, 0.f, yn, p);
+      if (b != nullptr) {
         for (int o = 0; o < o_n; ++o) {
-          const float* src = tmp + o * cols + n * p;
-          float* dst = y + (int64_t{n0 + n} * o_n + o) * p;
-          const float bias = b == nullptr ? 0.f : b[o];
-          for (int64_t q = 0; q < p; ++q) dst[q] = src[q] + bias;
+          float* row = yn + int64_t{o} * p;
+          const float bias = b[o];
+          for (int q = 0; q < p; ++q) row[q] += bias;
         }
       }
     }
@@ -320,22 +296,16 @@ class CpuBackend : public Backend {
                                   const float* dy, float* dx) override {
     absl::Status s = ValidateConv(d, "Conv2dBackwardData");
     if (!s.ok()) return s;
-    const int64_t p = int64_t{d.OutH()} * d.OutW();
+    const int p = d.OutH() * d.OutW();
     const int k = d.in_channels * d.kernel_h * d.kernel_w;
     const int o_n = d.out_channels;
-    const int chunk = ChunkImages(d);
-    for (int n0 = 0; n0 < d.batch; n0 += chunk) {
-      const int g = std::min(chunk, d.batch - n0);
-      const int64_t cols = p * g;
-      float* col = col_.Get(k * cols);
-      float* tmp = tmp_.Get(o_n * cols);
-      if (col == nullptr || tmp == nullptr) return OutOfScratch();
-      NchwToCnhw(dy + int64_t{n0} * o_n * p, g, o_n, p, tmp);
-      // col[K, g*P] = W^T[K, O] * dy[O, g*P]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k,
-                  static_cast<int>(cols), o_n, 1.f, w, k, tmp,
-                  static_cast<int>(cols), 0.f, col, static_cast<int>(cols));
-      Col2Im(d, col, g, dx + InputOffset(d, n0));
+    float* col = col_.Get(int64_t{k} * p);
+    if (col == nullptr) return OutOfScratch();
+    for (int n = 0; n < d.batch; ++n) {
+      // col[K, P] = W^T[K, O] * dy_n[O, P]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, p, o_n, 1.f, w, k,
+                  dy + int64_t{n} * o_n * p, p, 0.f, col, p);
+      Col2Im(d, col, dx + InputOffset(d, n));
     }
     return absl::OkStatus();
   }
@@ -345,33 +315,21 @@ class CpuBackend : public Backend {
                                     float* db) override {
     absl::Status s = ValidateConv(d, "Conv2dBackwardFilter");
     if (!s.ok()) return s;
-    const int64_t p = int64_t{d.OutH()} * d.OutW();
+    const int p = d.OutH() * d.OutW();
     const int k = d.in_channels * d.kernel_h * d.kernel_w;
     const int o_n = d.out_channels;
-    const int chunk = ChunkImages(d);
-    if (d.batch == 0) {
-      std::fill(dw, dw + int64_t{o_n} * k, 0.f);
-    }
+    float* col = col_.Get(int64_t{k} * p);
+    if (col == nullptr) return OutOfScratch();
+    if (d.batch == 0) std::fill(dw, dw + int64_t{o_n} * k, 0.f);
     if (db != nullptr) std::fill(db, db + o_n, 0.f);
-    for (int n0 = 0; n0 < d.batch; n0 += chunk) {
-      const int g = std::min(chunk, d.batch - n0);
-      const int64_t cols = p * g;
-      float* col = col_.Get(k * cols);
-      float* tmp = tmp_.Get(o_n * cols);
-      if (col == nullptr || tmp == nullptr) return OutOfScratch();
-      Im2Col(d, x + InputOffset(d, n0), g, col);
-      NchwToCnhw(dy + int64_t{n0} * o_n * p, g, o_n, p, tmp);
-      // dW[O, K] (+)= dy[O, g*P] * col^T[g*P, K]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o_n, k,
-                  static_cast<int>(cols), 1.f, tmp, static_cast<int>(cols),
-                  col, static_cast<int>(cols), n0 == 0 ? 0.f : 1.f, dw, k);
+    for (int n = 0; n < d.batch; ++n) {
+      const float* dyn = dy + int64_t{n} * o_n * p;
+      Im2Col(d, x + InputOffset(d, n), col);
+      // dW[O, K] (+)= dy_n[O, P] * col^T[P, K]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o_n, k, p, 1.f, dyn,
+                  p, col, p, n == 0 ? 0.f : 1.f, dw, k);
       if (db != nullptr) {
-        for (int o = 0; o < o_n; ++o) {
-          const float* row = tmp + o * cols;
-          float sum = 0.f;
-          for (int64_t q = 0; q < cols; ++q) sum += row[q];
-          db[o] += sum;
-        }
+        for (int o = 0; o < o_n; ++o) db[o] += Sum(dyn + int64_t{o} * p, p);
       }
     }
     return absl::OkStatus();
@@ -394,55 +352,95 @@ class CpuBackend : public Backend {
                               float* y) override {
     absl::Status s = ValidatePool(d, "MaxPoolForward");
     if (!s.ok()) return s;
-    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window;
+    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window, w = d.in_w;
     const int64_t planes = int64_t{d.batch} * d.channels;
     for (int64_t pl = 0; pl < planes; ++pl) {
-      const float* xp = x + pl * d.in_h * d.in_w;
+      const float* xp = x + pl * d.in_h * w;
       float* yp = y + pl * oh_n * ow_n;
-      for (int oh = 0; oh < oh_n; ++oh) {
+      for (int oh = 0; oh < oh_n; ++oh, yp += ow_n) {
+        const float* r0 = xp + int64_t{oh} * win * w;
+        if (win == 2) {
+          const float* r1 = r0 + w;
+          for (int ow = 0; ow < ow_n; ++ow) {
+            yp[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]),
+                              std::max(r1[2 * ow], r1[2 * ow + 1]));
+          }
+          continue;
+        }
         for (int ow = 0; ow < ow_n; ++ow) {
-          const float* base = xp + int64_t{oh * win} * d.in_w + ow * win;
+          const float* base = r0 + ow * win;
           float m = base[0];
           for (int i = 0; i < win; ++i) {
             for (int j = 0; j < win; ++j) {
-              m = std::max(m, base[int64_t{i} * d.in_w + j]);
+              m = std::max(m, base[int64_t{i} * w + j]);
             }
           }
-          yp[oh * ow_n + ow] = m;
+          yp[ow] = m;
         }
       }
     }
     return absl::OkStatus();
   }
 
+  // The argmax is recomputed from x (first maximum in row-major window order)
+  // rather than matched against y. Every element of dx is written exactly
+  // once, so no separate zero-fill pass is needed.
   absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
                                const float* /*y*/, const float* dy,
                                float* dx) override {
     absl::Status s = ValidatePool(d, "MaxPoolBackward");
     if (!s.ok()) return s;
-    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window;
+    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window, w = d.in_w;
     const int64_t planes = int64_t{d.batch} * d.channels;
-    const int64_t plane = int64_t{d.in_h} * d.in_w;
-    std::fill(dx, dx + planes * plane, 0.f);
+    const int64_t plane = int64_t{d.in_h} * w;
+    const int covered_w = ow_n * win;
     for (int64_t pl = 0; pl < planes; ++pl) {
       const float* xp = x + pl * plane;
       float* dxp = dx + pl * plane;
       const float* dyp = dy + pl * oh_n * ow_n;
-      for (int oh = 0; oh < oh_n; ++oh) {
-        for (int ow = 0; ow < ow_n; ++ow) {
-          // The argmax is recomputed from x (first maximum in row-major
-          // window order) rather than matched against y.
-          const int64_t base = int64_t{oh * win} * d.in_w + ow * win;
-          int64_t best = base;
-          for (int i = 0; i < win; ++i) {
-            for (int j = 0; j < win; ++j) {
-              const int64_t idx = base + int64_t{i} * d.in_w + j;
-              if (xp[idx] > xp[best]) best = idx;
-            }
+      for (int oh = 0; oh < oh_n; ++oh, dyp += ow_n) {
+        const int64_t row0 = int64_t{oh} * win * w;
+        if (win == 2) {
+          const float* a = xp + row0;
+          const float* b = a + w;
+          float* da = dxp + row0;
+          float* db = da + w;
+          for (int ow = 0; ow < ow_n; ++ow) {
+            const int j = 2 * ow;
+            // Index 0..3 of the first maximum of (a[j], a[j+1], b[j], b[j+1]).
+            int best = 0;
+            float m = a[j];
+            if (a[j + 1] > m) { best = 1; m = a[j + 1]; }
+            if (b[j] > m) { best = 2; m = b[j]; }
+            if (b[j + 1] > m) best = 3;
+            const float g = dyp[ow];
+            da[j] = best == 0 ? g : 0.f;
+            da[j + 1] = best == 1 ? g : 0.f;
+            db[j] = best == 2 ? g : 0.f;
+            db[j + 1] = best == 3 ? g : 0.f;
           }
-          dxp[best] += dyp[oh * ow_n + ow];
+        } else {
+          for (int ow = 0; ow < ow_n; ++ow) {
+            const int64_t base = row0 + ow * win;
+            int64_t best = base;
+            for (int i = 0; i < win; ++i) {
+              for (int j = 0; j < win; ++j) {
+                const int64_t idx = base + int64_t{i} * w + j;
+                if (xp[idx] > xp[best]) best = idx;
+                dxp[idx] = 0.f;
+              }
+            }
+            dxp[best] = dyp[ow];
+          }
+        }
+        // Columns past the last full window.
+        for (int i = 0; i < win; ++i) {
+          float* r = dxp + row0 + int64_t{i} * w;
+          for (int c = covered_w; c < w; ++c) r[c] = 0.f;
         }
       }
+      // Rows past the last full window.
+      std::fill(dxp + int64_t{oh_n} * win * w, dxp + plane, 0.f);
     }
     return absl::OkStatus();
   }
@@ -513,20 +511,7 @@ class CpuBackend : public Backend {
     return int64_t{n} * d.in_channels * d.in_h * d.in_w;
   }
 
-  // Images per chunk so that both scratch matrices stay under kChunkFloats
-  // (at least one image).
-  static int ChunkImages(const ConvDesc& d) {
-    const int64_t p = int64_t{d.OutH()} * d.OutW();
-    const int64_t per_image =
-        p * std::max<int64_t>(
-                int64_t{d.in_channels} * d.kernel_h * d.kernel_w,
-                d.out_channels);
-    const int64_t g = std::max<int64_t>(1, kChunkFloats / per_image);
-    return static_cast<int>(std::min<int64_t>(g, std::max(d.batch, 1)));
-  }
-
-  Scratch col_;  // im2col matrix of one chunk.
-  Scratch tmp_;  // Output or output-gradient of one chunk in [O, g*P] layout.
+  Scratch col_;  // im2col matrix of one image, [C*KH*KW, OH*OW].
 };
 
 }  // namespace

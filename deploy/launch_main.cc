@@ -1,0 +1,170 @@
+// launch: runs a Downpour cluster (parameter servers + workers + evaluation)
+// on localhost. See deploy/launcher.h for the behaviour and output contract.
+//
+//   bazel run //deploy:launch -- --servers=2 --workers=4 --epochs=1
+//
+// Exit codes: 0 success; 2 bad flags / missing binaries / mode not
+// implemented; 130 interrupted (SIGINT/SIGTERM); 1 any other failure.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "deploy/launcher.h"
+
+ABSL_FLAG(int, servers, 2, "Number of parameter-server shards (>= 1).");
+ABSL_FLAG(int, workers, 2, "Number of training worker processes (>= 1).");
+ABSL_FLAG(std::string, mode, "async",
+          "Training mode: async (sync and ssp are not implemented yet).");
+ABSL_FLAG(int, epochs, 3, "Passes over the training set per worker.");
+ABSL_FLAG(int, batch_size, 64, "Mini-batch size per worker step.");
+ABSL_FLAG(double, lr, 0.05, "Learning rate of the server-side optimizer.");
+ABSL_FLAG(std::string, optimizer, "adagrad",
+          "Server-side optimizer name, passed to the servers.");
+ABSL_FLAG(int64_t, seed, 1, "Random seed, passed to the workers.");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "Directory holding the data set (must exist).");
+ABSL_FLAG(std::string, save_params, "",
+          "If set, the evaluation run saves the trained parameters here.");
+ABSL_FLAG(std::string, summary_json, "",
+          "If set, the SUMMARY JSON is also written to this file.");
+ABSL_FLAG(int, n_fetch, 1, "Steps between parameter fetches (workers).");
+ABSL_FLAG(int, n_push, 1, "Steps between gradient pushes (workers).");
+ABSL_FLAG(int64_t, max_train_examples, 0,
+          "Cap on training examples per worker; 0 = all.");
+ABSL_FLAG(std::string, server_args, "",
+          "Extra space-separated flags appended to each ps_server.");
+ABSL_FLAG(std::string, worker_args, "",
+          "Extra space-separated flags appended to each ps_worker "
+          "(training and evaluation).");
+ABSL_FLAG(std::string, ps_server_bin, "",
+          "ps_server binary; default: found next to this launcher "
+          "(<exe>.runfiles/downpour/server/ps_server or "
+          "<exe dir>/../server/ps_server).");
+ABSL_FLAG(std::string, ps_worker_bin, "",
+          "ps_worker binary; default: found like --ps_server_bin.");
+ABSL_FLAG(std::string, log_dir, "",
+          "Directory for per-child logs and port files; default: a fresh "
+          "temporary directory.");
+ABSL_FLAG(int, startup_timeout_s, 60,
+          "Seconds to wait for every server to write its port file.");
+
+namespace {
+
+// Set by the SIGINT/SIGTERM handler, polled by RunCluster. Signal handlers
+// can only reach process-wide state, so this one global lives in main's file.
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+
+int ExitCodeFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kNotFound:
+      return 2;
+    case absl::StatusCode::kCancelled:
+      return 130;
+    default:
+      return 1;
+  }
+}
+
+std::vector<std::string> SplitArgs(const std::string& s) {
+  return absl::StrSplit(s, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
+}
+
+std::string SelfExe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Runs a Downpour-SGD cluster on localhost: parameter servers, workers "
+      "and a final evaluation.\n  launch --servers=2 --workers=2 --epochs=3");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::cerr << "launch: unexpected argument '" << positional[1]
+              << "' (all options are --flags)\n";
+    return 2;
+  }
+
+  downpour::LaunchOptions o;
+  o.servers = absl::GetFlag(FLAGS_servers);
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.mode = absl::GetFlag(FLAGS_mode);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.lr = absl::GetFlag(FLAGS_lr);
+  o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.save_params = absl::GetFlag(FLAGS_save_params);
+  o.summary_json = absl::GetFlag(FLAGS_summary_json);
+  o.n_fetch = absl::GetFlag(FLAGS_n_fetch);
+  o.n_push = absl::GetFlag(FLAGS_n_push);
+  o.max_train_examples = absl::GetFlag(FLAGS_max_train_examples);
+  o.server_args = SplitArgs(absl::GetFlag(FLAGS_server_args));
+  o.worker_args = SplitArgs(absl::GetFlag(FLAGS_worker_args));
+  o.log_dir = absl::GetFlag(FLAGS_log_dir);
+  o.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+
+  const std::vector<std::string> exe_paths = {SelfExe(), argv[0]};
+  o.ps_server_bin = absl::GetFlag(FLAGS_ps_server_bin);
+  o.ps_worker_bin = absl::GetFlag(FLAGS_ps_worker_bin);
+  for (auto [bin, relpath, label, flag] :
+       {std::make_tuple(&o.ps_server_bin, "server/ps_server",
+                        "//server:ps_server", "ps_server_bin"),
+        std::make_tuple(&o.ps_worker_bin, "worker/ps_worker",
+                        "//worker:ps_worker", "ps_worker_bin")}) {
+    if (!bin->empty()) continue;
+    absl::StatusOr<std::string> found =
+        downpour::FindSiblingBinary(exe_paths, relpath);
+    if (!found.ok()) {
+      std::cerr << "launch: " << found.status().message()
+                << "\n  build it (bazel build " << label << ") or pass --"
+                << flag << "\n";
+      return 2;
+    }
+    *bin = *found;
+  }
+
+  if (absl::Status s = downpour::ValidateLaunchOptions(o); !s.ok()) {
+    std::cerr << "launch: " << s.message() << "\n";
+    return ExitCodeFor(s);
+  }
+
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  // A closed stdout (e.g. `launch | head`) must not kill the launcher before
+  // it has stopped its children. Children get default dispositions back.
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<downpour::Summary> summary =
+      downpour::RunCluster(o, std::cout, &g_stop_signal);
+  if (!summary.ok()) {
+    std::cout.flush();
+    std::cout << "launch: " << summary.status().message() << std::endl;
+    return ExitCodeFor(summary.status());
+  }
+  return 0;
+}

@@ -1,0 +1,357 @@
+// Runs RunCluster against shell-script stand-ins for ps_server and ps_worker
+// that follow the child protocol described in deploy/launcher.h.
+#include "deploy/launcher.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace downpour {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// @DIR@ is replaced by the test's scratch directory; @FAIL@ by the index of a
+// worker that should fail (or -1).
+constexpr char kFakeServer[] = R"(#!/bin/sh
+port_file=""; shard=0
+for a in "$@"; do
+  case "$a" in
+    --port_file=*) port_file="${a#--port_file=}" ;;
+    --shard_index=*) shard="${a#--shard_index=}" ;;
+  esac
+done
+echo "$*" > "@DIR@/server_$shard.args"
+echo $$ > "@DIR@/server_$shard.pid"
+trap 'echo "shutting down"; exit 0' TERM INT
+@SERVER_HOOK@
+port=$((7000 + shard))
+echo $port > "$port_file.tmp" && mv "$port_file.tmp" "$port_file"
+echo "serving on $port"
+while :; do sleep 0.05; done
+)";
+
+constexpr char kFakeWorker[] = R"(#!/bin/sh
+idx=0; task=train
+for a in "$@"; do
+  case "$a" in
+    --worker_index=*) idx="${a#--worker_index=}" ;;
+    --task=*) task="${a#--task=}" ;;
+  esac
+done
+if [ "$task" = eval ]; then
+  echo "$*" > "@DIR@/eval.args"
+  echo "evaluating"
+  echo 'EVAL {"test_accuracy":0.875,"test_loss":0.33,"examples":10000}'
+  echo 'SERVER_STATS {"shard":0,"staleness_mean":1.0,"staleness_max":3,"pushes_applied":100,"extra":{"a":[1]}}'
+  echo 'SERVER_STATS {"shard":1,"staleness_mean":2.0,"staleness_max":5,"pushes_applied":300}'
+  exit 0
+fi
+echo "$*" > "@DIR@/worker_$idx.args"
+echo "worker $idx: loading data"
+echo "worker $idx: step 10, loss = 0.5 (1000.0 examples/sec; 0.064 sec/batch) [data 1% compute 80% pull 10% push 9%]"
+if [ "$idx" = "@FAIL@" ]; then
+  i=0
+  while [ $i -lt 30 ]; do echo "noise line $i"; i=$((i+1)); done
+  echo "boom: something broke" >&2
+  exit 3
+fi
+@WORKER_HOOK@
+sleep 0.4
+echo "worker $idx: step 20, loss = 0.4 (1500.5 examples/sec; 0.040 sec/batch) [data 1% compute 80% pull 10% push 9%]"
+echo "DONE {\"worker\":$idx,\"steps\":$((100+idx)),\"examples\":6400,\"final_loss\":0.$((3+idx)),\"seconds\":1.5}"
+)";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteExecutable(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  ASSERT_EQ(chmod(path.c_str(), 0755), 0);
+}
+
+bool ProcessExists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  // Writes the fake binaries into a fresh directory and fills options_.
+  void Setup(int fail_worker, const std::string& server_hook = "",
+             const std::string& worker_hook = "") {
+    dir_ = absl::StrCat(getenv("TEST_TMPDIR"), "/",
+                        ::testing::UnitTest::GetInstance()
+                            ->current_test_info()
+                            ->name());
+    ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+    auto fill = [&](const char* tmpl) {
+      return absl::StrReplaceAll(tmpl, {{"@DIR@", dir_},
+                                        {"@FAIL@", absl::StrCat(fail_worker)},
+                                        {"@SERVER_HOOK@", server_hook},
+                                        {"@WORKER_HOOK@", worker_hook}});
+    };
+    options_.ps_server_bin = dir_ + "/ps_server";
+    options_.ps_worker_bin = dir_ + "/ps_worker";
+    WriteExecutable(options_.ps_server_bin, fill(kFakeServer));
+    WriteExecutable(options_.ps_worker_bin, fill(kFakeWorker));
+    options_.servers = 2;
+    options_.workers = 2;
+    options_.epochs = 2;
+    options_.batch_size = 32;
+    options_.lr = 0.05;
+    options_.optimizer = "sgd";
+    options_.seed = 7;
+    options_.data_dir = dir_;
+    options_.log_dir = dir_ + "/logs";
+    options_.startup_timeout = absl::Seconds(20);
+    options_.stop_grace = absl::Seconds(2);
+    options_.rate_report_interval = absl::Milliseconds(100);
+    ASSERT_TRUE(ValidateLaunchOptions(options_).ok());
+  }
+
+  void ExpectServersGone() {
+    for (int k = 0; k < options_.servers; ++k) {
+      int pid = 0;
+      std::string text = ReadFile(absl::StrCat(dir_, "/server_", k, ".pid"));
+      ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &pid))
+          << "server " << k << " pid file: '" << text << "'";
+      EXPECT_FALSE(ProcessExists(pid)) << "server " << k << " still running";
+    }
+  }
+
+  std::string dir_;
+  LaunchOptions options_;
+};
+
+TEST_F(LauncherTest, SuccessfulRun) {
+  Setup(/*fail_worker=*/-1);
+  options_.summary_json = dir_ + "/summary.json";
+  options_.save_params = dir_ + "/params.safetensors";
+  options_.max_train_examples = 640;
+  options_.server_args = {"--extra_server=1"};
+  options_.worker_args = {"--extra_worker=2"};
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  const std::string text = out.str();
+  ASSERT_TRUE(s.ok()) << s.status() << "\n" << text;
+
+  EXPECT_EQ(s->steps, 201);
+  EXPECT_EQ(s->examples, 12800);
+  EXPECT_DOUBLE_EQ(s->final_loss, 0.35);
+  EXPECT_DOUBLE_EQ(s->test_accuracy, 0.875);
+  EXPECT_DOUBLE_EQ(s->test_loss, 0.33);
+  ASSERT_TRUE(s->staleness_mean.has_value());
+  EXPECT_DOUBLE_EQ(*s->staleness_mean, (1.0 * 100 + 2.0 * 300) / 400);
+  EXPECT_DOUBLE_EQ(s->staleness_max.value_or(0), 5);
+  EXPECT_GT(s->training_seconds, 0.3);
+  EXPECT_GE(s->wall_seconds, s->training_seconds);
+  EXPECT_NEAR(s->examples_per_sec, 12800 / s->training_seconds, 1e-6);
+  EXPECT_EQ(s->mode, "async");
+  EXPECT_EQ(s->optimizer, "sgd");
+
+  // Output contract.
+  EXPECT_THAT(text, HasSubstr("launch: server 0 listening on 127.0.0.1:7000\n"));
+  EXPECT_THAT(text, HasSubstr("launch: server 1 listening on 127.0.0.1:7001\n"));
+  EXPECT_THAT(text, HasSubstr("ps 1: serving on 7001\n"));
+  EXPECT_THAT(text, HasSubstr("\nworker 0: step 10, loss = 0.5 (1000.0 "));
+  EXPECT_THAT(text, HasSubstr("\nworker 1: loading data\n"));
+  EXPECT_THAT(text, Not(HasSubstr("worker 1: worker 1")));
+  EXPECT_THAT(text, HasSubstr("worker 1: DONE {"));
+  EXPECT_THAT(text, HasSubstr("cluster: "));
+  EXPECT_THAT(text, HasSubstr(" examples/sec (2 workers, step "));
+  EXPECT_THAT(text, HasSubstr("eval: EVAL {"));
+  EXPECT_THAT(text, HasSubstr("ps 0: shutting down\n"));
+  const std::string json = s->ToJson();
+  EXPECT_THAT(text, HasSubstr("\nSUMMARY " + json + "\n"));
+  EXPECT_EQ(text.substr(text.rfind('\n', text.size() - 2) + 1),
+            "SUMMARY " + json + "\n");
+  EXPECT_EQ(ReadFile(options_.summary_json), json + "\n");
+  EXPECT_THAT(json, HasSubstr("\"steps\":201,\"examples\":12800,"));
+  EXPECT_THAT(json, HasSubstr("\"staleness_mean\":1.75,\"staleness_max\":5"));
+  EXPECT_THAT(json, HasSubstr("\"lr\":0.05"));
+
+  // Child command lines.
+  EXPECT_EQ(ReadFile(dir_ + "/server_1.args"),
+            absl::StrCat("--port=0 --port_file=", options_.log_dir,
+                         "/ps_1.port --shard_index=1 --num_shards=2 "
+                         "--optimizer=sgd --lr=0.05 --extra_server=1\n"));
+  EXPECT_EQ(ReadFile(dir_ + "/worker_1.args"),
+            absl::StrCat("--ps_hosts=127.0.0.1:7000,127.0.0.1:7001 "
+                         "--worker_index=1 --num_workers=2 --task=train "
+                         "--epochs=2 --batch_size=32 --seed=7 --data_dir=",
+                         dir_,
+                         " --n_fetch=1 --n_push=1 --max_train_examples=640 "
+                         "--extra_worker=2\n"));
+  EXPECT_EQ(ReadFile(dir_ + "/eval.args"),
+            absl::StrCat("--task=eval --ps_hosts=127.0.0.1:7000,127.0.0.1:7001"
+                         " --data_dir=", dir_, " --save_params=",
+                         options_.save_params, " --extra_worker=2\n"));
+  // Per-child logs hold the raw output.
+  EXPECT_THAT(ReadFile(options_.log_dir + "/worker_0.log"),
+              HasSubstr("worker 0: step 20, loss = 0.4"));
+  EXPECT_THAT(ReadFile(options_.log_dir + "/ps_0.log"),
+              HasSubstr("serving on 7000\n"));
+  ExpectServersGone();
+}
+
+TEST_F(LauncherTest, FailingWorkerStopsEverything) {
+  // Worker 0 would run for a minute; it must be stopped, not waited for.
+  Setup(/*fail_worker=*/1, "", "sleep 60");
+  std::ostringstream out;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  const std::string msg(s.status().message());
+  EXPECT_THAT(msg, HasSubstr("worker 1 failed (exit code 3); last lines:\n"));
+  EXPECT_THAT(msg, HasSubstr("\n    boom: something broke"));
+  EXPECT_THAT(msg, HasSubstr("\n    noise line 29"));
+  EXPECT_THAT(msg, Not(HasSubstr("noise line 5\n")));  // Only the tail.
+  EXPECT_THAT(out.str(), HasSubstr("ps 0: shutting down"));
+  EXPECT_THAT(out.str(), HasSubstr("ps 1: shutting down"));
+  EXPECT_THAT(out.str(), Not(HasSubstr("SUMMARY")));
+  ExpectServersGone();
+}
+
+TEST_F(LauncherTest, ServerExitDuringTrainingFails) {
+  // Shard 1 serves briefly, then exits 0 while the workers still run.
+  Setup(-1, "", "sleep 3");
+  WriteExecutable(options_.ps_server_bin,
+                  absl::StrReplaceAll(ReadFile(options_.ps_server_bin),
+                                      {{"while :; do sleep 0.05; done",
+                                        "[ $shard = 1 ] && { sleep 0.5; echo "
+                                        "bye; exit 0; }\n"
+                                        "while :; do sleep 0.05; done"}}));
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("ps 1 failed (exit code 0, while workers were "
+                        "running); last lines:\n    serving on 7001\n    bye"));
+  ExpectServersGone();
+}
+
+TEST_F(LauncherTest, StartupTimeoutNamesServer) {
+  Setup(-1, "[ $shard = 1 ] && { echo 'stuck'; while :; do sleep 0.05; done; }");
+  options_.startup_timeout = absl::Milliseconds(700);
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  ASSERT_FALSE(s.ok());
+  const std::string msg(s.status().message());
+  EXPECT_THAT(msg, HasSubstr("ps 1 failed (no port file "));
+  EXPECT_THAT(msg, HasSubstr("last lines:\n    stuck"));
+  EXPECT_THAT(out.str(), HasSubstr("launch: server 0 listening"));
+  ExpectServersGone();
+}
+
+TEST_F(LauncherTest, WorkerWithoutDoneLineFails) {
+  Setup(-1, "", "exit 0");
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("no DONE line was printed"));
+}
+
+TEST_F(LauncherTest, StopSignalCancelsRun) {
+  Setup(-1, "", "sleep 60");
+  std::atomic<int> stop{0};
+  std::thread stopper([&stop] {
+    absl::SleepFor(absl::Milliseconds(800));
+    stop.store(SIGINT);
+  });
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, &stop);
+  stopper.join();
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("signal 2"));
+  ExpectServersGone();
+}
+
+TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
+  LaunchOptions o;
+  o.ps_server_bin = "/bin/sh";
+  o.ps_worker_bin = "/bin/sh";
+  o.data_dir = getenv("TEST_TMPDIR");
+  EXPECT_TRUE(ValidateLaunchOptions(o).ok());
+
+  LaunchOptions bad = o;
+  bad.mode = "sync";
+  absl::Status st = ValidateLaunchOptions(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(st.message(), "mode sync is not implemented yet");
+  bad.mode = "ssp";
+  EXPECT_EQ(ValidateLaunchOptions(bad).code(),
+            absl::StatusCode::kUnimplemented);
+  bad.mode = "bogus";
+  st = ValidateLaunchOptions(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("valid modes: async"));
+
+  bad = o;
+  bad.workers = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--workers must be >= 1"));
+  bad = o;
+  bad.servers = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--servers"));
+  bad = o;
+  bad.data_dir = "/nonexistent/dir";
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--data_dir=/nonexistent/dir"));
+  bad = o;
+  bad.ps_worker_bin = "/nonexistent/ps_worker";
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--ps_worker_bin"));
+}
+
+TEST(FindSiblingBinaryTest, PrefersRunfilesThenSiblingDir) {
+  const std::string root = absl::StrCat(getenv("TEST_TMPDIR"), "/find");
+  for (const char* d :
+       {"", "/bin", "/bin/deploy", "/bin/server", "/bin/deploy/launch.runfiles",
+        "/bin/deploy/launch.runfiles/downpour",
+        "/bin/deploy/launch.runfiles/downpour/server"}) {
+    mkdir((root + d).c_str(), 0755);
+  }
+  const std::string exe = root + "/bin/deploy/launch";
+  unsetenv("RUNFILES_DIR");
+  WriteExecutable(root + "/bin/server/ps_server", "#!/bin/sh\n");
+  auto found = FindSiblingBinary({exe}, "server/ps_server");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, root + "/bin/deploy/../server/ps_server");
+
+  WriteExecutable(root + "/bin/deploy/launch.runfiles/downpour/server/ps_server",
+                  "#!/bin/sh\n");
+  found = FindSiblingBinary({exe}, "server/ps_server");
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(*found, exe + ".runfiles/downpour/server/ps_server");
+
+  auto missing = FindSiblingBinary({exe}, "worker/ps_worker");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr(root + "/bin/deploy/../worker/ps_worker"));
+}
+
+}  // namespace
+}  // namespace downpour

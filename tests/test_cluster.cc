@@ -1,0 +1,69 @@
+#include "tests/test_cluster.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace downpour {
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
+    const TestClusterOptions& options) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  static int cluster_counter = 0;  // distinct port files per cluster
+  const int id = cluster_counter++;
+  std::unique_ptr<TestCluster> c(new TestCluster());
+  std::vector<std::string> port_files;
+  for (int k = 0; k < options.num_shards; ++k) {
+    const std::string port_file =
+        absl::StrCat(dir, "/cluster", id, "_shard", k, ".port");
+    std::remove(port_file.c_str());
+    SubprocessOptions so;
+    so.argv = {options.server_binary, "--port=0",
+               absl::StrCat("--port_file=", port_file),
+               absl::StrCat("--shard_index=", k),
+               absl::StrCat("--num_shards=", options.num_shards)};
+    so.argv.insert(so.argv.end(), options.server_flags.begin(),
+                   options.server_flags.end());
+    so.log_path = absl::StrCat(dir, "/cluster", id, "_shard", k, ".log");
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(so);
+    if (!p.ok()) return p.status();
+    c->servers_.push_back(std::move(*p));
+    port_files.push_back(port_file);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (int k = 0; k < options.num_shards; ++k) {
+    int port = 0;
+    while (port == 0) {
+      std::ifstream f(port_files[k]);
+      if (f >> port && port > 0) break;
+      port = 0;
+      c->servers_[k]->ReadAvailable(nullptr);
+      if (c->servers_[k]->CheckExited() || absl::Now() > deadline) {
+        std::string tail;
+        for (const std::string& l : c->servers_[k]->tail()) absl::StrAppend(&tail, l, "\n");
+        return absl::UnavailableError(
+            absl::StrCat("ps_server shard ", k, " did not start:\n", tail));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    c->hosts_.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  return c;
+}
+
+bool TestCluster::AllRunning() {
+  for (auto& s : servers_) {
+    s->ReadAvailable(nullptr);
+    if (s->CheckExited()) return false;
+  }
+  return true;
+}
+
+TestCluster::~TestCluster() {
+  for (auto& s : servers_) s->Terminate(absl::Seconds(5));
+}
+
+}  // namespace downpour
