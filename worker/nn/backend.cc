@@ -7,14 +7,13 @@
 
 namespace downpour {
 
-absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend,
-                                                  int64_t n) {
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend, int64_t n) {
   if (backend == nullptr) {
     return absl::InvalidArgumentError("DeviceBuffer::Create: null backend");
   }
   if (n < 0) {
-    return absl::InvalidArgumentError(
-        "DeviceBuffer::Create: negative size " + std::to_string(n));
+    return absl::InvalidArgumentError("DeviceBuffer::Create: negative size " +
+                                      std::to_string(n));
   }
   absl::StatusOr<float*> p = backend->Allocate(n);
   if (!p.ok()) return p.status();

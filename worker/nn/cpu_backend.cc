@@ -8,6 +8,11 @@
 // [C*KH*KW, OH*OW] stays in cache and the GEMM reads and writes NCHW memory
 // directly (no transposes). The im2col scratch is kept by the backend and
 // reused (it only grows), so steady-state training does no heap allocation.
+//
+// Parallelism: the backend owns a small worker pool (NewCpuBackend's
+// num_threads) and splits convolutions and pooling by image, elementwise ops
+// by range and large GEMMs by output rows; each piece calls single-threaded
+// OpenBLAS.
 #include <cblas.h>
 
 #include <algorithm>
@@ -17,10 +22,15 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/nn/backend.h"
 
 namespace downpour {
@@ -45,6 +55,8 @@ class Scratch {
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() { std::free(data_); }
 
+  float* data() const { return data_; }
+
   // Returns at least n floats, or null if allocation failed.
   float* Get(int64_t n) {
     if (n > capacity_) {
@@ -62,8 +74,8 @@ class Scratch {
 
 absl::Status ValidateConv(const ConvDesc& d, const char* op) {
   if (d.batch < 0 || d.in_channels < 1 || d.in_h < 1 || d.in_w < 1 ||
-      d.out_channels < 1 || d.kernel_h < 1 || d.kernel_w < 1 ||
-      d.stride < 1 || d.pad < 0) {
+      d.out_channels < 1 || d.kernel_h < 1 || d.kernel_w < 1 || d.stride < 1 ||
+      d.pad < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": bad ConvDesc (batch=", d.batch, " in=", d.in_channels, "x",
         d.in_h, "x", d.in_w, " out_channels=", d.out_channels,
@@ -179,8 +191,91 @@ float Sum(const float* v, int n) {
   return sum;
 }
 
+// A fixed set of helper threads that, together with the calling thread,
+// run one data-parallel loop at a time. Used by a single caller thread (the
+// Backend's); ParallelFor blocks until every block is done. Threads are joined
+// in the destructor.
+class WorkerPool {
+ public:
+  // `num_threads` counts the caller, so 1 means no helper threads.
+  explicit WorkerPool(int num_threads) : size_(std::max(1, num_threads)) {
+    for (int w = 1; w < size_; ++w)
+      helpers_.emplace_back([this, w] { Run(w); });
+  }
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  ~WorkerPool() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& t : helpers_) t.join();
+  }
+
+  int size() const { return size_; }
+
+  // Splits [0, n) into size() contiguous blocks (some possibly empty) and
+  // calls fn(worker, begin, end) for each, worker in [0, size()).
+  void ParallelFor(int64_t n,
+                   absl::FunctionRef<void(int, int64_t, int64_t)> fn) {
+    if (size_ == 1 || n <= 1) {
+      fn(0, 0, n);
+      return;
+    }
+    {
+      absl::MutexLock l(&mu_);
+      fn_ = &fn;
+      n_ = n;
+      pending_ = size_ - 1;
+      ++generation_;
+    }
+    fn(0, 0, n / size_);
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* pending) { return *pending == 0; }, &pending_));
+    fn_ = nullptr;
+  }
+
+ private:
+  void Run(int w) {
+    uint64_t seen = 0;
+    while (true) {
+      const absl::FunctionRef<void(int, int64_t, int64_t)>* fn;
+      int64_t n;
+      {
+        absl::MutexLock l(&mu_);
+        // Runs under mu_ (absl::Condition is evaluated with the lock held).
+        auto ready = [this, &seen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return stop_ || generation_ != seen;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen = generation_;
+        fn = fn_;
+        n = n_;
+      }
+      (*fn)(w, n * w / size_, n * (w + 1) / size_);
+      absl::MutexLock l(&mu_);
+      --pending_;
+    }
+  }
+
+  const int size_;
+  std::vector<std::thread> helpers_;
+  absl::Mutex mu_;
+  const absl::FunctionRef<void(int, int64_t, int64_t)>* fn_
+      ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t n_ ABSL_GUARDED_BY(mu_) = 0;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(int num_threads)
+      : pool_(num_threads), cols_(pool_.size()), parts_(pool_.size()) {}
+
   std::string Name() const override { return "cpu"; }
 
   absl::StatusOr<float*> Allocate(int64_t n) override {
@@ -218,8 +313,7 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
-  absl::Status Axpy(int64_t n, float alpha, const float* x,
-                    float* y) override {
+  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override {
     if (n < 0) return absl::InvalidArgumentError("Axpy: negative size");
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
     return absl::OkStatus();
@@ -235,9 +329,22 @@ class CpuBackend : public Backend {
     if (m == 0 || n == 0) return absl::OkStatus();
     const int lda = std::max(1, trans_a ? m : k);
     const int ldb = std::max(1, trans_b ? k : n);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
-                ldb, beta, c, n);
+    // Large products are split by rows of C over the workers (each block is
+    // an independent single-threaded GEMM); op(A)'s rows r.. start at a + r
+    // when A is transposed and at a + r * lda otherwise.
+    constexpr double kMinParallelFlops = 1 << 20;
+    const int64_t blocks = static_cast<double>(m) * n * k < kMinParallelFlops
+                               ? 1
+                               : std::min(m, pool_.size());
+    pool_.ParallelFor(blocks, [&](int, int64_t b0, int64_t b1) {
+      if (b0 == b1) return;
+      const int r0 = static_cast<int>(m * b0 / blocks);
+      const int r1 = static_cast<int>(m * b1 / blocks);
+      const float* ar = a + (trans_a ? r0 : int64_t{r0} * lda);
+      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                  trans_b ? CblasTrans : CblasNoTrans, r1 - r0, n, k, alpha, ar,
+                  lda, b, ldb, beta, c + int64_t{r0} * n, n);
+    });
     return absl::OkStatus();
   }
 
@@ -273,22 +380,24 @@ class CpuBackend : public Backend {
     const int p = d.OutH() * d.OutW();
     const int k = d.in_channels * d.kernel_h * d.kernel_w;
     const int o_n = d.out_channels;
-    float* col = col_.Get(int64_t{k} * p);
-    if (col == nullptr) return OutOfScratch();
-    for (int n = 0; n < d.batch; ++n) {
-      float* yn = y + int64_t{n} * o_n * p;
-      Im2Col(d, x + InputOffset(d, n), col);
-      // y_n[O, P] = W[O, K] * col[K, P]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o_n, p, k, 1.f, w,
-                  k, col, p, 0.f, yn, p);
-      if (b != nullptr) {
-        for (int o = 0; o < o_n; ++o) {
-          float* row = yn + int64_t{o} * p;
-          const float bias = b[o];
-          for (int q = 0; q < p; ++q) row[q] += bias;
+    if (!ReserveCols(int64_t{k} * p)) return OutOfScratch();
+    pool_.ParallelFor(d.batch, [&](int worker, int64_t begin, int64_t end) {
+      float* col = cols_[worker].data();
+      for (int64_t n = begin; n < end; ++n) {
+        float* yn = y + n * o_n * p;
+        Im2Col(d, x + InputOffset(d, n), col);
+        // y_n[O, P] = W[O, K] * col[K, P]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o_n, p, k, 1.f,
+                    w, k, col, p, 0.f, yn, p);
+        if (b != nullptr) {
+          for (int o = 0; o < o_n; ++o) {
+            float* row = yn + int64_t{o} * p;
+            const float bias = b[o];
+            for (int q = 0; q < p; ++q) row[q] += bias;
+          }
         }
       }
-    }
+    });
     return absl::OkStatus();
   }
 
@@ -299,17 +408,22 @@ class CpuBackend : public Backend {
     const int p = d.OutH() * d.OutW();
     const int k = d.in_channels * d.kernel_h * d.kernel_w;
     const int o_n = d.out_channels;
-    float* col = col_.Get(int64_t{k} * p);
-    if (col == nullptr) return OutOfScratch();
-    for (int n = 0; n < d.batch; ++n) {
-      // col[K, P] = W^T[K, O] * dy_n[O, P]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, p, o_n, 1.f, w, k,
-                  dy + int64_t{n} * o_n * p, p, 0.f, col, p);
-      Col2Im(d, col, dx + InputOffset(d, n));
-    }
+    if (!ReserveCols(int64_t{k} * p)) return OutOfScratch();
+    pool_.ParallelFor(d.batch, [&](int worker, int64_t begin, int64_t end) {
+      float* col = cols_[worker].data();
+      for (int64_t n = begin; n < end; ++n) {
+        // col[K, P] = W^T[K, O] * dy_n[O, P]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, p, o_n, 1.f, w,
+                    k, dy + n * o_n * p, p, 0.f, col, p);
+        Col2Im(d, col, dx + InputOffset(d, n));
+      }
+    });
     return absl::OkStatus();
   }
 
+  // Each worker accumulates its images into its own partial dW/db; the
+  // partials are then summed in worker order (deterministic for a fixed
+  // thread count).
   absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
                                     const float* dy, float* dw,
                                     float* db) override {
@@ -318,18 +432,35 @@ class CpuBackend : public Backend {
     const int p = d.OutH() * d.OutW();
     const int k = d.in_channels * d.kernel_h * d.kernel_w;
     const int o_n = d.out_channels;
-    float* col = col_.Get(int64_t{k} * p);
-    if (col == nullptr) return OutOfScratch();
-    if (d.batch == 0) std::fill(dw, dw + int64_t{o_n} * k, 0.f);
-    if (db != nullptr) std::fill(db, db + o_n, 0.f);
-    for (int n = 0; n < d.batch; ++n) {
-      const float* dyn = dy + int64_t{n} * o_n * p;
-      Im2Col(d, x + InputOffset(d, n), col);
-      // dW[O, K] (+)= dy_n[O, P] * col^T[P, K]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o_n, k, p, 1.f, dyn,
-                  p, col, p, n == 0 ? 0.f : 1.f, dw, k);
+    const int64_t wsize = int64_t{o_n} * k;
+    const int64_t part_size = wsize + o_n;  // dW then db.
+    if (!ReserveCols(int64_t{k} * p)) return OutOfScratch();
+    for (Scratch& part : parts_) {
+      if (part.Get(part_size) == nullptr) return OutOfScratch();
+    }
+    pool_.ParallelFor(d.batch, [&](int worker, int64_t begin, int64_t end) {
+      float* col = cols_[worker].data();
+      float* pdw = parts_[worker].data();
+      float* pdb = pdw + wsize;
+      std::fill(pdw, pdw + part_size, 0.f);
+      for (int64_t n = begin; n < end; ++n) {
+        const float* dyn = dy + n * o_n * p;
+        Im2Col(d, x + InputOffset(d, n), col);
+        // dW[O, K] += dy_n[O, P] * col^T[P, K]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o_n, k, p, 1.f,
+                    dyn, p, col, p, 1.f, pdw, k);
+        for (int o = 0; o < o_n; ++o) pdb[o] += Sum(dyn + int64_t{o} * p, p);
+      }
+    });
+    const int workers = d.batch == 0 ? 1 : pool_.size();
+    std::copy(parts_[0].data(), parts_[0].data() + wsize, dw);
+    if (db != nullptr)
+      std::copy(parts_[0].data() + wsize, parts_[0].data() + part_size, db);
+    for (int wk = 1; wk < workers; ++wk) {
+      const float* part = parts_[wk].data();
+      for (int64_t i = 0; i < wsize; ++i) dw[i] += part[i];
       if (db != nullptr) {
-        for (int o = 0; o < o_n; ++o) db[o] += Sum(dyn + int64_t{o} * p, p);
+        for (int o = 0; o < o_n; ++o) db[o] += part[wsize + o];
       }
     }
     return absl::OkStatus();
@@ -337,14 +468,18 @@ class CpuBackend : public Backend {
 
   absl::Status ReluForward(int64_t n, const float* x, float* y) override {
     if (n < 0) return absl::InvalidArgumentError("ReluForward: negative size");
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+    ParallelRange(n, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+    });
     return absl::OkStatus();
   }
 
   absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
                             float* dx) override {
     if (n < 0) return absl::InvalidArgumentError("ReluBackward: negative size");
-    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+    ParallelRange(n, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+    });
     return absl::OkStatus();
   }
 
@@ -354,31 +489,33 @@ class CpuBackend : public Backend {
     if (!s.ok()) return s;
     const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window, w = d.in_w;
     const int64_t planes = int64_t{d.batch} * d.channels;
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const float* xp = x + pl * d.in_h * w;
-      float* yp = y + pl * oh_n * ow_n;
-      for (int oh = 0; oh < oh_n; ++oh, yp += ow_n) {
-        const float* r0 = xp + int64_t{oh} * win * w;
-        if (win == 2) {
-          const float* r1 = r0 + w;
-          for (int ow = 0; ow < ow_n; ++ow) {
-            yp[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]),
-                              std::max(r1[2 * ow], r1[2 * ow + 1]));
-          }
-          continue;
-        }
-        for (int ow = 0; ow < ow_n; ++ow) {
-          const float* base = r0 + ow * win;
-          float m = base[0];
-          for (int i = 0; i < win; ++i) {
-            for (int j = 0; j < win; ++j) {
-              m = std::max(m, base[int64_t{i} * w + j]);
+    pool_.ParallelFor(planes, [&](int, int64_t pl_begin, int64_t pl_end) {
+      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
+        const float* xp = x + pl * d.in_h * w;
+        float* yp = y + pl * oh_n * ow_n;
+        for (int oh = 0; oh < oh_n; ++oh, yp += ow_n) {
+          const float* r0 = xp + int64_t{oh} * win * w;
+          if (win == 2) {
+            const float* r1 = r0 + w;
+            for (int ow = 0; ow < ow_n; ++ow) {
+              yp[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]),
+                                std::max(r1[2 * ow], r1[2 * ow + 1]));
             }
+            continue;
           }
-          yp[ow] = m;
+          for (int ow = 0; ow < ow_n; ++ow) {
+            const float* base = r0 + ow * win;
+            float m = base[0];
+            for (int i = 0; i < win; ++i) {
+              for (int j = 0; j < win; ++j) {
+                m = std::max(m, base[int64_t{i} * w + j]);
+              }
+            }
+            yp[ow] = m;
+          }
         }
       }
-    }
+    });
     return absl::OkStatus();
   }
 
@@ -394,54 +531,63 @@ class CpuBackend : public Backend {
     const int64_t planes = int64_t{d.batch} * d.channels;
     const int64_t plane = int64_t{d.in_h} * w;
     const int covered_w = ow_n * win;
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const float* xp = x + pl * plane;
-      float* dxp = dx + pl * plane;
-      const float* dyp = dy + pl * oh_n * ow_n;
-      for (int oh = 0; oh < oh_n; ++oh, dyp += ow_n) {
-        const int64_t row0 = int64_t{oh} * win * w;
-        if (win == 2) {
-          const float* a = xp + row0;
-          const float* b = a + w;
-          float* da = dxp + row0;
-          float* db = da + w;
-          for (int ow = 0; ow < ow_n; ++ow) {
-            const int j = 2 * ow;
-            // Index 0..3 of the first maximum of (a[j], a[j+1], b[j], b[j+1]).
-            int best = 0;
-            float m = a[j];
-            if (a[j + 1] > m) { best = 1; m = a[j + 1]; }
-            if (b[j] > m) { best = 2; m = b[j]; }
-            if (b[j + 1] > m) best = 3;
-            const float g = dyp[ow];
-            da[j] = best == 0 ? g : 0.f;
-            da[j + 1] = best == 1 ? g : 0.f;
-            db[j] = best == 2 ? g : 0.f;
-            db[j + 1] = best == 3 ? g : 0.f;
-          }
-        } else {
-          for (int ow = 0; ow < ow_n; ++ow) {
-            const int64_t base = row0 + ow * win;
-            int64_t best = base;
-            for (int i = 0; i < win; ++i) {
-              for (int j = 0; j < win; ++j) {
-                const int64_t idx = base + int64_t{i} * w + j;
-                if (xp[idx] > xp[best]) best = idx;
-                dxp[idx] = 0.f;
+    pool_.ParallelFor(planes, [&](int, int64_t pl_begin, int64_t pl_end) {
+      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
+        const float* xp = x + pl * plane;
+        float* dxp = dx + pl * plane;
+        const float* dyp = dy + pl * oh_n * ow_n;
+        for (int oh = 0; oh < oh_n; ++oh, dyp += ow_n) {
+          const int64_t row0 = int64_t{oh} * win * w;
+          if (win == 2) {
+            const float* a = xp + row0;
+            const float* b = a + w;
+            float* da = dxp + row0;
+            float* db = da + w;
+            for (int ow = 0; ow < ow_n; ++ow) {
+              const int j = 2 * ow;
+              // Index 0..3 of the first maximum of (a[j], a[j+1], b[j],
+              // b[j+1]).
+              int best = 0;
+              float m = a[j];
+              if (a[j + 1] > m) {
+                best = 1;
+                m = a[j + 1];
               }
+              if (b[j] > m) {
+                best = 2;
+                m = b[j];
+              }
+              if (b[j + 1] > m) best = 3;
+              const float g = dyp[ow];
+              da[j] = best == 0 ? g : 0.f;
+              da[j + 1] = best == 1 ? g : 0.f;
+              db[j] = best == 2 ? g : 0.f;
+              db[j + 1] = best == 3 ? g : 0.f;
             }
-            dxp[best] = dyp[ow];
+          } else {
+            for (int ow = 0; ow < ow_n; ++ow) {
+              const int64_t base = row0 + ow * win;
+              int64_t best = base;
+              for (int i = 0; i < win; ++i) {
+                for (int j = 0; j < win; ++j) {
+                  const int64_t idx = base + int64_t{i} * w + j;
+                  if (xp[idx] > xp[best]) best = idx;
+                  dxp[idx] = 0.f;
+                }
+              }
+              dxp[best] = dyp[ow];
+            }
+          }
+          // Columns past the last full window.
+          for (int i = 0; i < win; ++i) {
+            float* r = dxp + row0 + int64_t{i} * w;
+            for (int c = covered_w; c < w; ++c) r[c] = 0.f;
           }
         }
-        // Columns past the last full window.
-        for (int i = 0; i < win; ++i) {
-          float* r = dxp + row0 + int64_t{i} * w;
-          for (int c = covered_w; c < w; ++c) r[c] = 0.f;
-        }
+        // Rows past the last full window.
+        std::fill(dxp + int64_t{oh_n} * win * w, dxp + plane, 0.f);
       }
-      // Rows past the last full window.
-      std::fill(dxp + int64_t{oh_n} * win * w, dxp + plane, 0.f);
-    }
+    });
     return absl::OkStatus();
   }
 
@@ -458,9 +604,9 @@ class CpuBackend : public Backend {
       const float l = labels[r];
       if (!(l >= 0.f && l < static_cast<float>(classes)) ||
           l != std::floor(l)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "SoftmaxCrossEntropy: label ", l, " of example ", r,
-            " is not a class index in [0, ", classes, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("SoftmaxCrossEntropy: label ", l, " of example ", r,
+                         " is not a class index in [0, ", classes, ")"));
       }
     }
     double loss = 0;
@@ -507,19 +653,50 @@ class CpuBackend : public Backend {
         "convolution: out of memory for scratch buffers");
   }
 
-  static int64_t InputOffset(const ConvDesc& d, int n) {
-    return int64_t{n} * d.in_channels * d.in_h * d.in_w;
+  static int64_t InputOffset(const ConvDesc& d, int64_t n) {
+    return n * d.in_channels * d.in_h * d.in_w;
   }
 
-  Scratch col_;  // im2col matrix of one image, [C*KH*KW, OH*OW].
+  // Makes every worker's im2col scratch hold at least n floats.
+  bool ReserveCols(int64_t n) {
+    for (Scratch& c : cols_) {
+      if (c.Get(n) == nullptr) return false;
+    }
+    return true;
+  }
+
+  // Elementwise loops are split only when large enough to pay for the
+  // hand-off to the helper threads.
+  template <typename F>
+  void ParallelRange(int64_t n, F fn) {
+    constexpr int64_t kMinParallel = int64_t{1} << 16;
+    if (n < kMinParallel) {
+      fn(int64_t{0}, n);
+      return;
+    }
+    pool_.ParallelFor(n,
+                      [&](int, int64_t begin, int64_t end) { fn(begin, end); });
+  }
+
+  WorkerPool pool_;
+  std::vector<Scratch> cols_;   // Per worker: one image's im2col matrix.
+  std::vector<Scratch> parts_;  // Per worker: partial dW and db.
 };
 
 }  // namespace
 
+// With num_threads > 0 the backend parallelizes over images (convolutions,
+// pooling), over elements (ReLU) and over output rows (GEMM) with its own
+// num_threads - 1 helper threads, and every OpenBLAS call is single-threaded:
+// per-image GEMMs are too small for OpenBLAS's own threading to pay off, and
+// OpenBLAS threads would oversubscribe the cores when our workers call it
+// concurrently. openblas_set_num_threads is process-wide, so all backends of
+// a process should be created with the same setting.
+// With num_threads <= 0 the backend runs on the caller's thread only and
+// OpenBLAS keeps its default threading.
 std::unique_ptr<Backend> NewCpuBackend(int num_threads) {
-  // OpenBLAS's thread count is process-wide; main decides it once.
-  if (num_threads > 0) openblas_set_num_threads(num_threads);
-  return std::make_unique<CpuBackend>();
+  if (num_threads > 0) openblas_set_num_threads(1);
+  return std::make_unique<CpuBackend>(std::max(1, num_threads));
 }
 
 }  // namespace downpour

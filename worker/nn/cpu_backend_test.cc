@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -50,7 +51,9 @@ class CpuBackendTest : public ::testing::Test {
     return v;
   }
 
-  std::unique_ptr<Backend> be_ = NewCpuBackend(0);
+  // Three workers on a two-core machine also exercises uneven and empty
+  // work splits.
+  std::unique_ptr<Backend> be_ = NewCpuBackend(3);
 };
 
 TEST_F(CpuBackendTest, AllocateIsZeroedAndAligned) {
@@ -92,28 +95,30 @@ TEST_F(CpuBackendTest, FillAxpyCopy) {
 }
 
 TEST_F(CpuBackendTest, GemmAllTransposes) {
-  const int m = 5, n = 7, k = 3;
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      std::vector<float> a = RandomVec(m * k, 3), b = RandomVec(k * n, 4),
-                         c = RandomVec(m * n, 5);
-      std::vector<float> want(m * n);
-      for (int i = 0; i < m; ++i) {
-        for (int j = 0; j < n; ++j) {
-          double s = 0;
-          for (int l = 0; l < k; ++l) {
-            const float av = ta ? a[l * m + i] : a[i * k + l];
-            const float bv = tb ? b[j * k + l] : b[l * n + j];
-            s += double{av} * bv;
+  // The second shape is large enough to be split over the workers.
+  for (auto [m, n, k] : {std::tuple<int, int, int>{5, 7, 3}, {67, 129, 150}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        std::vector<float> a = RandomVec(m * k, 3), b = RandomVec(k * n, 4),
+                           c = RandomVec(m * n, 5);
+        std::vector<float> want(m * n);
+        for (int i = 0; i < m; ++i) {
+          for (int j = 0; j < n; ++j) {
+            double s = 0;
+            for (int l = 0; l < k; ++l) {
+              const float av = ta ? a[l * m + i] : a[i * k + l];
+              const float bv = tb ? b[j * k + l] : b[l * n + j];
+              s += double{av} * bv;
+            }
+            want[i * n + j] = static_cast<float>(1.5 * s + 0.25 * c[i * n + j]);
           }
-          want[i * n + j] = static_cast<float>(1.5 * s + 0.25 * c[i * n + j]);
         }
+        DeviceBuffer da = Upload(a), db = Upload(b), dc = Upload(c);
+        ASSERT_TRUE(be_->Gemm(ta, tb, m, n, k, 1.5f, da.data(), db.data(),
+                              0.25f, dc.data())
+                        .ok());
+        ExpectNear(Download(dc), want, 1e-5f * std::sqrt(float(k)), "gemm");
       }
-      DeviceBuffer da = Upload(a), db = Upload(b), dc = Upload(c);
-      ASSERT_TRUE(be_->Gemm(ta, tb, m, n, k, 1.5f, da.data(), db.data(), 0.25f,
-                            dc.data())
-                      .ok());
-      ExpectNear(Download(dc), want, 1e-5f, "gemm");
     }
   }
 }
@@ -144,7 +149,8 @@ float XAt(const ConvDesc& d, const std::vector<float>& x, int n, int c, int h,
   return x[((n * d.in_channels + c) * d.in_h + h) * d.in_w + w];
 }
 
-std::vector<float> RefConvForward(const ConvDesc& d, const std::vector<float>& x,
+std::vector<float> RefConvForward(const ConvDesc& d,
+                                  const std::vector<float>& x,
                                   const std::vector<float>& w,
                                   const std::vector<float>* b) {
   const int oh_n = d.OutH(), ow_n = d.OutW();
@@ -158,7 +164,8 @@ std::vector<float> RefConvForward(const ConvDesc& d, const std::vector<float>& x
             for (int i = 0; i < d.kernel_h; ++i)
               for (int j = 0; j < d.kernel_w; ++j)
                 s += double{w[((o * d.in_channels + c) * d.kernel_h + i) *
-                                  d.kernel_w + j]} *
+                                  d.kernel_w +
+                              j]} *
                      XAt(d, x, n, c, oh * d.stride - d.pad + i,
                          ow * d.stride - d.pad + j);
           y[((n * d.out_channels + o) * oh_n + oh) * ow_n + ow] =
@@ -203,6 +210,7 @@ void RefConvBackward(const ConvDesc& d, const std::vector<float>& x,
 
 struct ConvCase {
   int batch, c, h, w, o, kh, kw, stride, pad;
+  int threads = 1;
 };
 
 class ConvTest : public CpuBackendTest,
@@ -210,6 +218,7 @@ class ConvTest : public CpuBackendTest,
 
 TEST_P(ConvTest, MatchesReference) {
   const ConvCase& p = GetParam();
+  be_ = NewCpuBackend(p.threads);
   ConvDesc d;
   d.batch = p.batch;
   d.in_channels = p.c;
@@ -221,8 +230,8 @@ TEST_P(ConvTest, MatchesReference) {
   d.stride = p.stride;
   d.pad = p.pad;
   const int64_t xs = int64_t{d.batch} * d.in_channels * d.in_h * d.in_w;
-  const int64_t ws = int64_t{d.out_channels} * d.in_channels * d.kernel_h *
-                     d.kernel_w;
+  const int64_t ws =
+      int64_t{d.out_channels} * d.in_channels * d.kernel_h * d.kernel_w;
   const int64_t ys = int64_t{d.batch} * d.out_channels * d.OutH() * d.OutW();
   std::vector<float> x = RandomVec(xs, 10), w = RandomVec(ws, 11),
                      b = RandomVec(d.out_channels, 12), dy = RandomVec(ys, 13);
@@ -233,8 +242,7 @@ TEST_P(ConvTest, MatchesReference) {
   for (bool with_bias : {true, false}) {
     DeviceBuffer y = Upload(RandomVec(ys, 14));  // Must be overwritten.
     ASSERT_TRUE(be_->Conv2dForward(d, dx_in.data(), dw_in.data(),
-                                   with_bias ? db_in.data() : nullptr,
-                                   y.data())
+                                   with_bias ? db_in.data() : nullptr, y.data())
                     .ok());
     ExpectNear(Download(y), RefConvForward(d, x, w, with_bias ? &b : nullptr),
                tol, "conv forward");
@@ -255,22 +263,24 @@ TEST_P(ConvTest, MatchesReference) {
   ExpectNear(Download(gw), rdw, ftol, "conv backward filter");
   ExpectNear(Download(gb), rdb, ftol, "conv backward bias");
   // db may be null.
-  ASSERT_TRUE(be_->Conv2dBackwardFilter(d, dx_in.data(), ddy.data(), gw.data(),
-                                        nullptr)
-                  .ok());
+  ASSERT_TRUE(
+      be_->Conv2dBackwardFilter(d, dx_in.data(), ddy.data(), gw.data(), nullptr)
+          .ok());
   ExpectNear(Download(gw), rdw, ftol, "conv backward filter (no db)");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvTest,
     ::testing::Values(ConvCase{2, 1, 5, 5, 3, 3, 3, 1, 0},
-                      ConvCase{3, 2, 7, 6, 4, 3, 3, 1, 1},   // pad 1, odd.
-                      ConvCase{2, 3, 9, 7, 5, 3, 2, 2, 1},   // stride 2.
-                      ConvCase{1, 2, 4, 4, 2, 1, 1, 1, 0},   // 1x1 kernel.
-                      ConvCase{2, 1, 3, 3, 2, 5, 5, 1, 2},   // kernel > input.
-                      // Big enough per image that the batch is processed in
-                      // several chunks (4 MiB scratch limit).
-                      ConvCase{9, 32, 30, 30, 8, 3, 3, 1, 1}));
+                      ConvCase{3, 2, 7, 6, 4, 3, 3, 1, 1},  // pad 1, odd.
+                      ConvCase{2, 3, 9, 7, 5, 3, 2, 2, 1},  // stride 2.
+                      ConvCase{1, 2, 4, 4, 2, 1, 1, 1, 0},  // 1x1 kernel.
+                      ConvCase{2, 1, 3, 3, 2, 5, 5, 1, 2},  // kernel > input.
+                      ConvCase{9, 32, 30, 30, 8, 3, 3, 1, 1},
+                      // Split over workers, including empty blocks.
+                      ConvCase{5, 3, 8, 9, 4, 3, 3, 1, 1, 2},
+                      ConvCase{2, 3, 8, 9, 4, 3, 3, 1, 0, 3},
+                      ConvCase{7, 2, 6, 5, 3, 3, 3, 2, 1, 0}));
 
 TEST_F(CpuBackendTest, ConvRejectsBadDesc) {
   ConvDesc d;
@@ -279,14 +289,14 @@ TEST_F(CpuBackendTest, ConvRejectsBadDesc) {
   d.in_h = d.in_w = 2;
   d.out_channels = 1;  // 3x3 kernel on a 2x2 unpadded input.
   DeviceBuffer buf = Zeros(64);
-  EXPECT_EQ(be_->Conv2dForward(d, buf.data(), buf.data(), nullptr, buf.data())
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      be_->Conv2dForward(d, buf.data(), buf.data(), nullptr, buf.data()).code(),
+      absl::StatusCode::kInvalidArgument);
   d.in_h = d.in_w = 5;
   d.stride = 0;
-  EXPECT_EQ(be_->Conv2dForward(d, buf.data(), buf.data(), nullptr, buf.data())
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      be_->Conv2dForward(d, buf.data(), buf.data(), nullptr, buf.data()).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CpuBackendTest, Relu) {

@@ -49,8 +49,8 @@ class LayerBase : public Layer {
     const size_t want = Params().size();
     if (params.size() != want || grads.size() != want) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "layer ", name_, ": expected ", want, " parameter/gradient views, got ",
-          params.size(), "/", grads.size()));
+          "layer ", name_, ": expected ", want,
+          " parameter/gradient views, got ", params.size(), "/", grads.size()));
     }
     for (size_t i = 0; i < want; ++i) {
       if (params[i] == nullptr || grads[i] == nullptr) {
@@ -97,9 +97,9 @@ class Conv2dLayer : public LayerBase {
   absl::StatusOr<Dims> Configure(const Dims& in) override {
     DP_RETURN_IF_ERROR(CheckDims(name_, in));
     if (out_channels_ < 1 || kernel_ < 1 || pad_ < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "conv ", name_, ": bad out_channels=", out_channels_,
-          " kernel=", kernel_, " pad=", pad_));
+      return absl::InvalidArgumentError(
+          absl::StrCat("conv ", name_, ": bad out_channels=", out_channels_,
+                       " kernel=", kernel_, " pad=", pad_));
     }
     in_ = in;
     const ConvDesc d = Desc(1);
@@ -115,7 +115,9 @@ class Conv2dLayer : public LayerBase {
   std::vector<ParamSpec> Params() const override {
     const int64_t fan_in = int64_t{in_.c} * kernel_ * kernel_;
     return {
-        {"weight", {out_channels_, in_.c, kernel_, kernel_}, Init::kHeUniform,
+        {"weight",
+         {out_channels_, in_.c, kernel_, kernel_},
+         Init::kHeUniform,
          fan_in},
         {"bias", {out_channels_}, Init::kZeros, fan_in},
     };
@@ -331,8 +333,8 @@ class DenseLayer : public LayerBase {
                                       1.f, dy, x, 0.f, dw_));
     DP_RETURN_IF_ERROR(backend_->ColumnSum(batch, out_, dy, db_));
     if (dx != nullptr) {
-      DP_RETURN_IF_ERROR(backend_->Gemm(false, false, batch, in_features_,
-                                        out_, 1.f, dy, w_, 0.f, dx));
+      DP_RETURN_IF_ERROR(backend_->Gemm(false, false, batch, in_features_, out_,
+                                        1.f, dy, w_, 0.f, dx));
     }
     return absl::OkStatus();
   }
@@ -348,8 +350,8 @@ class DenseLayer : public LayerBase {
 
 }  // namespace
 
-std::unique_ptr<Layer> NewConv2d(std::string name, int out_channels,
-                                 int kernel, int pad) {
+std::unique_ptr<Layer> NewConv2d(std::string name, int out_channels, int kernel,
+                                 int pad) {
   return std::make_unique<Conv2dLayer>(std::move(name), out_channels, kernel,
                                        pad);
 }

@@ -72,11 +72,13 @@ class ModelImpl : public Model {
     // Buffers.
     DP_ASSIGN_OR_RETURN(params_, DeviceBuffer::Create(backend_, num_params_));
     DP_ASSIGN_OR_RETURN(grads_, DeviceBuffer::Create(backend_, num_params_));
-    DP_ASSIGN_OR_RETURN(input_buf_,
-                        DeviceBuffer::Create(backend_, max_batch_ * input_.Size()));
-    DP_ASSIGN_OR_RETURN(labels_buf_, DeviceBuffer::Create(backend_, max_batch_));
-    DP_ASSIGN_OR_RETURN(dlogits_,
-                        DeviceBuffer::Create(backend_, int64_t{max_batch_} * classes_));
+    DP_ASSIGN_OR_RETURN(
+        input_buf_, DeviceBuffer::Create(backend_, max_batch_ * input_.Size()));
+    DP_ASSIGN_OR_RETURN(labels_buf_,
+                        DeviceBuffer::Create(backend_, max_batch_));
+    DP_ASSIGN_OR_RETURN(
+        dlogits_,
+        DeviceBuffer::Create(backend_, int64_t{max_batch_} * classes_));
     int64_t max_hidden = 1;  // Largest input of any layer but the first.
     for (size_t i = 0; i < layers_.size(); ++i) {
       const int64_t n = max_batch_ * out_dims_[i].Size();
@@ -102,9 +104,7 @@ class ModelImpl : public Model {
     return absl::OkStatus();
   }
 
-  const std::vector<TensorSpec>& param_specs() const override {
-    return specs_;
-  }
+  const std::vector<TensorSpec>& param_specs() const override { return specs_; }
   int64_t num_parameters() const override { return num_params_; }
   Dims input_dims() const override { return input_; }
   int num_classes() const override { return classes_; }
@@ -132,8 +132,8 @@ class ModelImpl : public Model {
   absl::Status SetParameters(absl::Span<const float> host) override {
     if (static_cast<int64_t>(host.size()) != num_params_) {
       return absl::InvalidArgumentError(
-          absl::StrCat("SetParameters: got ", host.size(), " values, model has ",
-                       num_params_));
+          absl::StrCat("SetParameters: got ", host.size(),
+                       " values, model has ", num_params_));
     }
     return backend_->CopyToDevice(host.data(), params_.data(), num_params_);
   }
@@ -190,8 +190,8 @@ class ModelImpl : public Model {
   absl::Status LoadBatch(const float* host_x, const int32_t* host_labels,
                          int batch) {
     if (batch < 1 || batch > max_batch_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch size ", batch, " not in [1, ", max_batch_, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch size ", batch, " not in [1, ", max_batch_, "]"));
     }
     if (host_x == nullptr || host_labels == nullptr) {
       return absl::InvalidArgumentError("null input or label pointer");
@@ -229,9 +229,9 @@ class ModelImpl : public Model {
   int classes_ = 0;
 
   DeviceBuffer params_, grads_;
-  DeviceBuffer input_buf_;   // max_batch x input.
-  DeviceBuffer labels_buf_;  // max_batch class indices as floats.
-  DeviceBuffer dlogits_;     // max_batch x classes.
+  DeviceBuffer input_buf_;          // max_batch x input.
+  DeviceBuffer labels_buf_;         // max_batch class indices as floats.
+  DeviceBuffer dlogits_;            // max_batch x classes.
   std::vector<DeviceBuffer> acts_;  // Per layer output, max_batch rows.
   DeviceBuffer grad_a_, grad_b_;    // Ping-pong activation gradients.
   std::vector<float> host_labels_;  // Staging for the label conversion.
@@ -258,12 +258,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
         absl::StrCat("Model::Create: max_batch ", max_batch, " must be >= 1"));
   }
   if (input.c < 1 || input.h < 1 || input.w < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Model::Create: bad input dims ", input.c, "x", input.h,
-                     "x", input.w));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Model::Create: bad input dims ", input.c, "x", input.h, "x", input.w));
   }
-  auto model = std::make_unique<ModelImpl>(backend, std::move(layers), input,
-                                           max_batch);
+  auto model =
+      std::make_unique<ModelImpl>(backend, std::move(layers), input, max_batch);
   DP_RETURN_IF_ERROR(model->Init());
   return std::unique_ptr<Model>(std::move(model));
 }

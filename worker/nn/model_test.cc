@@ -202,8 +202,7 @@ TEST(ModelTest, SoftmaxGradientsMatchFiniteDifferences) {
   auto r = m.ComputeGradients(x.data(), labels.data(), batch);
   ASSERT_TRUE(r.ok()) << r.status();
   std::vector<float> grads(m.num_parameters());
-  ASSERT_TRUE(
-      be->CopyToHost(m.gradients(), grads.data(), grads.size()).ok());
+  ASSERT_TRUE(be->CopyToHost(m.gradients(), grads.data(), grads.size()).ok());
   auto eval = m.Evaluate(x.data(), labels.data(), batch);
   ASSERT_TRUE(eval.ok());
   EXPECT_FLOAT_EQ(eval->loss, r->loss);
@@ -238,10 +237,10 @@ TEST(ModelTest, FashionCnnLayout) {
   auto model = BuildModel("fashion_cnn", be.get(), 16);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<TensorSpec> want = {
-      {"conv1.weight", {32, 1, 3, 3}}, {"conv1.bias", {32}},
+      {"conv1.weight", {32, 1, 3, 3}},  {"conv1.bias", {32}},
       {"conv2.weight", {64, 32, 3, 3}}, {"conv2.bias", {64}},
-      {"fc1.weight", {128, 1600}},     {"fc1.bias", {128}},
-      {"fc2.weight", {10, 128}},       {"fc2.bias", {10}},
+      {"fc1.weight", {128, 1600}},      {"fc1.bias", {128}},
+      {"fc2.weight", {10, 128}},        {"fc2.bias", {10}},
   };
   EXPECT_EQ((*model)->param_specs(), want);
   EXPECT_EQ((*model)->num_parameters(), 225034);
@@ -350,10 +349,9 @@ TEST(ModelTest, RejectsBadBatchesAndLabels) {
   const std::vector<float> x(5 * m.input_dims().Size(), 0.5f);
   std::vector<int32_t> labels = {0, 1, 2, 3, 0};
   for (int batch : {0, -1, 5}) {
-    EXPECT_EQ(m.ComputeGradients(x.data(), labels.data(), batch)
-                  .status()
-                  .code(),
-              absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(
+        m.ComputeGradients(x.data(), labels.data(), batch).status().code(),
+        absl::StatusCode::kInvalidArgument)
         << batch;
     EXPECT_EQ(m.Evaluate(x.data(), labels.data(), batch).status().code(),
               absl::StatusCode::kInvalidArgument)
@@ -377,18 +375,45 @@ TEST(ModelTest, RejectsBadBatchesAndLabels) {
             absl::StatusCode::kInvalidArgument);
   std::vector<std::unique_ptr<Layer>> too_small;
   too_small.push_back(NewConv2d("c", 2, 5, 0));
-  EXPECT_EQ(
-      Model::Create(be.get(), std::move(too_small), Dims{1, 3, 3}, 2)
-          .status()
-          .code(),
-      absl::StatusCode::kInvalidArgument);
-  std::vector<std::unique_ptr<Layer>> dup;
-  dup.push_back(NewDense("d", 3));
-  dup.push_back(NewDense("d", 3));
-  EXPECT_EQ(Model::Create(be.get(), std::move(dup), Dims{4, 1, 1}, 2)
+  EXPECT_EQ(Model::Create(be.get(), std::move(too_small), Dims{1, 3, 3}, 2)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  std::vector<std::unique_ptr<Layer>> dup;
+  dup.push_back(NewDense("d", 3));
+  dup.push_back(NewDense("d", 3));
+  EXPECT_EQ(
+      Model::Create(be.get(), std::move(dup), Dims{4, 1, 1}, 2).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelTest, ThreadCountDoesNotChangeResults) {
+  std::vector<std::vector<float>> grads;
+  std::vector<float> losses;
+  for (int threads : {0, 1, 2, 3}) {
+    auto be = NewCpuBackend(threads);
+    auto model = BuildModel("fashion_cnn", be.get(), 8);
+    ASSERT_TRUE(model.ok());
+    Model& m = **model;
+    ASSERT_TRUE(m.SetParameters(m.InitialParameters(4)).ok());
+    const std::vector<float> x = RandomVec(7 * 784, 12, 0.f, 1.f);
+    const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 5, 9};
+    auto r = m.ComputeGradients(x.data(), labels.data(), 7);
+    ASSERT_TRUE(r.ok()) << r.status();
+    losses.push_back(r->loss);
+    grads.emplace_back(m.num_parameters());
+    ASSERT_TRUE(
+        be->CopyToHost(m.gradients(), grads.back().data(), m.num_parameters())
+            .ok());
+  }
+  for (size_t t = 1; t < grads.size(); ++t) {
+    EXPECT_NEAR(losses[t], losses[0], 1e-5);
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      ASSERT_NEAR(grads[t][i], grads[0][i],
+                  1e-5 + 1e-4 * std::fabs(grads[0][i]))
+          << "threads variant " << t << " param " << i;
+    }
+  }
 }
 
 // Information only: fashion_cnn forward + backward time at batch 64.
@@ -414,7 +439,7 @@ TEST(ModelTest, FashionCnnTiming) {
                           std::chrono::steady_clock::now() - t0)
                           .count() /
                       iters;
-    std::printf("fashion_cnn fwd+bwd batch 64, %d OpenBLAS thread(s): %.2f ms\n",
+    std::printf("fashion_cnn fwd+bwd batch 64, %d backend thread(s): %.2f ms\n",
                 threads, ms);
   }
 }
