@@ -58,6 +58,13 @@ void StatsToProto(const ShardStats& s, proto::StatsResponse* out) {
   out->set_bytes_pulled(s.bytes_pulled);
   out->set_bytes_pushed(s.bytes_pushed);
   out->set_optimizer(s.optimizer);
+  out->set_mode(s.mode);
+  out->set_staleness_p50(s.staleness_p50);
+  out->set_staleness_p99(s.staleness_p99);
+  out->set_dropped_stale(s.dropped_stale);
+  out->set_steps(s.steps);
+  for (int32_t w : s.evicted_workers) out->add_evicted_workers(w);
+  out->set_aborted(s.aborted);
 }
 
 ShardStats StatsFromProto(const proto::StatsResponse& p) {
@@ -77,6 +84,13 @@ ShardStats StatsFromProto(const proto::StatsResponse& p) {
   s.bytes_pulled = p.bytes_pulled();
   s.bytes_pushed = p.bytes_pushed();
   s.optimizer = p.optimizer();
+  s.mode = p.mode();
+  s.staleness_p50 = p.staleness_p50();
+  s.staleness_p99 = p.staleness_p99();
+  s.dropped_stale = p.dropped_stale();
+  s.steps = p.steps();
+  s.evicted_workers.assign(p.evicted_workers().begin(), p.evicted_workers().end());
+  s.aborted = p.aborted();
   return s;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace downpour {
 
@@ -29,6 +30,13 @@ struct ShardStats {
   int64_t bytes_pulled = 0;
   int64_t bytes_pushed = 0;
   std::string optimizer;
+  std::string mode;
+  int64_t staleness_p50 = 0;
+  int64_t staleness_p99 = 0;
+  int64_t dropped_stale = 0;
+  int64_t steps = 0;
+  std::vector<int32_t> evicted_workers;
+  std::string aborted;
 };
 
 // One-line JSON rendering, e.g. for logs and the launcher's summary.

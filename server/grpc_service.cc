@@ -48,30 +48,49 @@ class ParameterServerService final
     return Finish(ctx, fresh.status());
   }
 
+  // May complete later (sync steps, ssp bound): the reactor is finished from
+  // whichever thread makes the pull ready, never by blocking this one.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const proto::PullRequest* req,
                                  proto::PullResponse* resp) override {
-    const absl::Status s = store_->Pull(
-        {req->chunk_ids().data(), static_cast<size_t>(req->chunk_ids_size())},
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    PullSpec spec;
+    spec.chunk_ids.assign(req->chunk_ids().begin(), req->chunk_ids().end());
+    spec.min_version = req->min_version();
+    spec.worker_clock = req->worker_id() >= 0 && req->worker_clock() > 0
+                            ? req->worker_clock()
+                            : -1;
+    store_->PullWhenReady(
+        std::move(spec),
         [resp](const ChunkView& c) {
           proto::ChunkValues* out = resp->add_chunks();
           out->set_chunk_id(c.chunk_id);
           out->set_version(c.version);
           out->mutable_data()->assign(reinterpret_cast<const char*>(c.data),
                                       c.num_elements * sizeof(float));
+        },
+        [resp, reactor](absl::Status s) {
+          if (!s.ok()) resp->Clear();
+          reactor->Finish(ToGrpcStatus(s));
         });
-    if (!s.ok()) resp->Clear();
-    return Finish(ctx, s);
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const proto::PushRequest* req,
                                  proto::PushResponse* resp) override {
+    if (req->leave()) {
+      return Finish(ctx, req->gradients_size() > 0
+                             ? absl::InvalidArgumentError(
+                                   "a leave push carries no gradients")
+                             : store_->Leave(req->worker_id()));
+    }
     const std::vector<ChunkBytes> grads = ViewChunks(req->gradients());
     absl::StatusOr<PushResult> r =
         store_->Push(req->worker_id(), req->seq(), grads);
     if (r.ok()) {
       resp->set_duplicate(r->duplicate);
+      resp->set_dropped(r->dropped);
       for (int64_t v : r->versions) resp->add_versions(v);
     }
     return Finish(ctx, r.status());

@@ -1,15 +1,23 @@
 #include "server/parameter_store.h"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <list>
 #include <map>
 #include <string>
+#include <limits>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 
@@ -41,18 +49,74 @@ bool AllFinite(const float* p, int64_t n) {
   return acc == 0;
 }
 
+// Counts of applied-update staleness: exact up to kBuckets - 2, the last
+// bucket holds everything above.
+class StalenessHistogram {
+ public:
+  void Add(int64_t s) {
+    counts_[std::min<int64_t>(std::max<int64_t>(s, 0), kBuckets - 1)]
+        .fetch_add(1, std::memory_order_relaxed);
+  }
+  // Smallest staleness with at least q of the mass at or below it.
+  int64_t Quantile(double q) const {
+    int64_t total = 0;
+    for (const auto& c : counts_) total += c.load(std::memory_order_relaxed);
+    if (total == 0) return 0;
+    const int64_t target = static_cast<int64_t>(std::ceil(q * total));
+    int64_t seen = 0;
+    for (int i = 0; i < kBuckets; ++i) {
+      seen += counts_[i].load(std::memory_order_relaxed);
+      if (seen >= std::max<int64_t>(target, 1)) return i;
+    }
+    return kBuckets - 1;
+  }
+
+ private:
+  static constexpr int kBuckets = 1025;
+  std::array<std::atomic<int64_t>, kBuckets> counts_{};
+};
+
+// A pull waiting for a sync step or for the ssp bound.
+struct Waiter {
+  PullSpec spec;
+  std::function<void(const ChunkView&)> sink;
+  std::function<void(absl::Status)> done;
+  absl::Time since;
+};
+
 class ParameterStoreImpl final : public ParameterStore {
  public:
   ParameterStoreImpl(const ParameterStoreOptions& o,
                      std::unique_ptr<Optimizer> opt)
-      : options_(o), optimizer_(std::move(opt)) {}
+      : options_(o), optimizer_(std::move(opt)) {
+    active_.assign(std::max(o.num_workers, 0), true);
+    clock_.assign(std::max(o.num_workers, 0), 0);
+    if (o.mode != SyncMode::kAsync) {
+      timer_ = std::thread([this] { TimerLoop(); });
+    }
+  }
+  ~ParameterStoreImpl() override {
+    Shutdown();
+    if (timer_.joinable()) timer_.join();
+  }
+
+  void Shutdown() override {
+    std::list<Waiter> left;
+    {
+      absl::MutexLock l(&coord_mu_);
+      stopping_ = true;
+      left.swap(waiters_);
+    }
+    for (Waiter& w : left) w.done(absl::CancelledError("server shutting down"));
+  }
 
   absl::StatusOr<bool> Declare(const ModelLayout& layout,
                                absl::Span<const ChunkBytes> initial) override;
-  absl::Status Pull(absl::Span<const int32_t> chunk_ids,
-                    const std::function<void(const ChunkView&)>& sink) override;
+  void PullWhenReady(PullSpec spec, std::function<void(const ChunkView&)> sink,
+                     std::function<void(absl::Status)> done) override;
   absl::StatusOr<PushResult> Push(int32_t worker_id, int64_t seq,
                                   absl::Span<const ChunkBytes> grads) override;
+  absl::Status Leave(int32_t worker_id) override;
   ShardStats Stats() const override;
   absl::StatusOr<ShardMap> shard_map() const override {
     if (!initialized_.load(std::memory_order_acquire)) {
@@ -83,6 +147,37 @@ class ParameterStoreImpl final : public ParameterStore {
   }
   absl::Status CheckChunkBytes(const ChunkBytes& c, const char* what) const;
   WorkerState* GetWorker(int32_t worker_id);
+  // Validates ids and reads the chunks of `spec` into `sink`.
+  absl::Status Read(const PullSpec& spec,
+                    const std::function<void(const ChunkView&)>& sink);
+  void Log(const std::string& msg) const {
+    if (options_.log) {
+      options_.log(msg);
+    } else {
+      std::fprintf(stderr, "ps shard %d: %s\n", options_.shard_index, msg.c_str());
+    }
+  }
+
+  // ---- Sync / ssp coordination (all under coord_mu_) ----
+  void ApplyToChunk(ChunkState& st, const float* grad, int64_t base_version,
+                    bool* dropped);
+  bool Ready(const PullSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  int ActiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  int StepTarget() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  // Applies the mean of the pending gradients as step step_ -> step_ + 1.
+  void CompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  // Completes the sync step if enough gradients are pending.
+  void MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  // Moves waiters that can be answered now (or must fail) into *out.
+  void TakeReadyWaiters(std::list<Waiter>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  void Evict(const std::vector<int32_t>& workers, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  void AnswerWaiters(std::list<Waiter>* ready);
+  absl::Status AbortedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_) {
+    return absl::AbortedError(aborted_);
+  }
+  void TimerLoop();
 
   const ParameterStoreOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
@@ -95,6 +190,9 @@ class ParameterStoreImpl final : public ParameterStore {
   ShardMap map_;
   std::vector<std::unique_ptr<ChunkState>> chunks_;
   std::vector<int> local_index_;  // chunk id -> index in chunks_, or -1
+  // Offset of each local chunk in the shard's concatenation, and its size.
+  std::vector<int64_t> shard_offset_;
+  int64_t shard_elements_ = 0;
 
   absl::Mutex workers_mu_;
   std::map<int32_t, std::unique_ptr<WorkerState>> workers_
@@ -104,8 +202,24 @@ class ParameterStoreImpl final : public ParameterStore {
   std::atomic<int64_t> bytes_pulled_{0}, bytes_pushed_{0};
   std::atomic<int64_t> staleness_sum_{0}, staleness_count_{0};
   std::atomic<int64_t> staleness_max_{0};
+  std::atomic<int64_t> dropped_stale_{0};
+  StalenessHistogram staleness_hist_;
   mutable absl::Mutex stats_mu_;
   mutable std::map<std::string, int64_t> rejected_ ABSL_GUARDED_BY(stats_mu_);
+
+  mutable absl::Mutex coord_mu_;
+  bool stopping_ ABSL_GUARDED_BY(coord_mu_) = false;
+  int64_t step_ ABSL_GUARDED_BY(coord_mu_) = 0;
+  // Sync: gradients for step_ by worker id (ordered: deterministic sums),
+  // each the shard's chunks concatenated in local order.
+  std::map<int32_t, std::vector<float>> pending_ ABSL_GUARDED_BY(coord_mu_);
+  absl::Time pending_since_ ABSL_GUARDED_BY(coord_mu_);
+  std::vector<bool> active_ ABSL_GUARDED_BY(coord_mu_);
+  std::vector<int64_t> clock_ ABSL_GUARDED_BY(coord_mu_);
+  std::vector<int32_t> evicted_ ABSL_GUARDED_BY(coord_mu_);
+  std::string aborted_ ABSL_GUARDED_BY(coord_mu_);
+  std::list<Waiter> waiters_ ABSL_GUARDED_BY(coord_mu_);
+  std::thread timer_;
 };
 
 absl::Status ParameterStoreImpl::CheckChunkBytes(const ChunkBytes& c,
@@ -176,11 +290,19 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
   map_ = *map;
   chunks_ = std::move(chunks);
   local_index_ = std::move(local_index);
+  shard_offset_.clear();
+  shard_elements_ = 0;
+  for (const auto& st : chunks_) {
+    shard_offset_.push_back(shard_elements_);
+    shard_elements_ += st->info.num_elements;
+  }
   auto unstage = [&](absl::Status s) {
     layout_ = ModelLayout();
     map_ = ShardMap();
     chunks_.clear();
     local_index_.clear();
+    shard_offset_.clear();
+    shard_elements_ = 0;
     return s;
   };
   if (initial.size() != chunks_.size()) {
@@ -216,11 +338,10 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
   return true;
 }
 
-absl::Status ParameterStoreImpl::Pull(
-    absl::Span<const int32_t> chunk_ids,
-    const std::function<void(const ChunkView&)>& sink) {
+absl::Status ParameterStoreImpl::Read(
+    const PullSpec& spec, const std::function<void(const ChunkView&)>& sink) {
   DP_RETURN_IF_ERROR(RequireInitialized("pull"));
-  for (int32_t id : chunk_ids) {
+  for (int32_t id : spec.chunk_ids) {
     if (LocalIndex(id) < 0) {
       return Reject("unknown_chunk",
                     absl::InvalidArgumentError(absl::StrCat(
@@ -235,14 +356,37 @@ absl::Status ParameterStoreImpl::Pull(
                    st.values.data(), st.info.num_elements});
     bytes += st.info.num_elements * 4;
   };
-  if (chunk_ids.empty()) {
+  if (spec.chunk_ids.empty()) {
     for (const auto& st : chunks_) read(*st);
   } else {
-    for (int32_t id : chunk_ids) read(*chunks_[LocalIndex(id)]);
+    for (int32_t id : spec.chunk_ids) read(*chunks_[LocalIndex(id)]);
   }
   pulls_.fetch_add(1, std::memory_order_relaxed);
   bytes_pulled_.fetch_add(bytes, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+void ParameterStoreImpl::PullWhenReady(
+    PullSpec spec, std::function<void(const ChunkView&)> sink,
+    std::function<void(absl::Status)> done) {
+  if (options_.mode != SyncMode::kAsync &&
+      (spec.min_version > 0 || spec.worker_clock >= 0)) {
+    absl::Status abort;
+    {
+      absl::MutexLock l(&coord_mu_);
+      if (!Ready(spec)) {
+        waiters_.push_back({std::move(spec), std::move(sink), std::move(done),
+                            absl::Now()});
+        return;
+      }
+      if (!aborted_.empty()) abort = AbortedStatus();
+    }
+    if (!abort.ok()) {
+      done(abort);
+      return;
+    }
+  }
+  done(Read(spec, sink));
 }
 
 WorkerState* ParameterStoreImpl::GetWorker(int32_t worker_id) {
@@ -260,6 +404,19 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
                   absl::InvalidArgumentError(absl::StrCat(
                       "push needs worker_id >= 0 and seq >= 1, got worker_id ",
                       worker_id, ", seq ", seq)));
+  }
+  if (options_.mode != SyncMode::kAsync && worker_id >= options_.num_workers) {
+    return Reject("bad_request",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "push: worker_id ", worker_id, " is not below the job's ",
+                      options_.num_workers, " workers")));
+  }
+  if (options_.mode == SyncMode::kSync && grads.size() != chunks_.size()) {
+    return Reject("bad_request",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "push: sync mode needs all ", chunks_.size(),
+                      " chunks of shard ", options_.shard_index,
+                      " in one push, got ", grads.size())));
   }
   // Validate everything before touching any chunk.
   absl::flat_hash_set<int32_t> ids;
@@ -291,27 +448,277 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
     result.duplicate = true;
     return result;
   }
+
+  if (options_.mode == SyncMode::kSync) {
+    std::list<Waiter> ready;
+    {
+      absl::MutexLock cl(&coord_mu_);
+      if (!aborted_.empty()) return AbortedStatus();
+      int64_t base = std::numeric_limits<int64_t>::max();
+      for (const ChunkBytes& g : grads) base = std::min(base, g.base_version);
+      if (base < step_ || pending_.count(worker_id) > 0) {
+        // Computed from an older step, or a second gradient for this step.
+        dropped_stale_.fetch_add(1, std::memory_order_relaxed);
+        result.dropped = true;
+      } else {
+        if (!active_[worker_id]) {
+          active_[worker_id] = true;
+          Log(absl::StrCat("worker ", worker_id, " is back at step ", step_));
+        }
+        std::vector<float>& buf = pending_[worker_id];
+        buf.resize(shard_elements_);
+        for (const ChunkBytes& g : grads) {
+          const int idx = LocalIndex(g.chunk_id);
+          std::memcpy(buf.data() + shard_offset_[idx], g.data, g.num_bytes);
+        }
+        if (pending_.size() == 1) pending_since_ = absl::Now();
+        MaybeCompleteStep();
+        TakeReadyWaiters(&ready);
+      }
+    }
+    worker->last_seq = seq;
+    pushes_applied_.fetch_add(result.dropped ? 0 : 1, std::memory_order_relaxed);
+    bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
+    AnswerWaiters(&ready);
+    return result;
+  }
+
+  if (options_.mode == SyncMode::kSsp) {
+    absl::MutexLock cl(&coord_mu_);
+    if (!aborted_.empty()) return AbortedStatus();
+  }
   result.versions.reserve(grads.size());
   for (const ChunkBytes& g : grads) {
     ChunkState& st = *chunks_[LocalIndex(g.chunk_id)];
-    absl::MutexLock l(&st.mu);
-    const int64_t version = st.version.load(std::memory_order_relaxed);
-    const int64_t staleness = version - g.base_version;
-    optimizer_->Apply(st.info.num_elements, static_cast<const float*>(g.data),
-                      1.0f, st.values.data(), st.opt_state.data());
-    st.version.store(version + 1, std::memory_order_relaxed);
-    result.versions.push_back(version + 1);
-    staleness_sum_.fetch_add(staleness, std::memory_order_relaxed);
-    staleness_count_.fetch_add(1, std::memory_order_relaxed);
-    int64_t prev = staleness_max_.load(std::memory_order_relaxed);
-    while (staleness > prev &&
-           !staleness_max_.compare_exchange_weak(prev, staleness)) {
-    }
+    ApplyToChunk(st, static_cast<const float*>(g.data), g.base_version,
+                 &result.dropped);
+    result.versions.push_back(st.version.load(std::memory_order_relaxed));
   }
+  if (result.dropped) dropped_stale_.fetch_add(1, std::memory_order_relaxed);
   worker->last_seq = seq;
   pushes_applied_.fetch_add(1, std::memory_order_relaxed);
   bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
+  if (options_.mode == SyncMode::kSsp) {
+    std::list<Waiter> ready;
+    {
+      absl::MutexLock cl(&coord_mu_);
+      ++clock_[worker_id];
+      if (!active_[worker_id]) {
+        active_[worker_id] = true;
+        Log(absl::StrCat("worker ", worker_id, " is back at clock ",
+                         clock_[worker_id]));
+      }
+      TakeReadyWaiters(&ready);
+    }
+    AnswerWaiters(&ready);
+  }
   return result;
+}
+
+void ParameterStoreImpl::ApplyToChunk(ChunkState& st, const float* grad,
+                                      int64_t base_version, bool* dropped) {
+  absl::MutexLock l(&st.mu);
+  const int64_t version = st.version.load(std::memory_order_relaxed);
+  const int64_t staleness = version - base_version;
+  if (options_.drop_stale_threshold > 0 &&
+      staleness > options_.drop_stale_threshold) {
+    *dropped = true;
+    return;
+  }
+  const float scale = options_.staleness_aware
+                          ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness))
+                          : 1.0f;
+  optimizer_->Apply(st.info.num_elements, grad, scale, st.values.data(),
+                    st.opt_state.data());
+  st.version.store(version + 1, std::memory_order_relaxed);
+  staleness_sum_.fetch_add(staleness, std::memory_order_relaxed);
+  staleness_count_.fetch_add(1, std::memory_order_relaxed);
+  staleness_hist_.Add(staleness);
+  int64_t prev = staleness_max_.load(std::memory_order_relaxed);
+  while (staleness > prev &&
+         !staleness_max_.compare_exchange_weak(prev, staleness)) {
+  }
+}
+
+int ParameterStoreImpl::ActiveCount() const {
+  return static_cast<int>(std::count(active_.begin(), active_.end(), true));
+}
+
+int ParameterStoreImpl::StepTarget() const {
+  // Workers that contributed to this step and then left still count for it.
+  int active = ActiveCount();
+  for (const auto& [worker, grad] : pending_) {
+    if (!active_[worker]) ++active;
+  }
+  return options_.replicas_to_aggregate > 0
+             ? std::min(options_.replicas_to_aggregate, active)
+             : active;
+}
+
+void ParameterStoreImpl::MaybeCompleteStep() {
+  if (pending_.empty()) return;
+  if (static_cast<int>(pending_.size()) >= std::max(StepTarget(), 1)) {
+    CompleteStep();
+  }
+}
+
+void ParameterStoreImpl::CompleteStep() {
+  const float scale = 1.0f / static_cast<float>(pending_.size());
+  std::vector<float> sum;
+  for (size_t idx = 0; idx < chunks_.size(); ++idx) {
+    ChunkState& st = *chunks_[idx];
+    const int64_t n = st.info.num_elements;
+    sum.assign(n, 0.0f);
+    // Worker-index order (std::map), so the sum is the same on every run.
+    for (const auto& [worker, grad] : pending_) {
+      const float* g = grad.data() + shard_offset_[idx];
+      for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
+    }
+    absl::MutexLock l(&st.mu);
+    optimizer_->Apply(n, sum.data(), scale, st.values.data(),
+                      st.opt_state.data());
+    st.version.store(step_ + 1, std::memory_order_relaxed);
+  }
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    staleness_count_.fetch_add(static_cast<int64_t>(chunks_.size()),
+                               std::memory_order_relaxed);
+    staleness_hist_.Add(0);
+  }
+  ++step_;
+  pending_.clear();
+}
+
+bool ParameterStoreImpl::Ready(const PullSpec& spec) const {
+  if (!aborted_.empty() || stopping_) return true;
+  if (options_.mode == SyncMode::kSync) return spec.min_version <= step_;
+  if (options_.mode == SyncMode::kSsp && spec.worker_clock >= 0) {
+    int64_t min_clock = std::numeric_limits<int64_t>::max();
+    for (size_t w = 0; w < clock_.size(); ++w) {
+      if (active_[w]) min_clock = std::min(min_clock, clock_[w]);
+    }
+    return min_clock == std::numeric_limits<int64_t>::max() ||
+           min_clock >= spec.worker_clock - options_.staleness;
+  }
+  return true;
+}
+
+void ParameterStoreImpl::TakeReadyWaiters(std::list<Waiter>* out) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (Ready(it->spec)) {
+      out->splice(out->end(), waiters_, it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ParameterStoreImpl::AnswerWaiters(std::list<Waiter>* ready) {
+  absl::Status abort;
+  {
+    absl::MutexLock l(&coord_mu_);
+    if (!aborted_.empty()) abort = AbortedStatus();
+  }
+  for (Waiter& w : *ready) {
+    w.done(abort.ok() ? Read(w.spec, w.sink) : abort);
+  }
+  ready->clear();
+}
+
+void ParameterStoreImpl::Evict(const std::vector<int32_t>& workers,
+                               const std::string& why) {
+  for (int32_t w : workers) {
+    active_[w] = false;
+    if (std::find(evicted_.begin(), evicted_.end(), w) == evicted_.end()) {
+      evicted_.push_back(w);
+    }
+  }
+  const int remaining = ActiveCount();
+  Log(absl::StrCat("gave up waiting for worker", workers.size() > 1 ? "s " : " ",
+                   absl::StrJoin(workers, ", "), " (", why, "); going on with ",
+                   remaining, " worker", remaining == 1 ? "" : "s"));
+  // Sync goes on with the gradients already in; ssp with the workers left.
+  const int have = options_.mode == SyncMode::kSync
+                       ? static_cast<int>(pending_.size())
+                       : remaining;
+  if (have < options_.min_replicas) {
+    aborted_ = absl::StrCat(
+        "job aborted on shard ", options_.shard_index, ": worker",
+        workers.size() > 1 ? "s " : " ", absl::StrJoin(workers, ", "),
+        " stopped responding (", why, ") and only ", have,
+        " of the required --min_replicas=", options_.min_replicas,
+        " remain");
+    Log(aborted_);
+  }
+}
+
+void ParameterStoreImpl::TimerLoop() {
+  const absl::Duration tick =
+      std::min(absl::Milliseconds(20), options_.sync_timeout / 4);
+  while (true) {
+    std::list<Waiter> ready;
+    {
+      absl::MutexLock l(&coord_mu_);
+      if (coord_mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick)) return;
+      const absl::Time now = absl::Now();
+      if (!aborted_.empty()) {
+        ready.swap(waiters_);
+      } else if (options_.mode == SyncMode::kSync && !pending_.empty() &&
+                 now - pending_since_ > options_.sync_timeout) {
+        std::vector<int32_t> missing;
+        for (int32_t w = 0; w < static_cast<int32_t>(active_.size()); ++w) {
+          if (active_[w] && pending_.count(w) == 0) missing.push_back(w);
+        }
+        if (!missing.empty()) {
+          Evict(missing, absl::StrCat("no gradient for step ", step_,
+                                      " within ",
+                                      absl::FormatDuration(options_.sync_timeout)));
+        }
+        if (aborted_.empty()) {
+          if (static_cast<int>(pending_.size()) >= options_.min_replicas) {
+            CompleteStep();
+          }
+        }
+        TakeReadyWaiters(&ready);
+      } else if (options_.mode == SyncMode::kSsp) {
+        for (const Waiter& w : waiters_) {
+          if (now - w.since <= options_.sync_timeout) continue;
+          std::vector<int32_t> laggards;
+          for (int32_t id = 0; id < static_cast<int32_t>(clock_.size()); ++id) {
+            if (active_[id] && clock_[id] < w.spec.worker_clock - options_.staleness) {
+              laggards.push_back(id);
+            }
+          }
+          if (!laggards.empty()) {
+            Evict(laggards, absl::StrCat("clock behind ",
+                                         w.spec.worker_clock - options_.staleness,
+                                         " for ",
+                                         absl::FormatDuration(options_.sync_timeout)));
+          }
+          break;  // Evicting for the oldest waiter frees the others too.
+        }
+        TakeReadyWaiters(&ready);
+      }
+    }
+    AnswerWaiters(&ready);
+  }
+}
+
+absl::Status ParameterStoreImpl::Leave(int32_t worker_id) {
+  if (worker_id < 0 ||
+      (options_.mode != SyncMode::kAsync && worker_id >= options_.num_workers)) {
+    return Reject("bad_request", absl::InvalidArgumentError(absl::StrCat(
+                                     "leave: bad worker_id ", worker_id)));
+  }
+  if (options_.mode == SyncMode::kAsync) return absl::OkStatus();
+  std::list<Waiter> ready;
+  {
+    absl::MutexLock l(&coord_mu_);
+    active_[worker_id] = false;
+    if (options_.mode == SyncMode::kSync) MaybeCompleteStep();
+    TakeReadyWaiters(&ready);
+  }
+  AnswerWaiters(&ready);
+  return absl::OkStatus();
 }
 
 ShardStats ParameterStoreImpl::Stats() const {
@@ -335,6 +742,16 @@ ShardStats ParameterStoreImpl::Stats() const {
   const int64_t n = staleness_count_.load();
   s.staleness_mean = n == 0 ? 0.0 : static_cast<double>(staleness_sum_.load()) / n;
   s.staleness_max = staleness_max_.load();
+  s.staleness_p50 = staleness_hist_.Quantile(0.5);
+  s.staleness_p99 = staleness_hist_.Quantile(0.99);
+  s.dropped_stale = dropped_stale_.load();
+  s.mode = SyncModeName(options_.mode);
+  {
+    absl::MutexLock l(&coord_mu_);
+    s.steps = step_;
+    s.evicted_workers = evicted_;
+    s.aborted = aborted_;
+  }
   absl::MutexLock l(&stats_mu_);
   s.rejected = rejected_;
   return s;
@@ -342,8 +759,61 @@ ShardStats ParameterStoreImpl::Stats() const {
 
 }  // namespace
 
+absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name) {
+  if (name == "async") return SyncMode::kAsync;
+  if (name == "sync") return SyncMode::kSync;
+  if (name == "ssp") return SyncMode::kSsp;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown mode '", name, "' (known: async, sync, ssp)"));
+}
+
+const char* SyncModeName(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::kAsync: return "async";
+    case SyncMode::kSync: return "sync";
+    case SyncMode::kSsp: return "ssp";
+  }
+  return "?";
+}
+
+absl::Status ParameterStore::Pull(
+    absl::Span<const int32_t> chunk_ids,
+    const std::function<void(const ChunkView&)>& sink) {
+  PullSpec spec;
+  spec.chunk_ids.assign(chunk_ids.begin(), chunk_ids.end());
+  absl::Status out;
+  // No wait is asked for, so `done` runs before PullWhenReady returns.
+  PullWhenReady(std::move(spec), sink, [&out](absl::Status s) { out = s; });
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<ParameterStore>> ParameterStore::Create(
     const ParameterStoreOptions& options) {
+  if (options.mode != SyncMode::kAsync) {
+    const int w = options.num_workers;
+    if (w < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mode ", SyncModeName(options.mode), " needs num_workers >= 1"));
+    }
+    if (options.replicas_to_aggregate < 0 || options.replicas_to_aggregate > w ||
+        options.min_replicas < 1 || options.min_replicas > w) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "need 0 <= replicas_to_aggregate <= num_workers and 1 <= "
+          "min_replicas <= num_workers, got ", options.replicas_to_aggregate,
+          ", ", options.min_replicas, " with ", w, " workers"));
+    }
+    if (options.staleness < 0 || options.sync_timeout <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          "staleness must be >= 0 and sync_timeout positive");
+    }
+    if (options.staleness_aware || options.drop_stale_threshold > 0) {
+      return absl::InvalidArgumentError(
+          "staleness_aware and drop_stale_threshold apply to async mode only");
+    }
+  }
+  if (options.drop_stale_threshold < 0) {
+    return absl::InvalidArgumentError("drop_stale_threshold must be >= 0");
+  }
   if (options.num_shards < 1 || options.shard_index < 0 ||
       options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -5,8 +5,22 @@
 // model layout, pulls and pushes. The gRPC service (server/grpc_service.h) is
 // a thin adapter over it; tests and in-process clients call it directly.
 //
-// Async (Downpour) semantics: each push is applied on arrival. Every chunk
-// has its own lock, so pushes to different chunks never wait on each other.
+// Modes (ParameterStoreOptions::mode):
+//  * async (Downpour): each push is applied on arrival. Every chunk has its
+//    own lock, so pushes to different chunks never wait on each other.
+//    Optionally staleness-aware (the step is divided by the update's
+//    staleness, Zhang et al. 2016) and with a drop threshold.
+//  * sync: the update for step v is the mean of the gradients computed from
+//    step v, summed in worker-index order (deterministic), applied once when
+//    `replicas_to_aggregate` of them arrived; gradients from older steps are
+//    dropped and counted. Pulls may wait for a step (PullSpec::min_version).
+//  * ssp (stale-synchronous parallel): pushes apply on arrival, and a pull by
+//    a worker whose clock (pushes done) is c waits until the slowest active
+//    worker's clock is >= c - staleness.
+// No wait is unbounded: after `sync_timeout` the workers being waited for are
+// evicted (named in the log and the stats) and the job goes on with the rest,
+// or, when fewer than `min_replicas` remain, is aborted: every call then fails
+// with ABORTED naming the missing workers.
 // A push carries (worker_id, seq); a push whose seq is not above the last one
 // applied for that worker is a retry and is acknowledged without being
 // applied, so no update is lost or applied twice. A push is validated
@@ -27,9 +41,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/shard_stats.h"
 #include "common/sharding.h"
@@ -37,10 +54,44 @@
 
 namespace downpour {
 
+enum class SyncMode { kAsync, kSync, kSsp };
+
+// "async", "sync", "ssp".
+absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name);
+const char* SyncModeName(SyncMode mode);
+
 struct ParameterStoreOptions {
   int32_t shard_index = 0;
   int32_t num_shards = 1;
   OptimizerOptions optimizer;
+  SyncMode mode = SyncMode::kAsync;
+  // Workers in the job (ids 0..num_workers-1); required for sync and ssp.
+  int32_t num_workers = 0;
+  // Sync: gradients per step; 0 means all active workers. k < W gives backup
+  // workers: the stragglers' gradients for a finished step are dropped.
+  int32_t replicas_to_aggregate = 0;
+  // Ssp: how many clocks a worker may run ahead of the slowest one.
+  int32_t staleness = 0;
+  // Async: scale each update by 1 / max(1, staleness).
+  bool staleness_aware = false;
+  // Async: drop updates whose staleness exceeds this (0: never drop).
+  int64_t drop_stale_threshold = 0;
+  // Sync/ssp: longest wait for missing workers before evicting them.
+  absl::Duration sync_timeout = absl::Seconds(30);
+  // Sync/ssp: fewest workers the job may go on with.
+  int32_t min_replicas = 1;
+  // Where eviction and abort messages go (stderr when unset).
+  std::function<void(const std::string&)> log;
+};
+
+// What a pull waits for; the default waits for nothing.
+struct PullSpec {
+  // Chunks to read; empty means all owned chunks.
+  std::vector<int32_t> chunk_ids;
+  // Sync: wait until the step is >= min_version.
+  int64_t min_version = 0;
+  // Ssp: the pulling worker's clock; negative means do not wait.
+  int64_t worker_clock = -1;
 };
 
 // Raw little-endian float32 bytes of one chunk, as they arrive off the wire.
@@ -63,6 +114,8 @@ struct ChunkView {
 
 struct PushResult {
   bool duplicate = false;
+  // Dropped as too stale (counted in ShardStats::dropped_stale).
+  bool dropped = false;
   // Version of each pushed chunk after the push, in request order (empty for
   // a duplicate).
   std::vector<int64_t> versions;
@@ -86,13 +139,31 @@ class ParameterStore {
   // is empty), in request order, each with values and the matching version.
   // FailedPrecondition before initialization; InvalidArgument for a chunk
   // this shard does not own (nothing is read then).
-  virtual absl::Status Pull(absl::Span<const int32_t> chunk_ids,
-                            const std::function<void(const ChunkView&)>& sink) = 0;
+  absl::Status Pull(absl::Span<const int32_t> chunk_ids,
+                    const std::function<void(const ChunkView&)>& sink);
+
+  // Like Pull, but may wait (see PullSpec) without blocking the caller:
+  // `sink` and then `done` run exactly once, either now on this thread or
+  // later on the thread that made the pull ready (a push, a leave, or the
+  // store's timeout thread). `sink` is not called when the status is an
+  // error.
+  virtual void PullWhenReady(PullSpec spec,
+                             std::function<void(const ChunkView&)> sink,
+                             std::function<void(absl::Status)> done) = 0;
 
   // Applies gradients with the server optimizer (see the file comment).
-  // worker_id >= 0, seq >= 1, each chunk at most once per push.
+  // worker_id >= 0, seq >= 1, each chunk at most once per push. In sync mode
+  // a push carries every chunk of the shard.
   virtual absl::StatusOr<PushResult> Push(int32_t worker_id, int64_t seq,
                                           absl::Span<const ChunkBytes> grads) = 0;
+
+  // The worker has finished; sync and ssp stop waiting for it.
+  virtual absl::Status Leave(int32_t worker_id) = 0;
+
+  // Answers every waiting pull with CANCELLED and stops waiting from now on
+  // (later pulls are served at once). Call before shutting the RPC server
+  // down, so no call is left unfinished. Idempotent.
+  virtual void Shutdown() = 0;
 
   virtual ShardStats Stats() const = 0;
 

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace downpour {
@@ -286,6 +287,255 @@ TEST(ParameterStoreTest, CreateRejectsBadOptions) {
   o.shard_index = 0;
   o.optimizer.name = "nope";
   EXPECT_FALSE(ParameterStore::Create(o).ok());
+}
+
+}  // namespace
+}  // namespace downpour
+
+namespace downpour {
+namespace {
+
+// ---- Sync, ssp and staleness-aware async ----------------------------------
+
+ModelLayout TinyLayout() {
+  ModelLayout l;
+  l.tensors = {{"w", {4}}, {"b", {2}}};
+  l.num_shards = 1;
+  return l;
+}
+
+struct ModeFixture {
+  std::unique_ptr<ParameterStore> store;
+  std::vector<std::string> logs;
+  absl::Mutex mu;
+};
+
+std::unique_ptr<ModeFixture> NewModeStore(SyncMode mode, int workers,
+                                          int k = 0, int min_replicas = 1,
+                                          absl::Duration timeout = absl::Seconds(30),
+                                          int staleness = 0) {
+  auto f = std::make_unique<ModeFixture>();
+  ParameterStoreOptions o;
+  o.optimizer.name = "sgd";
+  o.optimizer.learning_rate = 1.0f;
+  o.mode = mode;
+  o.num_workers = workers;
+  o.replicas_to_aggregate = k;
+  o.min_replicas = min_replicas;
+  o.sync_timeout = timeout;
+  o.staleness = staleness;
+  ModeFixture* raw = f.get();
+  o.log = [raw](const std::string& m) {
+    absl::MutexLock l(&raw->mu);
+    raw->logs.push_back(m);
+  };
+  auto s = ParameterStore::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  f->store = std::move(*s);
+  std::vector<float> zeros(6, 0.0f);
+  ShardMap map = *ComputeShardMap(TinyLayout());
+  std::vector<ChunkBytes> init;
+  for (const Chunk& c : map.chunks) {
+    init.push_back({c.id, 0, zeros.data() + c.flat_offset, c.num_elements * 4});
+  }
+  EXPECT_TRUE(f->store->Declare(TinyLayout(), init).ok());
+  return f;
+}
+
+// A push of the constant gradient `g` computed from `base`.
+absl::StatusOr<PushResult> PushConst(ParameterStore& s, int worker, int64_t seq,
+                                     float g, int64_t base) {
+  std::vector<float> grad(6, g);
+  ShardMap map = *ComputeShardMap(TinyLayout());
+  std::vector<ChunkBytes> grads;
+  for (const Chunk& c : map.chunks) {
+    grads.push_back({c.id, base, grad.data() + c.flat_offset, c.num_elements * 4});
+  }
+  return s.Push(worker, seq, grads);
+}
+
+std::vector<float> Values(ParameterStore& s, int64_t* version = nullptr) {
+  std::vector<float> out;
+  EXPECT_TRUE(s.Pull({}, [&](const ChunkView& c) {
+                 out.insert(out.end(), c.data, c.data + c.num_elements);
+                 if (version) *version = c.version;
+               }).ok());
+  return out;
+}
+
+// Starts a waiting pull; returns a flag set (with the status) when answered.
+struct PendingPull {
+  absl::Notification done;
+  absl::Status status;
+  int64_t version = -1;
+};
+std::unique_ptr<PendingPull> StartPull(ParameterStore& s, int64_t min_version,
+                                       int64_t clock) {
+  auto p = std::make_unique<PendingPull>();
+  PendingPull* raw = p.get();
+  PullSpec spec;
+  spec.min_version = min_version;
+  spec.worker_clock = clock;
+  s.PullWhenReady(spec, [raw](const ChunkView& c) { raw->version = c.version; },
+                  [raw](absl::Status st) {
+                    raw->status = st;
+                    raw->done.Notify();
+                  });
+  return p;
+}
+
+TEST(SyncModeTest, StepIsTheMeanAppliedOnceWhenAllArrive) {
+  auto f = NewModeStore(SyncMode::kSync, 3);
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 2, 1, 3.0f, 0).ok());
+  int64_t v = -1;
+  EXPECT_EQ(Values(*f->store, &v), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(v, 0);
+  EXPECT_FALSE(waiting->done.HasBeenNotified());
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 2.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(waiting->status.ok());
+  EXPECT_EQ(waiting->version, 1);
+  EXPECT_EQ(Values(*f->store, &v), std::vector<float>(6, -2.0f));
+  EXPECT_EQ(v, 1);
+  EXPECT_EQ(f->store->Stats().steps, 1);
+  // A gradient computed from step 0 now is stale: dropped and counted.
+  auto late = PushConst(*f->store, 0, 2, 100.0f, 0);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->dropped);
+  EXPECT_EQ(f->store->Stats().dropped_stale, 1);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
+}
+
+TEST(SyncModeTest, BackupWorkersCompleteWithFirstK) {
+  auto f = NewModeStore(SyncMode::kSync, 3, /*k=*/2);
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 2.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 4.0f, 0).ok());
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));
+  auto straggler = PushConst(*f->store, 2, 1, 50.0f, 0);
+  ASSERT_TRUE(straggler.ok());
+  EXPECT_TRUE(straggler->dropped);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));
+}
+
+TEST(SyncModeTest, MissingWorkerIsEvictedAfterTimeoutNotAHang) {
+  auto f = NewModeStore(SyncMode::kSync, 3, 0, 1, absl::Milliseconds(200));
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 3.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
+  ShardStats s = f->store->Stats();
+  EXPECT_EQ(s.evicted_workers, std::vector<int32_t>{2});
+  EXPECT_TRUE(s.aborted.empty());
+  {
+    absl::MutexLock l(&f->mu);
+    ASSERT_FALSE(f->logs.empty());
+    EXPECT_NE(f->logs[0].find("worker 2"), std::string::npos) << f->logs[0];
+  }
+  // The next step needs only the two remaining workers.
+  ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 1).ok());
+  ASSERT_TRUE(PushConst(*f->store, 1, 2, 1.0f, 1).ok());
+  EXPECT_EQ(f->store->Stats().steps, 2);
+}
+
+TEST(SyncModeTest, TooFewWorkersAbortsNamingTheMissingOne) {
+  auto f = NewModeStore(SyncMode::kSync, 3, 0, /*min_replicas=*/3,
+                        absl::Milliseconds(150));
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 2, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(waiting->status.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(waiting->status.message().find("worker 1"), std::string::npos)
+      << waiting->status;
+  EXPECT_EQ(PushConst(*f->store, 0, 2, 1.0f, 0).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));  // nothing applied
+}
+
+TEST(SyncModeTest, LeavingWorkerIsNotWaitedFor) {
+  auto f = NewModeStore(SyncMode::kSync, 2);
+  ASSERT_TRUE(f->store->Leave(1).ok());
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 2.0f, 0).ok());
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
+  // A push missing chunks is refused in sync mode.
+  std::vector<float> g(6, 1.0f);
+  std::vector<ChunkBytes> one = {{0, 1, g.data(), 16}};
+  EXPECT_EQ(f->store->Push(0, 2, one).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SspModeTest, PullWaitsWhileAheadOfTheBound) {
+  auto f = NewModeStore(SyncMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/1);
+  // Worker 0 runs ahead: clock 2 while worker 1 is at 0.
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 1).ok());
+  auto ahead = StartPull(*f->store, 0, /*clock=*/2);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(ahead->done.HasBeenNotified());  // 0 < 2 - 1
+  auto within = StartPull(*f->store, 0, /*clock=*/1);
+  EXPECT_TRUE(within->done.HasBeenNotified());  // 0 >= 1 - 1
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(ahead->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(ahead->status.ok());
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));  // applied on arrival
+}
+
+TEST(SspModeTest, StalledWorkerIsEvictedAfterTimeout) {
+  auto f = NewModeStore(SyncMode::kSsp, 2, 0, 1, absl::Milliseconds(150), 0);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  auto waiting = StartPull(*f->store, 0, 1);
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok());
+  EXPECT_EQ(f->store->Stats().evicted_workers, std::vector<int32_t>{1});
+}
+
+TEST(AsyncModeTest, StalenessAwareScalingAndDropThreshold) {
+  ParameterStoreOptions o;
+  o.optimizer.name = "sgd";
+  o.optimizer.learning_rate = 1.0f;
+  o.staleness_aware = true;
+  o.drop_stale_threshold = 2;
+  auto store = std::move(*ParameterStore::Create(o));
+  std::vector<float> zeros(6, 0.0f);
+  ShardMap map = *ComputeShardMap(TinyLayout());
+  std::vector<ChunkBytes> init;
+  for (const Chunk& c : map.chunks) {
+    init.push_back({c.id, 0, zeros.data() + c.flat_offset, c.num_elements * 4});
+  }
+  ASSERT_TRUE(store->Declare(TinyLayout(), init).ok());
+  // Staleness 0, 1, 2 (scales 1, 1, 1/2), then 3 (dropped).
+  ASSERT_TRUE(PushConst(*store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*store, 1, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*store, 2, 1, 1.0f, 0).ok());
+  EXPECT_EQ(Values(*store), std::vector<float>(6, -2.5f));
+  auto r = PushConst(*store, 3, 1, 1.0f, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->dropped);
+  EXPECT_EQ(Values(*store), std::vector<float>(6, -2.5f));
+  ShardStats s = store->Stats();
+  EXPECT_EQ(s.dropped_stale, 1);
+  EXPECT_EQ(s.staleness_max, 2);
+  EXPECT_EQ(s.staleness_p50, 1);
+  EXPECT_EQ(s.staleness_p99, 2);
+}
+
+TEST(ModeOptionsTest, RejectsInconsistentOptions) {
+  ParameterStoreOptions o;
+  o.mode = SyncMode::kSync;
+  EXPECT_FALSE(ParameterStore::Create(o).ok());  // no num_workers
+  o.num_workers = 2;
+  o.replicas_to_aggregate = 3;
+  EXPECT_FALSE(ParameterStore::Create(o).ok());
+  o.replicas_to_aggregate = 0;
+  o.staleness_aware = true;
+  EXPECT_FALSE(ParameterStore::Create(o).ok());
+  o.staleness_aware = false;
+  EXPECT_TRUE(ParameterStore::Create(o).ok());
+  EXPECT_FALSE(ParseSyncMode("bsp").ok());
 }
 
 }  // namespace

@@ -33,6 +33,22 @@ ABSL_FLAG(double, lr, 0.05, "Learning rate of the server-side optimizer.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer=momentum).");
 ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
           "Initial Adagrad accumulator (--optimizer=adagrad).");
+ABSL_FLAG(std::string, mode, "async",
+          "async (Downpour), sync (mean of the step's gradients), or ssp "
+          "(stale-synchronous, bounded by --staleness).");
+ABSL_FLAG(int, num_workers, 0, "Workers in the job (required for sync/ssp).");
+ABSL_FLAG(int, replicas_to_aggregate, 0,
+          "Sync: gradients per step (0: all workers); fewer gives backup workers.");
+ABSL_FLAG(int, staleness, 0, "Ssp: clocks a worker may run ahead of the slowest.");
+ABSL_FLAG(bool, staleness_aware, false,
+          "Async: divide each update's step by its staleness.");
+ABSL_FLAG(int64_t, drop_stale_threshold, 0,
+          "Async: drop updates staler than this (0: never).");
+ABSL_FLAG(double, sync_timeout_s, 30,
+          "Sync/ssp: seconds to wait for a missing worker before going on "
+          "without it.");
+ABSL_FLAG(int, min_replicas, 1,
+          "Sync/ssp: fewest workers to go on with; below it the job aborts.");
 
 namespace {
 
@@ -69,6 +85,19 @@ int main(int argc, char** argv) {
   options.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   options.optimizer.adagrad_initial_accumulator =
       static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator));
+  auto mode = downpour::ParseSyncMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) {
+    std::fprintf(stderr, "ps_server: --mode: %s\n", mode.status().ToString().c_str());
+    return 2;
+  }
+  options.mode = *mode;
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  options.staleness = absl::GetFlag(FLAGS_staleness);
+  options.staleness_aware = absl::GetFlag(FLAGS_staleness_aware);
+  options.drop_stale_threshold = absl::GetFlag(FLAGS_drop_stale_threshold);
+  options.sync_timeout = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
+  options.min_replicas = absl::GetFlag(FLAGS_min_replicas);
   const int port = absl::GetFlag(FLAGS_port);
   if (port < 0 || port > 65535) {
     std::fprintf(stderr, "ps_server: --port must be in [0, 65535], got %d\n", port);
@@ -97,8 +126,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_server: could not listen on %s\n", address.c_str());
     return 1;
   }
-  std::printf("ps_server: shard %d of %d (%s, lr %g) listening on %s:%d\n",
+  std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s:%d\n",
               options.shard_index, options.num_shards,
+              downpour::SyncModeName(options.mode),
               options.optimizer.name.c_str(), options.optimizer.learning_rate,
               absl::GetFlag(FLAGS_bind).c_str(), bound_port);
   std::fflush(stdout);
@@ -116,6 +146,8 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, HandleSignal);
   stop.WaitForNotification();
 
+  // Finish pulls waiting on a sync step first: gRPC waits for every call.
+  (*store)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   const downpour::ShardStats stats = (*store)->Stats();

@@ -35,8 +35,9 @@ class GrpcParameterClient final : public ParameterClient {
 
   absl::Status Declare(const ModelLayout& layout,
                        absl::Span<const float> initial) override;
-  absl::Status Pull(absl::Span<float> params,
-                    std::vector<int64_t>* versions) override;
+  absl::Status Pull(absl::Span<float> params, std::vector<int64_t>* versions,
+                    const PullOptions& options) override;
+  absl::Status Leave() override;
   absl::Status Push(int64_t seq, absl::Span<const float> grads,
                     absl::Span<const int64_t> base_versions) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
@@ -149,11 +150,14 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
 }
 
 absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
-                                       std::vector<int64_t>* versions) {
+                                       std::vector<int64_t>* versions,
+                                       const PullOptions& options) {
   DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
   const int n = static_cast<int>(stubs_.size());
   proto::PullRequest req;
   req.set_worker_id(options_.worker_id);
+  req.set_min_version(options.min_version);
+  req.set_worker_clock(options.worker_clock);
   std::vector<proto::PullResponse> resp(n);
   DP_RETURN_IF_ERROR(CallAllShards(
       "Pull", options_.rpc_timeout, false,
@@ -206,6 +210,20 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
       "Push", options_.rpc_timeout, false,
       [&](int s, grpc::ClientContext* ctx, auto done) {
         stubs_[s]->async()->Push(ctx, &req[s], &resp[s], done);
+      },
+      [&](int s) { resp[s].Clear(); });
+}
+
+absl::Status GrpcParameterClient::Leave() {
+  const int n = static_cast<int>(stubs_.size());
+  proto::PushRequest req;
+  req.set_worker_id(options_.worker_id);
+  req.set_leave(true);
+  std::vector<proto::PushResponse> resp(n);
+  return CallAllShards(
+      "Leave", options_.rpc_timeout, false,
+      [&](int s, grpc::ClientContext* ctx, auto done) {
+        stubs_[s]->async()->Push(ctx, &req, &resp[s], done);
       },
       [&](int s) { resp[s].Clear(); });
 }

@@ -1,6 +1,7 @@
 #include "worker/local_ps_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "worker/chunk_io.h"
 
@@ -30,20 +31,39 @@ class LocalParameterClient final : public ParameterClient {
     return absl::OkStatus();
   }
 
-  absl::Status Pull(absl::Span<float> params,
-                    std::vector<int64_t>* versions) override {
+  absl::Status Pull(absl::Span<float> params, std::vector<int64_t>* versions,
+                    const PullOptions& options) override {
     DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
     versions->assign(map_.chunks.size(), -1);
     for (size_t s = 0; s < stores_.size(); ++s) {
-      absl::Status copy_status;
-      DP_RETURN_IF_ERROR(stores_[s]->Pull({}, [&](const ChunkView& c) {
-        if (!copy_status.ok()) return;
-        copy_status = StoreChunk(map_, static_cast<int>(s), c.chunk_id,
-                                 c.version, c.data, c.num_elements * 4, params,
-                                 versions);
-      }));
+      PullSpec spec;
+      spec.min_version = options.min_version;
+      spec.worker_clock = options.worker_clock;
+      absl::Status copy_status, pull_status;
+      absl::Notification done;
+      // The sink and done may run on another thread (a push that completes
+      // a sync step); this thread waits for them.
+      stores_[s]->PullWhenReady(
+          std::move(spec),
+          [&, s](const ChunkView& c) {
+            if (!copy_status.ok()) return;
+            copy_status = StoreChunk(map_, static_cast<int>(s), c.chunk_id,
+                                     c.version, c.data, c.num_elements * 4,
+                                     params, versions);
+          },
+          [&](absl::Status st) {
+            pull_status = st;
+            done.Notify();
+          });
+      done.WaitForNotification();
+      DP_RETURN_IF_ERROR(pull_status);
       DP_RETURN_IF_ERROR(copy_status);
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status Leave() override {
+    for (ParameterStore* s : stores_) DP_RETURN_IF_ERROR(s->Leave(worker_id_));
     return absl::OkStatus();
   }
 

@@ -23,6 +23,14 @@
 
 namespace downpour {
 
+// What a pull waits for on the servers (sync and ssp modes).
+struct PullOptions {
+  // Sync: wait until the servers' step is at least this.
+  int64_t min_version = 0;
+  // Ssp: this worker's clock (pushes completed); -1: do not wait.
+  int64_t worker_clock = -1;
+};
+
 // Thread-safety: one thread at a time per client.
 class ParameterClient {
  public:
@@ -36,8 +44,12 @@ class ParameterClient {
 
   // Fills `params` (the whole flat model) from every shard; `versions`
   // receives each chunk's version, indexed by chunk id.
+  absl::Status Pull(absl::Span<float> params, std::vector<int64_t>* versions) {
+    return Pull(params, versions, PullOptions());
+  }
   virtual absl::Status Pull(absl::Span<float> params,
-                            std::vector<int64_t>* versions) = 0;
+                            std::vector<int64_t>* versions,
+                            const PullOptions& options) = 0;
 
   // Pushes the whole flat gradient with sequence number `seq` (strictly
   // increasing per worker) computed from parameters of `base_versions`
@@ -45,6 +57,9 @@ class ParameterClient {
   // the servers apply it at most once.
   virtual absl::Status Push(int64_t seq, absl::Span<const float> grads,
                             absl::Span<const int64_t> base_versions) = 0;
+
+  // Tells every shard this worker has finished (sync/ssp stop waiting).
+  virtual absl::Status Leave() = 0;
 
   // One entry per shard, in shard order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;

@@ -39,6 +39,8 @@ ABSL_FLAG(std::string, model, "fashion_cnn", "Model architecture.");
 ABSL_FLAG(std::string, device, "auto",
           "auto, cpu or cuda. auto uses the CPU backend while no CUDA backend "
           "is built in.");
+ABSL_FLAG(std::string, mode, "async",
+          "async, sync or ssp: how this worker waits (match the servers).");
 ABSL_FLAG(int, epochs, 1, "Passes over this worker's shard of the data.");
 ABSL_FLAG(int, batch_size, 64, "Examples per minibatch.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial parameters and shuffling.");
@@ -101,6 +103,17 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
   f.trainer.log_every = absl::GetFlag(FLAGS_log_every);
   f.trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
 
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "async") {
+    f.trainer.mode = TrainMode::kAsync;
+  } else if (mode == "sync") {
+    f.trainer.mode = TrainMode::kSync;
+  } else if (mode == "ssp") {
+    f.trainer.mode = TrainMode::kSsp;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode must be async, sync or ssp, got '", mode, "'"));
+  }
   if (f.task != "train" && f.task != "eval") {
     return absl::InvalidArgumentError(
         absl::StrCat("--task must be train or eval, got '", f.task, "'"));

@@ -52,6 +52,11 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
   if (options.n_fetch < 1 || options.n_push < 1) {
     return absl::InvalidArgumentError("n_fetch and n_push must be >= 1");
   }
+  if (options.mode == TrainMode::kSync &&
+      (options.n_fetch != 1 || options.n_push != 1)) {
+    return absl::InvalidArgumentError(
+        "sync mode pushes and fetches every step: use n_fetch = n_push = 1");
+  }
   Backend* backend = model->backend();
   const int64_t n = model->num_parameters();
   std::vector<float> host_params(n), host_grads(n);
@@ -63,6 +68,7 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
   double window_loss = 0;
   int64_t window_steps = 0, window_examples = 0;
   int64_t seq = 0, accrued_steps = 0;
+  bool logged_window = false;
   const absl::Time begin = absl::Now();
   absl::Time window_begin = begin;
   absl::Time t = begin;
@@ -85,7 +91,15 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
     window.data += Lap(&t);
 
     if (result.steps % options.n_fetch == 0) {
-      DP_RETURN_IF_ERROR(client->Pull(absl::MakeSpan(host_params), &versions));
+      PullOptions wait;
+      if (options.mode == TrainMode::kSync && !versions.empty() && seq > 0) {
+        // The step after the one this worker's last gradient was for.
+        wait.min_version = versions[0] + 1;
+      } else if (options.mode == TrainMode::kSsp) {
+        wait.worker_clock = result.pushes;
+      }
+      DP_RETURN_IF_ERROR(
+          client->Pull(absl::MakeSpan(host_params), &versions, wait));
       DP_RETURN_IF_ERROR(model->SetParameters(host_params));
       window.pull += Lap(&t);
     }
@@ -128,6 +142,7 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
       p.window = window;
       if (on_progress) on_progress(p);
       result.final_loss = p.loss;
+      logged_window = true;
       result.total.data += window.data;
       result.total.compute += window.compute;
       result.total.pull += window.pull;
@@ -143,7 +158,8 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
     DP_RETURN_IF_ERROR(push());
     window.push += Lap(&t);
   }
-  if (window_steps > 0 && (result.final_loss == 0 || window_steps * 2 >= options.log_every)) {
+  DP_RETURN_IF_ERROR(client->Leave());
+  if (window_steps > 0 && (!logged_window || window_steps * 2 >= options.log_every)) {
     result.final_loss = static_cast<float>(window_loss / window_steps);
   }
   result.total.data += window.data;

@@ -26,7 +26,15 @@
 
 namespace downpour {
 
+// How the worker waits for the others (the servers must run the same mode).
+enum class TrainMode {
+  kAsync,  // Downpour: never wait.
+  kSync,   // Pull for step v+1 waits until the servers completed step v.
+  kSsp,    // Pull waits while this worker is > staleness clocks ahead.
+};
+
 struct TrainerOptions {
+  TrainMode mode = TrainMode::kAsync;
   // Pull fresh parameters every n_fetch steps; push every n_push steps.
   int n_fetch = 1;
   int n_push = 1;
@@ -74,8 +82,9 @@ absl::Status DeclareModel(ParameterClient* client, const Model& model,
                           uint64_t seed, int num_shards,
                           int64_t max_chunk_bytes);
 
-// Runs the loop until the batcher is exhausted or max_steps. `client` must be
-// declared. Non-finite loss stops training with an error (nothing is pushed).
+// Runs the loop until the batcher is exhausted or max_steps, then leaves the
+// job (Leave). `client` must be declared. Sync mode needs n_fetch = n_push = 1.
+// Non-finite loss stops training with an error (nothing is pushed).
 absl::StatusOr<TrainResult> RunDownpourWorker(
     const TrainerOptions& options, Model* model, ParameterClient* client,
     Batcher* batcher, const std::function<void(const Progress&)>& on_progress);

@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -40,7 +42,9 @@ struct Cluster {
   std::vector<ParameterStore*> raw;
 };
 
-Cluster MakeCluster(int shards, const std::string& opt, float lr) {
+Cluster MakeCluster(int shards, const std::string& opt, float lr,
+                    SyncMode mode = SyncMode::kAsync, int workers = 0,
+                    int staleness = 0) {
   Cluster c;
   for (int s = 0; s < shards; ++s) {
     ParameterStoreOptions o;
@@ -48,6 +52,9 @@ Cluster MakeCluster(int shards, const std::string& opt, float lr) {
     o.num_shards = shards;
     o.optimizer.name = opt;
     o.optimizer.learning_rate = lr;
+    o.mode = mode;
+    o.num_workers = workers;
+    o.staleness = staleness;
     c.stores.push_back(std::move(*ParameterStore::Create(o)));
     c.raw.push_back(c.stores.back().get());
   }
@@ -164,6 +171,82 @@ TEST(TrainerTest, RejectsBadOptionsAndUndeclaredClient) {
   EXPECT_FALSE(RunDownpourWorker(bad, model->get(), client.get(), batcher->get(), {}).ok());
   auto r = RunDownpourWorker({}, model->get(), client.get(), batcher->get(), {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// W workers in threads against in-process stores in `mode`; returns the
+// final flat parameters.
+std::vector<float> TrainTogether(SyncMode mode, TrainMode tmode, int workers,
+                                 int staleness = 0) {
+  Cluster cluster = MakeCluster(2, "momentum", 0.02f, mode, workers, staleness);
+  Dataset train = Synthetic(96 * workers, 6);
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<std::unique_ptr<ParameterClient>> clients;
+  std::vector<std::unique_ptr<Batcher>> batchers;
+  for (int w = 0; w < workers; ++w) {
+    backends.push_back(NewCpuBackend(1));
+    models.push_back(std::move(*BuildModel("fashion_cnn", backends.back().get(), 16)));
+    clients.push_back(NewLocalParameterClient(cluster.raw, w));
+    EXPECT_TRUE(DeclareModel(clients.back().get(), *models.back(), 5, 2, 1 << 20).ok());
+    BatcherOptions bo;
+    bo.batch_size = 16;
+    bo.epochs = 2;
+    bo.num_workers = workers;
+    bo.worker_index = w;
+    bo.seed = 11;
+    batchers.push_back(std::move(*Batcher::Create(&train, bo)));
+  }
+  std::vector<absl::StatusOr<TrainResult>> results(workers);
+  std::vector<std::thread> threads;
+  TrainerOptions to;
+  to.mode = tmode;
+  to.log_every = 0;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      results[w] = RunDownpourWorker(to, models[w].get(), clients[w].get(),
+                                     batchers[w].get(), {});
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : results) EXPECT_TRUE(r.ok()) << r.status();
+  std::vector<float> params(models[0]->num_parameters());
+  std::vector<int64_t> versions;
+  EXPECT_TRUE(clients[0]->Pull(absl::MakeSpan(params), &versions).ok());
+  if (mode == SyncMode::kSync) {
+    // 6 steps per worker per epoch, 2 epochs, every gradient in a step.
+    for (const ShardStats& s : *clients[0]->Stats()) {
+      EXPECT_EQ(s.steps, 12);
+      EXPECT_EQ(s.dropped_stale, 0);
+    }
+  }
+  return params;
+}
+
+TEST(TrainerTest, SyncModeIsBitIdenticalAcrossRuns) {
+  std::vector<float> a = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3);
+  std::vector<float> b = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+TEST(TrainerTest, SspModeFinishesWithEveryPushApplied) {
+  std::vector<float> p = TrainTogether(SyncMode::kSsp, TrainMode::kSsp, 3, 1);
+  for (float x : p) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST(TrainerTest, SyncModeNeedsFetchAndPushEveryStep) {
+  auto backend = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", backend.get(), 16);
+  Cluster cluster = MakeCluster(1, "sgd", 0.01f, SyncMode::kSync, 1);
+  auto client = NewLocalParameterClient(cluster.raw, 0);
+  Dataset train = Synthetic(32, 5);
+  auto batcher = Batcher::Create(&train, BatcherOptions());
+  TrainerOptions to;
+  to.mode = TrainMode::kSync;
+  to.n_push = 2;
+  EXPECT_EQ(RunDownpourWorker(to, model->get(), client.get(), batcher->get(), {})
+                .status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
