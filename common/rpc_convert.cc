@@ -63,6 +63,7 @@ void StatsToProto(const ShardStats& s, proto::StatsResponse* out) {
   out->set_staleness_p99(s.staleness_p99);
   out->set_dropped_stale(s.dropped_stale);
   out->set_steps(s.steps);
+  out->set_ssp_max_lead(s.ssp_max_lead);
   for (int32_t w : s.evicted_workers) out->add_evicted_workers(w);
   out->set_aborted(s.aborted);
 }
@@ -89,6 +90,7 @@ ShardStats StatsFromProto(const proto::StatsResponse& p) {
   s.staleness_p99 = p.staleness_p99();
   s.dropped_stale = p.dropped_stale();
   s.steps = p.steps();
+  s.ssp_max_lead = p.ssp_max_lead();
   s.evicted_workers.assign(p.evicted_workers().begin(), p.evicted_workers().end());
   s.aborted = p.aborted();
   return s;

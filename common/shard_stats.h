@@ -35,6 +35,9 @@ struct ShardStats {
   int64_t staleness_p99 = 0;
   int64_t dropped_stale = 0;
   int64_t steps = 0;
+  // Ssp: the largest (worker clock - slowest active clock) a pull was
+  // answered at; never above the staleness bound.
+  int64_t ssp_max_lead = 0;
   std::vector<int32_t> evicted_workers;
   std::string aborted;
 };

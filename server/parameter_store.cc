@@ -162,6 +162,9 @@ class ParameterStoreImpl final : public ParameterStore {
   void ApplyToChunk(ChunkState& st, const float* grad, int64_t base_version,
                     bool* dropped);
   bool Ready(const PullSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  int64_t MinActiveClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
+  // Ssp: remembers how far ahead of the slowest worker a pull was answered.
+  void RecordLead(const PullSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
   int ActiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
   int StepTarget() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
   // Applies the mean of the pending gradients as step step_ -> step_ + 1.
@@ -216,6 +219,7 @@ class ParameterStoreImpl final : public ParameterStore {
   absl::Time pending_since_ ABSL_GUARDED_BY(coord_mu_);
   std::vector<bool> active_ ABSL_GUARDED_BY(coord_mu_);
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(coord_mu_);
+  int64_t ssp_max_lead_ ABSL_GUARDED_BY(coord_mu_) = 0;
   std::vector<int32_t> evicted_ ABSL_GUARDED_BY(coord_mu_);
   std::string aborted_ ABSL_GUARDED_BY(coord_mu_);
   std::list<Waiter> waiters_ ABSL_GUARDED_BY(coord_mu_);
@@ -379,6 +383,7 @@ void ParameterStoreImpl::PullWhenReady(
                             absl::Now()});
         return;
       }
+      RecordLead(spec);
       if (!aborted_.empty()) abort = AbortedStatus();
     }
     if (!abort.ok()) {
@@ -588,14 +593,26 @@ void ParameterStoreImpl::CompleteStep() {
   pending_.clear();
 }
 
+int64_t ParameterStoreImpl::MinActiveClock() const {
+  int64_t min_clock = std::numeric_limits<int64_t>::max();
+  for (size_t w = 0; w < clock_.size(); ++w) {
+    if (active_[w]) min_clock = std::min(min_clock, clock_[w]);
+  }
+  return min_clock;
+}
+
+void ParameterStoreImpl::RecordLead(const PullSpec& spec) {
+  if (options_.mode != SyncMode::kSsp || spec.worker_clock < 0) return;
+  const int64_t min_clock = MinActiveClock();
+  if (min_clock == std::numeric_limits<int64_t>::max()) return;
+  ssp_max_lead_ = std::max(ssp_max_lead_, spec.worker_clock - min_clock);
+}
+
 bool ParameterStoreImpl::Ready(const PullSpec& spec) const {
   if (!aborted_.empty() || stopping_) return true;
   if (options_.mode == SyncMode::kSync) return spec.min_version <= step_;
   if (options_.mode == SyncMode::kSsp && spec.worker_clock >= 0) {
-    int64_t min_clock = std::numeric_limits<int64_t>::max();
-    for (size_t w = 0; w < clock_.size(); ++w) {
-      if (active_[w]) min_clock = std::min(min_clock, clock_[w]);
-    }
+    const int64_t min_clock = MinActiveClock();
     return min_clock == std::numeric_limits<int64_t>::max() ||
            min_clock >= spec.worker_clock - options_.staleness;
   }
@@ -605,6 +622,7 @@ bool ParameterStoreImpl::Ready(const PullSpec& spec) const {
 void ParameterStoreImpl::TakeReadyWaiters(std::list<Waiter>* out) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (Ready(it->spec)) {
+      RecordLead(it->spec);
       out->splice(out->end(), waiters_, it++);
     } else {
       ++it;
@@ -749,6 +767,7 @@ ShardStats ParameterStoreImpl::Stats() const {
   {
     absl::MutexLock l(&coord_mu_);
     s.steps = step_;
+    s.ssp_max_lead = ssp_max_lead_;
     s.evicted_workers = evicted_;
     s.aborted = aborted_;
   }

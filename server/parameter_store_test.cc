@@ -481,6 +481,7 @@ TEST(SspModeTest, PullWaitsWhileAheadOfTheBound) {
   ASSERT_TRUE(PushConst(*f->store, 1, 1, 1.0f, 0).ok());
   ASSERT_TRUE(ahead->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_TRUE(ahead->status.ok());
+  EXPECT_EQ(f->store->Stats().ssp_max_lead, 1);
   EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));  // applied on arrival
 }
 

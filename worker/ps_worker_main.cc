@@ -59,6 +59,8 @@ ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU backend.");
 ABSL_FLAG(int, prefetch, 4, "Batches prepared ahead by the input thread.");
 ABSL_FLAG(double, rpc_timeout_s, 60, "Deadline of one pull or push.");
 ABSL_FLAG(double, connect_timeout_s, 60, "How long to wait for the servers.");
+ABSL_FLAG(int, debug_step_delay_ms, 0,
+          "Testing only: sleep this long in every step, to play a straggler.");
 ABSL_FLAG(std::string, save_params, "",
           "--task=eval: write the parameters to this safetensors file.");
 
@@ -102,6 +104,8 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
   f.trainer.local_lr = static_cast<float>(absl::GetFlag(FLAGS_local_lr));
   f.trainer.log_every = absl::GetFlag(FLAGS_log_every);
   f.trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
+  f.trainer.debug_step_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_debug_step_delay_ms));
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "async") {

@@ -118,6 +118,9 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
       DP_RETURN_IF_ERROR(backend->Axpy(n, -options.local_lr, model->gradients(),
                                        model->parameters()));
     }
+    if (options.debug_step_delay > absl::ZeroDuration()) {
+      absl::SleepFor(options.debug_step_delay);
+    }
     ++accrued_steps;
     ++result.steps;
     result.examples += batch->size;

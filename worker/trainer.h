@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "worker/data/data.h"
 #include "worker/nn/model.h"
 #include "worker/ps_client.h"
@@ -45,6 +46,8 @@ struct TrainerOptions {
   int log_every = 50;
   // Stop after this many steps (0: when the batcher is exhausted).
   int64_t max_steps = 0;
+  // Testing only: extra time per step, counted as compute (a straggler).
+  absl::Duration debug_step_delay = absl::ZeroDuration();
 };
 
 // Seconds spent in each phase.

@@ -1,0 +1,770 @@
+// transport_bench: how much of this machine's bandwidth Downpour's transport
+// and server apply path use, measured in one run so the ratios are fair.
+//
+//   bazel run -c opt //tests/bench:transport_bench -- --quick   # ~20 s smoke run
+//   bazel run -c opt //tests/bench:transport_bench              # full, < 3 min
+//
+// Sections:
+//  (a) push+pull goodput through the real gRPC stack: S in-process shards
+//      (ParameterStore + NewParameterServerService + grpc::Server on loopback
+//      TCP, see inprocess_cluster.h) and W worker threads, each with its own
+//      NewGrpcParameterClient (and its own TCP connections), on a model of one
+//      big tensor. Goodput = (bytes pushed + bytes pulled) / wall time, summed
+//      over workers. Zero gradients with SGD at a tiny rate keep values fixed.
+//      Also p50/p99 latency of 4 KB pulls and pushes (1024 floats, 1 shard).
+//  (b) raw loopback TCP bandwidth (plain sockets, two threads): the ceiling.
+//  (c) server apply rate: ParameterStore::Push in-process (validation + the
+//      optimizer), and Optimizer::Apply alone, vs memcpy of the same bytes.
+//  (d) where a 64 MB push/pull spends its time outside the network: proto
+//      building (string copies), gRPC serialization into a ByteBuffer,
+//      parsing, store apply, client-side copy-out; each stage timed alone.
+// Ends with one line of JSON (bandwidths in Gbit/s = 1e9 bit/s).
+//
+// The numbers include everything the process does: on a machine with few
+// cores, clients, servers and the kernel's TCP share them, as they would with
+// ps_server processes on the same host.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/sharding.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits for (d).
+#include "proto/parameter_server.pb.h"
+#include "server/grpc_service.h"
+#include "server/optimizer.h"
+#include "server/parameter_store.h"
+#include "tests/bench/inprocess_cluster.h"
+#include "tests/bench/loopback_tcp.h"
+#include "worker/grpc_ps_client.h"
+
+// Every tunable of the benchmark. 0 / empty means "the profile's default"
+// (the full profile, or the --quick one).
+ABSL_FLAG(bool, quick, false,
+          "Smoke profile (~20 s): fewer sizes and cells, fewer bytes.");
+ABSL_FLAG(std::string, sizes_mb, "",
+          "Model sizes in MiB for (a). Full: 1,16,64,256. Quick: 1,64.");
+ABSL_FLAG(std::string, shards, "", "Shard counts for (a). Full: 1,2,4. Quick: 1,2.");
+ABSL_FLAG(std::string, workers, "", "Concurrent workers for (a). Default 1,4.");
+ABSL_FLAG(int64_t, cell_mb, 0,
+          "Target MiB moved (push + pull, all workers) per (a) cell; rounds "
+          "are derived from it. Full: 1536. Quick: 256.");
+ABSL_FLAG(int, min_rounds, 0, "Fewest timed rounds per cell. Default 2.");
+ABSL_FLAG(int, max_rounds, 0, "Most timed rounds per cell. Default 50.");
+ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20,
+          "Layout max_chunk_bytes (ps_worker's default is 1 MiB).");
+ABSL_FLAG(bool, separate_connections, true,
+          "Give each worker its own TCP connections (distinct loopback "
+          "addresses); false lets gRPC share one connection per shard.");
+ABSL_FLAG(int, latency_ops, 0, "Timed 4 KB pulls (and pushes). Full: 2000. Quick: 300.");
+ABSL_FLAG(int64_t, tcp_mb, 0, "MiB sent over raw loopback TCP. Full: 2048. Quick: 512.");
+ABSL_FLAG(int64_t, tcp_write_kb, 4096, "Bytes per send()/recv() call, KiB.");
+ABSL_FLAG(int64_t, apply_mb, 64, "Gradient size for (c) and (d), MiB.");
+ABSL_FLAG(int, apply_rounds, 0, "Timed repetitions in (c) and (d). Full: 10. Quick: 3.");
+
+namespace downpour {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// The benchmark's settings, built from the flags in main.
+struct BenchOptions {
+  std::vector<int64_t> sizes_mb;
+  std::vector<int> shards;
+  std::vector<int> workers;
+  int64_t cell_bytes = 0;
+  int min_rounds = 2;
+  int max_rounds = 50;
+  int64_t max_chunk_bytes = kMiB;
+  bool separate_connections = true;
+  int latency_ops = 0;
+  int64_t tcp_bytes = 0;
+  int64_t tcp_write_bytes = 4 * kMiB;
+  int64_t apply_bytes = 64 * kMiB;
+  int apply_rounds = 0;
+  bool quick = false;  // Only reported.
+};
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double Gbps(double bytes_per_second) { return bytes_per_second * 8 / 1e9; }
+double GBps(double bytes_per_second) { return bytes_per_second / 1e9; }
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
+  return v[i];
+}
+
+double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
+
+std::string LoadAverage() {
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) != 3) return "unknown";
+  return absl::StrFormat("%.2f %.2f %.2f", load[0], load[1], load[2]);
+}
+
+ModelLayout OneTensorLayout(int64_t floats, int shards, int64_t max_chunk_bytes) {
+  ModelLayout layout;
+  layout.tensors = {{"w", {floats}}};
+  layout.num_shards = shards;
+  layout.max_chunk_bytes = max_chunk_bytes;
+  return layout;
+}
+
+OptimizerOptions TinySgd() {
+  OptimizerOptions o;
+  o.name = "sgd";
+  o.learning_rate = 1e-6f;
+  return o;
+}
+
+// ---------------------------------------------------------------- (a) ----
+
+struct GoodputCell {
+  int64_t model_bytes = 0;
+  int shards = 0;
+  int workers = 0;
+  int rounds = 0;
+  std::string refused;  // Non-empty: why there is no number.
+  double seconds = 0;
+  double goodput = 0;         // Bytes pushed + pulled per second, all workers.
+  double pull_mean_s = 0;     // One worker's Pull, mean over rounds and workers.
+  double push_mean_s = 0;
+};
+
+std::string Describe(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kResourceExhausted) {
+    return "refused (message limit)";
+  }
+  return absl::StrCat("failed: ", s.ToString());
+}
+
+GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
+                           int shards, int workers) {
+  GoodputCell cell;
+  cell.model_bytes = model_bytes;
+  cell.shards = shards;
+  cell.workers = workers;
+  cell.rounds = static_cast<int>(std::clamp<int64_t>(
+      o.cell_bytes / (2 * model_bytes * workers), o.min_rounds, o.max_rounds));
+
+  InProcessClusterOptions cluster_options;
+  cluster_options.num_shards = shards;
+  cluster_options.optimizer = TinySgd();
+  cluster_options.num_addresses = o.separate_connections ? workers : 1;
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
+      InProcessCluster::Start(cluster_options);
+  if (!cluster.ok()) {
+    cell.refused = Describe(cluster.status());
+    return cell;
+  }
+  const int64_t n = model_bytes / 4;
+  const ModelLayout layout = OneTensorLayout(n, shards, o.max_chunk_bytes);
+
+  std::vector<std::unique_ptr<ParameterClient>> clients;
+  {
+    const std::vector<float> initial(n, 0.5f);
+    for (int w = 0; w < workers; ++w) {
+      GrpcClientOptions client_options;
+      client_options.hosts = (*cluster)->HostsForClient(w);
+      client_options.worker_id = w;
+      client_options.rpc_timeout = absl::Seconds(120);
+      client_options.connect_timeout = absl::Seconds(10);
+      client_options.max_attempts = 1;  // A benchmark reports, never retries.
+      absl::StatusOr<std::unique_ptr<ParameterClient>> client =
+          NewGrpcParameterClient(client_options);
+      absl::Status s = client.status();
+      if (s.ok()) s = (*client)->Declare(layout, initial);
+      if (!s.ok()) {
+        cell.refused = Describe(s);
+        return cell;
+      }
+      clients.push_back(std::move(client).value());
+    }
+  }
+
+  const std::vector<float> zeros(n, 0.0f);  // Shared, read-only.
+  std::vector<absl::Status> status(workers);
+  std::vector<double> pull_s(workers, 0), push_s(workers, 0);
+  absl::BlockingCounter ready(workers);
+  absl::Notification go;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      ParameterClient& client = *clients[w];
+      std::vector<float> params(n);
+      std::vector<int64_t> versions;
+      int64_t seq = 1;
+      // One untimed round: connections warm, buffers allocated, pages touched.
+      absl::Status s = client.Pull(absl::MakeSpan(params), &versions);
+      if (s.ok()) s = client.Push(seq++, zeros, versions);
+      ready.DecrementCount();
+      go.WaitForNotification();
+      for (int r = 0; r < cell.rounds && s.ok(); ++r) {
+        const Clock::time_point t0 = Clock::now();
+        s = client.Pull(absl::MakeSpan(params), &versions);
+        const Clock::time_point t1 = Clock::now();
+        if (s.ok()) s = client.Push(seq++, zeros, versions);
+        pull_s[w] += std::chrono::duration<double>(t1 - t0).count();
+        push_s[w] += SecondsSince(t1);
+      }
+      status[w] = s;
+    });
+  }
+  ready.Wait();
+  const Clock::time_point start = Clock::now();
+  go.Notify();
+  for (std::thread& t : threads) t.join();
+  cell.seconds = SecondsSince(start);
+  for (const absl::Status& s : status) {
+    if (!s.ok()) {
+      cell.refused = Describe(s);
+      return cell;
+    }
+  }
+  const double moved = 2.0 * model_bytes * workers * cell.rounds;
+  cell.goodput = moved / cell.seconds;
+  double pull_total = 0, push_total = 0;
+  for (int w = 0; w < workers; ++w) {
+    pull_total += pull_s[w];
+    push_total += push_s[w];
+  }
+  cell.pull_mean_s = pull_total / (workers * cell.rounds);
+  cell.push_mean_s = push_total / (workers * cell.rounds);
+  return cell;
+}
+
+struct LatencyResult {
+  std::string error;
+  int ops = 0;
+  double pull_p50_us = 0, pull_p99_us = 0, pull_mean_us = 0;
+  double push_p50_us = 0, push_p99_us = 0;
+};
+
+LatencyResult RunSmallLatency(const BenchOptions& o) {
+  LatencyResult result;
+  result.ops = o.latency_ops;
+  InProcessClusterOptions cluster_options;
+  cluster_options.optimizer = TinySgd();
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
+      InProcessCluster::Start(cluster_options);
+  if (!cluster.ok()) {
+    result.error = cluster.status().ToString();
+    return result;
+  }
+  GrpcClientOptions client_options;
+  client_options.hosts = (*cluster)->HostsForClient(0);
+  client_options.max_attempts = 1;
+  absl::StatusOr<std::unique_ptr<ParameterClient>> client =
+      NewGrpcParameterClient(client_options);
+  constexpr int64_t kFloats = 1024;  // 4 KB.
+  std::vector<float> params(kFloats, 0.5f);
+  const std::vector<float> zeros(kFloats, 0.0f);
+  std::vector<int64_t> versions;
+  absl::Status s = client.status();
+  if (s.ok()) {
+    s = (*client)->Declare(OneTensorLayout(kFloats, 1, o.max_chunk_bytes), params);
+  }
+  std::vector<double> pulls, pushes;
+  int64_t seq = 1;
+  for (int i = -50; i < o.latency_ops && s.ok(); ++i) {  // 50 warm-up calls.
+    Clock::time_point t = Clock::now();
+    s = (*client)->Pull(absl::MakeSpan(params), &versions);
+    if (i >= 0) pulls.push_back(SecondsSince(t) * 1e6);
+    if (!s.ok()) break;
+    t = Clock::now();
+    s = (*client)->Push(seq++, zeros, versions);
+    if (i >= 0) pushes.push_back(SecondsSince(t) * 1e6);
+  }
+  if (!s.ok()) {
+    result.error = s.ToString();
+    return result;
+  }
+  result.pull_p50_us = Percentile(pulls, 0.5);
+  result.pull_p99_us = Percentile(pulls, 0.99);
+  double sum = 0;
+  for (double x : pulls) sum += x;
+  result.pull_mean_us = pulls.empty() ? 0 : sum / pulls.size();
+  result.push_p50_us = Percentile(pushes, 0.5);
+  result.push_p99_us = Percentile(pushes, 0.99);
+  return result;
+}
+
+// ---------------------------------------------------------------- (c) ----
+
+// Median seconds of `rounds` runs of fn() after one untimed run.
+template <typename Fn>
+double MedianSeconds(int rounds, Fn fn) {
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < rounds; ++r) {
+    const Clock::time_point start = Clock::now();
+    fn();
+    t.push_back(SecondsSince(start));
+  }
+  return Median(t);
+}
+
+double MeasureMemcpy(int64_t bytes, int rounds) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  volatile char sink = 0;
+  const double s = MedianSeconds(rounds, [&] {
+    std::memcpy(dst.data(), src.data(), bytes);
+    sink = dst[bytes / 2];
+  });
+  (void)sink;
+  return bytes / s;
+}
+
+struct ApplyResult {
+  std::string optimizer;
+  std::string error;
+  double store_push = 0;      // Gradient bytes/s through ParameterStore::Push.
+  double optimizer_only = 0;  // Gradient bytes/s through Optimizer::Apply.
+};
+
+ApplyResult MeasureApply(const std::string& name, int64_t bytes, int rounds) {
+  ApplyResult result;
+  result.optimizer = name;
+  const int64_t n = bytes / 4;
+  OptimizerOptions opt;
+  opt.name = name;
+  opt.learning_rate = 1e-6f;
+
+  // Optimizer alone: one pass over params, state and gradient.
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = CreateOptimizer(opt);
+  if (!optimizer.ok()) {
+    result.error = optimizer.status().ToString();
+    return result;
+  }
+  {
+    std::vector<float> params(n, 0.5f), grads(n, 0.0f);
+    std::vector<float> state(n * (*optimizer)->StateSize(),
+                             (*optimizer)->InitialState());
+    result.optimizer_only = bytes / MedianSeconds(rounds, [&] {
+      (*optimizer)->Apply(n, grads.data(), 1.0f, params.data(), state.data());
+    });
+  }
+
+  // The store: validation (ids, sizes, finiteness), locks, versions, apply.
+  ParameterStoreOptions store_options;
+  store_options.optimizer = opt;
+  absl::StatusOr<std::unique_ptr<ParameterStore>> store =
+      ParameterStore::Create(store_options);
+  absl::Status s = store.status();
+  const ModelLayout layout = OneTensorLayout(n, 1, kMiB);
+  absl::StatusOr<ShardMap> map = ComputeShardMap(layout);
+  if (s.ok()) s = map.status();
+  const std::vector<float> init(n, 0.5f), grads(n, 0.0f);
+  auto chunk_bytes = [&](const std::vector<float>& v) {
+    std::vector<ChunkBytes> out;
+    for (const Chunk& c : map->chunks) {
+      out.push_back({c.id, 0, v.data() + c.flat_offset, c.num_elements * 4});
+    }
+    return out;
+  };
+  if (s.ok()) s = (*store)->Declare(layout, chunk_bytes(init)).status();
+  if (!s.ok()) {
+    result.error = s.ToString();
+    return result;
+  }
+  const std::vector<ChunkBytes> g = chunk_bytes(grads);
+  int64_t seq = 1;
+  absl::Status push_status;
+  const double t = MedianSeconds(rounds, [&] {
+    absl::StatusOr<PushResult> r = (*store)->Push(0, seq++, g);
+    if (!r.ok()) push_status = r.status();
+  });
+  if (!push_status.ok()) {
+    result.error = push_status.ToString();
+    return result;
+  }
+  result.store_push = bytes / t;
+  return result;
+}
+
+// ---------------------------------------------------------------- (d) ----
+
+struct Stage {
+  std::string name;
+  double bytes_per_second = 0;
+  double seconds = 0;
+};
+
+// Each stage of one shard's 64 MB push and pull that happens in user space,
+// timed alone (median), in the order the bytes go through them.
+std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds, std::string* error) {
+  std::vector<Stage> stages;
+  const int64_t n = bytes / 4;
+  const ModelLayout layout = OneTensorLayout(n, 1, kMiB);
+  absl::StatusOr<ShardMap> map = ComputeShardMap(layout);
+  ParameterStoreOptions store_options;
+  store_options.optimizer = TinySgd();
+  absl::StatusOr<std::unique_ptr<ParameterStore>> store =
+      ParameterStore::Create(store_options);
+  if (!map.ok() || !store.ok()) {
+    *error = !map.ok() ? map.status().ToString() : store.status().ToString();
+    return stages;
+  }
+  const std::vector<float> init(n, 0.5f), grads(n, 0.0f);
+  std::vector<ChunkBytes> initial;
+  for (const Chunk& c : map->chunks) {
+    initial.push_back({c.id, 0, init.data() + c.flat_offset, c.num_elements * 4});
+  }
+  if (absl::Status s = (*store)->Declare(layout, initial).status(); !s.ok()) {
+    *error = s.ToString();
+    return stages;
+  }
+  auto add = [&](const std::string& name, double seconds) {
+    stages.push_back({name, bytes / seconds, seconds});
+  };
+
+  // Baseline: what any fresh buffer of this size costs before use (malloc
+  // hands large blocks out as new mmap'd pages; each 4 KB page faults).
+  add("baseline: first touch of a fresh allocation",
+      MedianSeconds(rounds, [&] {
+        std::unique_ptr<char[]> fresh(new char[bytes]);
+        std::memset(fresh.get(), 1, bytes);
+      }));
+
+  // Every message below is a fresh object, as in the client and the server,
+  // which build or receive a new message per call; freeing the previous one
+  // is part of the time.
+  // Push, client side: copy the gradient into the request's strings.
+  proto::PushRequest req;
+  auto build_push = [&] {
+    proto::PushRequest fresh;
+    fresh.set_worker_id(0);
+    fresh.set_seq(1);
+    for (const Chunk& c : map->chunks) {
+      proto::ChunkGradient* g = fresh.add_gradients();
+      g->set_chunk_id(c.id);
+      g->mutable_data()->assign(
+          reinterpret_cast<const char*>(grads.data() + c.flat_offset),
+          c.num_elements * 4);
+    }
+    req.Swap(&fresh);
+  };
+  add("push: client builds PushRequest (bytes assign)",
+      MedianSeconds(rounds, build_push));
+  grpc::ByteBuffer wire;
+  bool own = false;
+  add("push: gRPC serializes request into ByteBuffer",
+      MedianSeconds(rounds, [&] {
+        wire.Clear();  // The writer needs an empty buffer.
+        grpc::SerializationTraits<proto::PushRequest>::Serialize(req, &wire, &own);
+      }));
+  // Parsing consumes the buffer: serialize again (untimed) before each parse.
+  std::vector<double> parse_t;
+  proto::PushRequest parsed;
+  for (int r = 0; r <= rounds; ++r) {
+    wire.Clear();
+    grpc::SerializationTraits<proto::PushRequest>::Serialize(req, &wire, &own);
+    const Clock::time_point t = Clock::now();
+    proto::PushRequest fresh;
+    grpc::SerializationTraits<proto::PushRequest>::Deserialize(&wire, &fresh);
+    parsed.Swap(&fresh);
+    if (r > 0) parse_t.push_back(SecondsSince(t));
+  }
+  add("push: server parses ByteBuffer into PushRequest", Median(parse_t));
+  std::vector<ChunkBytes> views;
+  for (const proto::ChunkGradient& g : parsed.gradients()) {
+    views.push_back({g.chunk_id(), 0, g.data().data(),
+                     static_cast<int64_t>(g.data().size())});
+  }
+  int64_t seq = 1;
+  add("push: ParameterStore::Push (validate + sgd apply)",
+      MedianSeconds(rounds, [&] { (void)(*store)->Push(0, seq++, views); }));
+
+  // Pull, server side: copy every chunk into the response under its lock.
+  proto::PullResponse resp;
+  add("pull: server fills PullResponse (Pull + assign)",
+      MedianSeconds(rounds, [&] {
+        proto::PullResponse fresh;
+        (void)(*store)->Pull({}, [&](const ChunkView& c) {
+          proto::ChunkValues* out = fresh.add_chunks();
+          out->set_chunk_id(c.chunk_id);
+          out->set_version(c.version);
+          out->mutable_data()->assign(reinterpret_cast<const char*>(c.data),
+                                      c.num_elements * 4);
+        });
+        resp.Swap(&fresh);
+      }));
+  add("pull: gRPC serializes response into ByteBuffer",
+      MedianSeconds(rounds, [&] {
+        wire.Clear();
+        grpc::SerializationTraits<proto::PullResponse>::Serialize(resp, &wire, &own);
+      }));
+  parse_t.clear();
+  proto::PullResponse client_resp;
+  for (int r = 0; r <= rounds; ++r) {
+    wire.Clear();
+    grpc::SerializationTraits<proto::PullResponse>::Serialize(resp, &wire, &own);
+    const Clock::time_point t = Clock::now();
+    proto::PullResponse fresh;
+    grpc::SerializationTraits<proto::PullResponse>::Deserialize(&wire, &fresh);
+    client_resp.Swap(&fresh);
+    if (r > 0) parse_t.push_back(SecondsSince(t));
+  }
+  add("pull: client parses ByteBuffer into PullResponse", Median(parse_t));
+  std::vector<float> params(n);
+  add("pull: client copies chunks into the flat vector",
+      MedianSeconds(rounds, [&] {
+        for (const proto::ChunkValues& c : client_resp.chunks()) {
+          std::memcpy(params.data() + map->chunks[c.chunk_id()].flat_offset,
+                      c.data().data(), c.data().size());
+        }
+      }));
+  return stages;
+}
+
+// --------------------------------------------------------------- main ----
+
+int Run(const BenchOptions& o) {
+  const Clock::time_point t_begin = Clock::now();
+  const std::string load_before = LoadAverage();
+  std::printf("transport_bench: %u hardware threads, load average %s (1/5/15 min)\n",
+              std::thread::hardware_concurrency(), load_before.c_str());
+  std::printf("Units: GB/s = 1e9 bytes/s; Gbit/s = 1e9 bits/s. 1 MB model = 1 MiB.\n\n");
+  std::fflush(stdout);
+
+  // (b) first: it is the reference for everything else.
+  LoopbackTcpOptions tcp_options;
+  tcp_options.total_bytes = o.tcp_bytes;
+  tcp_options.write_bytes = o.tcp_write_bytes;
+  absl::StatusOr<LoopbackTcpResult> tcp = MeasureLoopbackTcp(tcp_options);
+  double tcp_bps = 0;
+  std::printf("(b) raw loopback TCP, %lld MiB in %lld KiB writes: ",
+              static_cast<long long>(o.tcp_bytes / kMiB),
+              static_cast<long long>(o.tcp_write_bytes >> 10));
+  if (tcp.ok()) {
+    tcp_bps = tcp->bytes_per_second;
+    std::printf("%.2f GB/s (%.1f Gbit/s) in %.2f s\n\n", GBps(tcp_bps),
+                Gbps(tcp_bps), tcp->seconds);
+  } else {
+    std::printf("FAILED: %s\n\n", tcp.status().ToString().c_str());
+  }
+  std::fflush(stdout);
+
+  // (a)
+  std::printf("(a) push+pull goodput through gRPC (in-process servers, "
+              "max_chunk_bytes %lld, %s connections per worker)\n",
+              static_cast<long long>(o.max_chunk_bytes),
+              o.separate_connections ? "separate" : "shared");
+  std::printf("%8s %6s %7s %6s %10s %9s %8s %10s %10s\n", "model", "shards",
+              "workers", "rounds", "goodput", "", "vs TCP", "pull ms", "push ms");
+  std::printf("%8s %6s %7s %6s %10s %9s %8s %10s %10s\n", "MB", "", "", "",
+              "GB/s", "Gbit/s", "", "(mean)", "(mean)");
+  std::vector<GoodputCell> cells;
+  for (int64_t mb : o.sizes_mb) {
+    for (int shards : o.shards) {
+      for (int workers : o.workers) {
+        GoodputCell c = RunGoodputCell(o, mb * kMiB, shards, workers);
+        if (c.refused.empty()) {
+          std::printf("%8lld %6d %7d %6d %10.3f %9.2f %8.3f %10.1f %10.1f\n",
+                      static_cast<long long>(mb), shards, workers, c.rounds,
+                      GBps(c.goodput), Gbps(c.goodput),
+                      tcp_bps > 0 ? c.goodput / tcp_bps : 0.0,
+                      c.pull_mean_s * 1e3, c.push_mean_s * 1e3);
+        } else {
+          std::printf("%8lld %6d %7d %6s  %s\n", static_cast<long long>(mb),
+                      shards, workers, "-", c.refused.c_str());
+        }
+        std::fflush(stdout);
+        cells.push_back(std::move(c));
+      }
+    }
+  }
+  const LatencyResult lat = RunSmallLatency(o);
+  if (lat.error.empty()) {
+    std::printf("\n(a) 4 KB ops (1024 floats, 1 shard, 1 worker), %d each: "
+                "pull p50 %.0f us, p99 %.0f us (mean %.0f); "
+                "push p50 %.0f us, p99 %.0f us\n\n",
+                lat.ops, lat.pull_p50_us, lat.pull_p99_us, lat.pull_mean_us,
+                lat.push_p50_us, lat.push_p99_us);
+  } else {
+    std::printf("\n(a) 4 KB ops FAILED: %s\n\n", lat.error.c_str());
+  }
+  std::fflush(stdout);
+
+  // (c)
+  const double memcpy_bps = MeasureMemcpy(o.apply_bytes, o.apply_rounds);
+  std::printf("(c) server apply of a %lld MiB gradient (median of %d), vs memcpy "
+              "of the same bytes: memcpy %.2f GB/s\n",
+              static_cast<long long>(o.apply_bytes / kMiB), o.apply_rounds,
+              GBps(memcpy_bps));
+  std::printf("%10s %22s %10s %22s %10s\n", "optimizer", "ParameterStore::Push",
+              "vs memcpy", "Optimizer::Apply only", "vs memcpy");
+  std::vector<ApplyResult> applies;
+  for (const char* name : {"sgd", "momentum", "adagrad"}) {
+    ApplyResult a = MeasureApply(name, o.apply_bytes, o.apply_rounds);
+    if (a.error.empty()) {
+      std::printf("%10s %17.2f GB/s %10.3f %17.2f GB/s %10.3f\n", name,
+                  GBps(a.store_push), a.store_push / memcpy_bps,
+                  GBps(a.optimizer_only), a.optimizer_only / memcpy_bps);
+    } else {
+      std::printf("%10s FAILED: %s\n", name, a.error.c_str());
+    }
+    applies.push_back(std::move(a));
+  }
+  std::fflush(stdout);
+
+  // (d)
+  std::string stage_error;
+  const std::vector<Stage> stages =
+      MeasureCopyStages(o.apply_bytes, o.apply_rounds, &stage_error);
+  std::printf("\n(d) user-space stages of one %lld MiB push and pull (1 shard, "
+              "1 MiB chunks; each timed alone, median of %d)\n",
+              static_cast<long long>(o.apply_bytes / kMiB), o.apply_rounds);
+  double push_stage_s = 0, pull_stage_s = 0;
+  for (const Stage& st : stages) {
+    std::printf("  %-52s %8.2f GB/s %8.1f ms\n", st.name.c_str(),
+                GBps(st.bytes_per_second), st.seconds * 1e3);
+    (st.name.rfind("push", 0) == 0 ? push_stage_s : pull_stage_s) += st.seconds;
+  }
+  if (!stage_error.empty()) std::printf("  FAILED: %s\n", stage_error.c_str());
+  const double tcp_s = tcp_bps > 0 ? o.apply_bytes / tcp_bps : 0;
+  std::printf("  sum: push %.1f ms, pull %.1f ms in user space; + %.1f ms each "
+              "for the bytes through loopback TCP at (b)'s rate\n",
+              push_stage_s * 1e3, pull_stage_s * 1e3, tcp_s * 1e3);
+
+  // JSON.
+  auto find_cell = [&](int64_t mb, int shards, int workers) -> const GoodputCell* {
+    for (const GoodputCell& c : cells) {
+      if (c.model_bytes == mb * kMiB && c.shards == shards &&
+          c.workers == workers && c.refused.empty()) {
+        return &c;
+      }
+    }
+    return nullptr;
+  };
+  const GoodputCell* key = find_cell(64, 2, 1);
+  const double key_goodput = key != nullptr ? key->goodput : 0;
+  double best_goodput = 0;
+  std::string best_cell = "none";
+  std::vector<std::string> refused;
+  for (const GoodputCell& c : cells) {
+    const std::string id = absl::StrCat(c.model_bytes / kMiB, "MB/", c.shards,
+                                        "s/", c.workers, "w");
+    if (!c.refused.empty()) {
+      refused.push_back(absl::StrCat("\"", id, "\""));
+    } else if (c.goodput > best_goodput) {
+      best_goodput = c.goodput;
+      best_cell = id;
+    }
+  }
+  const ApplyResult* sgd = nullptr;
+  const ApplyResult* adagrad = nullptr;
+  for (const ApplyResult& a : applies) {
+    if (a.optimizer == "sgd" && a.error.empty()) sgd = &a;
+    if (a.optimizer == "adagrad" && a.error.empty()) adagrad = &a;
+  }
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  const double sgd_bps = sgd != nullptr ? sgd->store_push : 0;
+  const double adagrad_bps = adagrad != nullptr ? adagrad->store_push : 0;
+  std::string json = absl::StrFormat(
+      "{\"goodput_vs_tcp\":%.4f,\"apply_vs_memcpy\":%.4f,\"tcp_gbps\":%.3f,"
+      "\"goodput_64mb_2shards_gbps\":%.3f,\"memcpy_gbps\":%.3f,"
+      "\"apply_gbps\":%.3f,\"apply_adagrad_gbps\":%.3f,"
+      "\"apply_adagrad_vs_memcpy\":%.4f,\"apply_sgd_optimizer_only_gbps\":%.3f,"
+      "\"best_goodput_gbps\":%.3f,\"best_goodput_cell\":\"%s\","
+      "\"latency_4kb_pull_p50_us\":%.1f,\"latency_4kb_pull_p99_us\":%.1f,"
+      "\"latency_4kb_push_p50_us\":%.1f,\"latency_4kb_push_p99_us\":%.1f,"
+      "\"refused_cells\":[%s],\"units\":\"gbps = 1e9 bit/s\","
+      "\"separate_connections\":%s,\"quick\":%s,\"load_before\":\"%s\","
+      "\"load_after\":\"%s\",\"seconds\":%.1f}",
+      ratio(key_goodput, tcp_bps), ratio(sgd_bps, memcpy_bps), Gbps(tcp_bps),
+      Gbps(key_goodput), Gbps(memcpy_bps), Gbps(sgd_bps), Gbps(adagrad_bps),
+      ratio(adagrad_bps, memcpy_bps),
+      Gbps(sgd != nullptr ? sgd->optimizer_only : 0), Gbps(best_goodput),
+      best_cell, lat.pull_p50_us, lat.pull_p99_us, lat.push_p50_us,
+      lat.push_p99_us, absl::StrJoin(refused, ","),
+      o.separate_connections ? "true" : "false",
+      o.quick ? "true" : "false", load_before, LoadAverage(),
+      SecondsSince(t_begin));
+  std::printf("\n%s\n", json.c_str());
+  return 0;
+}
+
+template <typename T>
+bool ParseList(const std::string& text, std::vector<T>* out) {
+  out->clear();
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    T v;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+}  // namespace
+}  // namespace downpour
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Downpour transport benchmark: gRPC push/pull goodput vs raw loopback "
+      "TCP, server apply rate vs memcpy. See the file comment.");
+  absl::ParseCommandLine(argc, argv);
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  downpour::BenchOptions o;
+  o.quick = quick;
+  auto pick = [](auto flag_value, auto full, auto quick_value, bool q) {
+    return flag_value != 0 ? flag_value : (q ? quick_value : full);
+  };
+  const std::string sizes = absl::GetFlag(FLAGS_sizes_mb);
+  const std::string shards = absl::GetFlag(FLAGS_shards);
+  const std::string workers = absl::GetFlag(FLAGS_workers);
+  if (!downpour::ParseList(sizes.empty() ? (quick ? "1,64" : "1,16,64,256") : sizes,
+                           &o.sizes_mb) ||
+      !downpour::ParseList(shards.empty() ? (quick ? "1,2" : "1,2,4") : shards,
+                           &o.shards) ||
+      !downpour::ParseList(workers.empty() ? "1,4" : workers, &o.workers)) {
+    std::fprintf(stderr, "transport_bench: --sizes_mb, --shards and --workers "
+                         "take comma-separated positive integers\n");
+    return 2;
+  }
+  o.cell_bytes = pick(absl::GetFlag(FLAGS_cell_mb), int64_t{1536}, int64_t{256},
+                      quick) * downpour::kMiB;
+  o.min_rounds = pick(absl::GetFlag(FLAGS_min_rounds), 2, 2, quick);
+  o.max_rounds = pick(absl::GetFlag(FLAGS_max_rounds), 50, 50, quick);
+  o.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  o.separate_connections = absl::GetFlag(FLAGS_separate_connections);
+  o.latency_ops = pick(absl::GetFlag(FLAGS_latency_ops), 2000, 300, quick);
+  o.tcp_bytes = pick(absl::GetFlag(FLAGS_tcp_mb), int64_t{2048}, int64_t{512},
+                     quick) * downpour::kMiB;
+  o.tcp_write_bytes = absl::GetFlag(FLAGS_tcp_write_kb) << 10;
+  o.apply_bytes = absl::GetFlag(FLAGS_apply_mb) * downpour::kMiB;
+  o.apply_rounds = pick(absl::GetFlag(FLAGS_apply_rounds), 10, 3, quick);
+  if (o.min_rounds < 1 || o.max_rounds < o.min_rounds || o.cell_bytes <= 0 ||
+      o.max_chunk_bytes < 4 || o.latency_ops < 1 || o.tcp_bytes <= 0 ||
+      o.tcp_write_bytes <= 0 || o.apply_bytes < 4 * downpour::kMiB ||
+      o.apply_rounds < 1) {
+    std::fprintf(stderr, "transport_bench: a size or count flag is out of range\n");
+    return 2;
+  }
+  return downpour::Run(o);
+}
