@@ -3,12 +3,13 @@
 //
 //   bazel run //deploy:launch -- --servers=2 --workers=4 --epochs=1
 //
-// Exit codes: 0 success; 2 bad flags / missing binaries / mode not
-// implemented; 130 interrupted (SIGINT/SIGTERM); 1 any other failure.
+// Exit codes: 0 success; 2 bad flags / missing binaries; 130 interrupted
+// (SIGINT/SIGTERM); 1 any other failure.
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <string>
@@ -26,7 +27,33 @@
 ABSL_FLAG(int, servers, 2, "Number of parameter-server shards (>= 1).");
 ABSL_FLAG(int, workers, 2, "Number of training worker processes (>= 1).");
 ABSL_FLAG(std::string, mode, "async",
-          "Training mode: async (sync and ssp are not implemented yet).");
+          "Training mode: async (Downpour), sync (synchronous steps) or ssp "
+          "(stale-synchronous parallel, bounded by --staleness). Passed to "
+          "servers, workers and evaluations.");
+ABSL_FLAG(int, replicas_to_aggregate, 0,
+          "sync: gradients per step; 0 = all workers, fewer = backup "
+          "workers. Passed to the servers.");
+ABSL_FLAG(int, staleness, 2,
+          "ssp: clocks a worker may run ahead of the slowest (>= 0).");
+ABSL_FLAG(bool, staleness_aware, false,
+          "async only: the servers divide each update's step by its "
+          "staleness.");
+ABSL_FLAG(int64_t, drop_stale_threshold, 0,
+          "async: the servers drop updates staler than this; 0 = never.");
+ABSL_FLAG(double, sync_timeout_s, 30,
+          "sync/ssp: seconds a server waits for a missing worker before "
+          "going on without it.");
+ABSL_FLAG(int, min_replicas, 1,
+          "sync/ssp: fewest workers to go on with; below it the job aborts.");
+ABSL_FLAG(double, eval_every_s, 0,
+          "Accuracy-vs-time curve: every N seconds of training, evaluate the "
+          "servers' parameters on --eval_examples test examples (skipped "
+          "while the previous one runs); 0 = off.");
+ABSL_FLAG(int64_t, eval_examples, 5000,
+          "Test examples of each --eval_every_s evaluation (>= 1).");
+ABSL_FLAG(std::string, curve_csv, "",
+          "If set, the accuracy-vs-time curve (the --eval_every_s points and "
+          "the final evaluation) is written here as seconds,test_accuracy.");
 ABSL_FLAG(int, epochs, 3, "Passes over the training set per worker.");
 ABSL_FLAG(int, batch_size, 64, "Mini-batch size per worker step.");
 ABSL_FLAG(double, lr, 0.05, "Learning rate of the server-side optimizer.");
@@ -109,6 +136,21 @@ int main(int argc, char** argv) {
   o.servers = absl::GetFlag(FLAGS_servers);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.mode = absl::GetFlag(FLAGS_mode);
+  o.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  o.staleness = absl::GetFlag(FLAGS_staleness);
+  o.staleness_aware = absl::GetFlag(FLAGS_staleness_aware);
+  o.drop_stale_threshold = absl::GetFlag(FLAGS_drop_stale_threshold);
+  o.sync_timeout_s = absl::GetFlag(FLAGS_sync_timeout_s);
+  o.min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  const double eval_every_s = absl::GetFlag(FLAGS_eval_every_s);
+  if (!std::isfinite(eval_every_s) || eval_every_s < 0) {
+    std::cerr << "launch: --eval_every_s must be a finite number >= 0 "
+                 "(0 = off), got " << eval_every_s << "\n";
+    return 2;
+  }
+  o.eval_every = absl::Seconds(eval_every_s);
+  o.eval_examples = absl::GetFlag(FLAGS_eval_examples);
+  o.curve_csv = absl::GetFlag(FLAGS_curve_csv);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.lr = absl::GetFlag(FLAGS_lr);

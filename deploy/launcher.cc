@@ -110,17 +110,54 @@ absl::Status WriteFileAtomically(const std::string& path,
 }
 
 
-enum class Role { kServer, kWorker, kEval };
+// The mean of `key` over the shards that report it, weighted by each shard's
+// "pushes_applied" (a plain mean if any of them lacks it); nullopt if none
+// reports it.
+std::optional<double> WeightedMeanOverShards(
+    const std::vector<JsonNumbers>& stats, const std::string& key) {
+  double weighted = 0, weight = 0, plain = 0;
+  int plain_n = 0;
+  bool all_weighted = true;
+  for (const JsonNumbers& st : stats) {
+    auto it = st.find(key);
+    if (it == st.end()) continue;
+    plain += it->second;
+    ++plain_n;
+    if (auto w = st.find("pushes_applied"); w != st.end()) {
+      weighted += it->second * w->second;
+      weight += w->second;
+    } else {
+      all_weighted = false;
+    }
+  }
+  if (plain_n == 0) return std::nullopt;
+  return (all_weighted && weight > 0) ? weighted / weight : plain / plain_n;
+}
+
+std::optional<double> MaxOverShards(const std::vector<JsonNumbers>& stats,
+                                    const std::string& key) {
+  std::optional<double> max;
+  for (const JsonNumbers& st : stats) {
+    if (auto it = st.find(key); it != st.end()) {
+      max = std::max(max.value_or(it->second), it->second);
+    }
+  }
+  return max;
+}
+
+// kCurveEval: an evaluation on part of the test set while workers train.
+enum class Role { kServer, kWorker, kEval, kCurveEval };
 
 struct Child {
   std::string name;  // "ps 0", "worker 1", "eval": the output prefix.
   Role role = Role::kServer;
   int index = 0;
   std::unique_ptr<Subprocess> proc;
+  absl::Time started;
   bool exit_handled = false;  // The supervision loop has seen the exit.
   std::optional<WorkerProgress> latest;  // Workers: last progress line.
   std::optional<JsonNumbers> done;       // Workers: the DONE record.
-  std::optional<JsonNumbers> eval;       // Eval: the EVAL record.
+  std::optional<JsonNumbers> eval;       // Evals: the EVAL record.
   std::vector<JsonNumbers> server_stats;  // SERVER_STATS records printed.
 };
 
@@ -141,6 +178,14 @@ class Cluster {
   absl::Status StartServersAndWaitForPorts();
   absl::Status RunTraining();
   absl::Status RunEval();
+  // Both evaluations' argv; `max_test_examples` 0 means the whole test set.
+  std::vector<std::string> EvalArgv(int64_t max_test_examples,
+                                    bool save_params) const;
+  // Starts a curve evaluation when one is due and none is running.
+  absl::Status MaybeStartCurveEval();
+  // Handles the exit of a curve evaluation: a point or a warning.
+  void FinishCurveEval(Child& c);
+  void AddCurvePoint(double seconds, double test_accuracy);
   void StopServers();
 
   // Waits up to `timeout` for output, then handles every available line.
@@ -167,6 +212,9 @@ class Cluster {
   std::vector<Child*> servers_;
   std::vector<Child*> workers_;
   Child* eval_ = nullptr;
+  Child* curve_eval_ = nullptr;  // The running curve evaluation, if any.
+  absl::Time next_curve_eval_;
+  std::vector<CurvePoint> curve_;
   std::vector<int> ports_;
 
   absl::Time start_;
@@ -200,6 +248,7 @@ absl::StatusOr<Child*> Cluster::StartChild(Role role, int index,
                                      proc.status().message()));
   }
   child->proc = *std::move(proc);
+  child->started = absl::Now();
   children_.push_back(std::move(child));
   return children_.back().get();
 }
@@ -219,6 +268,7 @@ void Cluster::HandleLine(Child& c, const std::string& line) {
       }
       break;
     case Role::kEval:
+    case Role::kCurveEval:
       if (auto e = ParseTaggedJson(line, "EVAL")) {
         c.eval = std::move(*e);
       } else if (auto s = ParseTaggedJson(line, "SERVER_STATS")) {
@@ -325,6 +375,17 @@ absl::Status Cluster::StartServersAndWaitForPorts() {
         absl::StrCat("--num_shards=", options_.servers),
         absl::StrCat("--optimizer=", options_.optimizer),
         absl::StrCat("--lr=", options_.lr),
+        absl::StrCat("--mode=", options_.mode),
+        absl::StrCat("--num_workers=", options_.workers),
+        absl::StrCat("--replicas_to_aggregate=",
+                     options_.replicas_to_aggregate),
+        absl::StrCat("--staleness=", options_.staleness),
+        absl::StrCat("--staleness_aware=",
+                     options_.staleness_aware ? "true" : "false"),
+        absl::StrCat("--drop_stale_threshold=",
+                     options_.drop_stale_threshold),
+        absl::StrCat("--sync_timeout_s=", options_.sync_timeout_s),
+        absl::StrCat("--min_replicas=", options_.min_replicas),
     };
     argv.insert(argv.end(), options_.server_args.begin(),
                 options_.server_args.end());
@@ -392,6 +453,7 @@ absl::Status Cluster::RunTraining() {
   const std::string ps_hosts = absl::StrJoin(hosts, ",");
   train_start_ = absl::Now();
   last_rate_report_ = train_start_;
+  next_curve_eval_ = train_start_ + options_.eval_every;
   for (int i = 0; i < options_.workers; ++i) {
     std::vector<std::string> argv = {
         options_.ps_worker_bin,
@@ -399,6 +461,7 @@ absl::Status Cluster::RunTraining() {
         absl::StrCat("--worker_index=", i),
         absl::StrCat("--num_workers=", options_.workers),
         "--task=train",
+        absl::StrCat("--mode=", options_.mode),
         absl::StrCat("--epochs=", options_.epochs),
         absl::StrCat("--batch_size=", options_.batch_size),
         absl::StrCat("--seed=", options_.seed),
@@ -430,6 +493,10 @@ absl::Status Cluster::RunTraining() {
         return Fail(*c, absl::StrCat(st.ToString(),
                                      ", while workers were running"));
       }
+      if (c->role == Role::kCurveEval) {
+        FinishCurveEval(*c);
+        continue;
+      }
       if (!st.success()) return Fail(*c, st.ToString());
       if (!c->done) {
         return Fail(*c, "exit code 0 but no DONE line was printed");
@@ -438,30 +505,97 @@ absl::Status Cluster::RunTraining() {
     }
     DP_RETURN_IF_ERROR(CheckStopSignal());
     MaybeReportRate();
+    if (running > 0) DP_RETURN_IF_ERROR(MaybeStartCurveEval());
   }
   train_end_ = absl::Now();
   Print(absl::StrFormat("launch: training done in %.1f s",
                         absl::ToDoubleSeconds(train_end_ - train_start_)));
+  // A curve evaluation still running measures parameters from before the
+  // end of training: let it finish (its client's RPC deadlines bound this)
+  // rather than lose the point, and keep it off the final evaluation's CPUs.
+  while (curve_eval_ != nullptr) {
+    Pump(kPumpSlice);
+    for (Child* c : ReapExited()) {
+      if (c->role == Role::kServer) {
+        return Fail(*c, absl::StrCat(c->proc->exit_status().ToString(),
+                                     ", after training"));
+      }
+      if (c->role == Role::kCurveEval) FinishCurveEval(*c);
+    }
+    DP_RETURN_IF_ERROR(CheckStopSignal());
+  }
   return absl::OkStatus();
 }
 
-absl::Status Cluster::RunEval() {
-  Print("launch: evaluating");
+std::vector<std::string> Cluster::EvalArgv(int64_t max_test_examples,
+                                           bool save_params) const {
   std::vector<std::string> hosts;
   for (int port : ports_) hosts.push_back(absl::StrCat("127.0.0.1:", port));
   std::vector<std::string> argv = {
       options_.ps_worker_bin,
       "--task=eval",
+      absl::StrCat("--mode=", options_.mode),
       absl::StrCat("--ps_hosts=", absl::StrJoin(hosts, ",")),
       absl::StrCat("--data_dir=", options_.data_dir),
   };
-  if (!options_.save_params.empty()) {
+  if (max_test_examples > 0) {
+    argv.push_back(absl::StrCat("--max_test_examples=", max_test_examples));
+  }
+  if (save_params && !options_.save_params.empty()) {
     argv.push_back(absl::StrCat("--save_params=", options_.save_params));
   }
   argv.insert(argv.end(), options_.worker_args.begin(),
               options_.worker_args.end());
+  return argv;
+}
+
+absl::Status Cluster::MaybeStartCurveEval() {
+  if (options_.eval_every <= absl::ZeroDuration()) return absl::OkStatus();
+  const absl::Time now = absl::Now();
+  if (now < next_curve_eval_) return absl::OkStatus();
+  // Ticks that pass while an evaluation runs (or while the loop is late) are
+  // skipped, not made up for.
+  while (next_curve_eval_ <= now) next_curve_eval_ += options_.eval_every;
+  if (curve_eval_ != nullptr) return absl::OkStatus();
   absl::StatusOr<Child*> c =
-      StartChild(Role::kEval, 0, "eval", std::move(argv));
+      StartChild(Role::kCurveEval, 0, "curve eval",
+                 EvalArgv(options_.eval_examples, /*save_params=*/false));
+  if (!c.ok()) {
+    StopAll();
+    return c.status();
+  }
+  curve_eval_ = *c;
+  return absl::OkStatus();
+}
+
+void Cluster::FinishCurveEval(Child& c) {
+  if (&c == curve_eval_) curve_eval_ = nullptr;
+  const ExitStatus& st = c.proc->exit_status();
+  std::string why;
+  if (!st.success()) {
+    why = st.ToString();
+  } else if (!c.eval || !c.eval->count("test_accuracy")) {
+    why = "exit code 0 but no EVAL line with test_accuracy was printed";
+  }
+  if (!why.empty()) {
+    Print(absl::StrCat("launch: warning: curve eval failed (", why,
+                       "); training goes on"));
+    return;
+  }
+  AddCurvePoint(absl::ToDoubleSeconds(c.started - train_start_),
+                c.eval->at("test_accuracy"));
+}
+
+void Cluster::AddCurvePoint(double seconds, double test_accuracy) {
+  curve_.push_back({seconds, test_accuracy});
+  Print(absl::StrFormat("curve: t=%.1f s test_accuracy=%.4f", seconds,
+                        test_accuracy));
+}
+
+absl::Status Cluster::RunEval() {
+  Print("launch: evaluating");
+  absl::StatusOr<Child*> c = StartChild(Role::kEval, 0, "eval",
+                                        EvalArgv(0, /*save_params=*/true));
   if (!c.ok()) {
     StopAll();
     return c.status();
@@ -481,6 +615,11 @@ absl::Status Cluster::RunEval() {
         return Fail(*exited, "exit code 0 but no EVAL line was printed");
       }
       eval_end_ = absl::Now();
+      if (auto it = exited->eval->find("test_accuracy");
+          it != exited->eval->end()) {
+        AddCurvePoint(absl::ToDoubleSeconds(train_end_ - train_start_),
+                      it->second);
+      }
       return absl::OkStatus();
     }
     DP_RETURN_IF_ERROR(CheckStopSignal());
@@ -538,6 +677,9 @@ absl::StatusOr<Summary> Cluster::Run() {
   const JsonNumbers& e = *eval_->eval;
   s.test_accuracy = e.count("test_accuracy") ? e.at("test_accuracy") : NAN;
   s.test_loss = e.count("test_loss") ? e.at("test_loss") : NAN;
+  s.curve = curve_;
+  s.time_to_85 = TimeToAccuracy(s.curve, 0.85);
+  s.time_to_88 = TimeToAccuracy(s.curve, 0.88);
 
   // Staleness: the eval run's SERVER_STATS, else whatever servers printed.
   std::vector<JsonNumbers> stats = eval_->server_stats;
@@ -547,30 +689,15 @@ absl::StatusOr<Summary> Cluster::Run() {
                    srv->server_stats.end());
     }
   }
-  double weighted = 0, weight = 0;
-  bool all_weighted = true;
-  double plain = 0;
-  int plain_n = 0;
+  s.staleness_mean = WeightedMeanOverShards(stats, "staleness_mean");
+  s.staleness_p50 = WeightedMeanOverShards(stats, "staleness_p50");
+  s.staleness_max = MaxOverShards(stats, "staleness_max");
+  s.staleness_p99 = MaxOverShards(stats, "staleness_p99");
   for (const JsonNumbers& st : stats) {
-    if (auto it = st.find("staleness_mean"); it != st.end()) {
-      plain += it->second;
-      ++plain_n;
-      auto w = st.find("pushes_applied");
-      if (w != st.end()) {
-        weighted += it->second * w->second;
-        weight += w->second;
-      } else {
-        all_weighted = false;
-      }
+    if (auto it = st.find("dropped_stale"); it != st.end()) {
+      s.dropped_stale = s.dropped_stale.value_or(0) +
+                        static_cast<int64_t>(std::llround(it->second));
     }
-    if (auto it = st.find("staleness_max"); it != st.end()) {
-      s.staleness_max = std::max(s.staleness_max.value_or(it->second),
-                                 it->second);
-    }
-  }
-  if (plain_n > 0) {
-    s.staleness_mean = (all_weighted && weight > 0) ? weighted / weight
-                                                    : plain / plain_n;
   }
   s.log_dir = log_dir_;
   return s;
@@ -594,22 +721,22 @@ std::string Summary::ToJson() const {
       .Add("examples_per_sec", examples_per_sec)
       .Add("final_loss", final_loss)
       .Add("test_accuracy", test_accuracy)
-      .Add("test_loss", test_loss);
+      .Add("test_loss", test_loss)
+      .Add("time_to_85", time_to_85)
+      .Add("time_to_88", time_to_88);
   if (staleness_mean) w.Add("staleness_mean", *staleness_mean);
   if (staleness_max) w.Add("staleness_max", *staleness_max);
+  if (staleness_p50) w.Add("staleness_p50", *staleness_p50);
+  if (staleness_p99) w.Add("staleness_p99", *staleness_p99);
+  if (dropped_stale) w.Add("dropped_stale", *dropped_stale);
   w.Add("log_dir", log_dir);
   return w.str();
 }
 
 absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
-  if (o.mode == "sync" || o.mode == "ssp") {
-    return absl::UnimplementedError(
-        absl::StrCat("mode ", o.mode, " is not implemented yet"));
-  }
-  if (o.mode != "async") {
+  if (o.mode != "async" && o.mode != "sync" && o.mode != "ssp") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unknown --mode=", o.mode, "; valid modes: async (sync and ssp are "
-        "not implemented yet)"));
+        "unknown --mode=", o.mode, "; valid modes: async, sync, ssp"));
   }
   auto at_least_one = [](const char* flag, int64_t v) -> absl::Status {
     if (v >= 1) return absl::OkStatus();
@@ -622,6 +749,39 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
   DP_RETURN_IF_ERROR(at_least_one("batch_size", o.batch_size));
   DP_RETURN_IF_ERROR(at_least_one("n_fetch", o.n_fetch));
   DP_RETURN_IF_ERROR(at_least_one("n_push", o.n_push));
+  if (o.replicas_to_aggregate < 0 || o.replicas_to_aggregate > o.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas_to_aggregate must be in [0, --workers=", o.workers,
+        "] (0 = all workers), got ", o.replicas_to_aggregate));
+  }
+  if (o.min_replicas < 1 || o.min_replicas > o.workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min_replicas must be in [1, --workers=", o.workers,
+                     "], got ", o.min_replicas));
+  }
+  if (o.staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness must be >= 0, got ", o.staleness));
+  }
+  if (o.staleness_aware && o.mode != "async") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--staleness_aware applies to --mode=async, not --mode=", o.mode));
+  }
+  if (o.drop_stale_threshold < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--drop_stale_threshold must be >= 0 (0 = off), got ",
+                     o.drop_stale_threshold));
+  }
+  if (!std::isfinite(o.sync_timeout_s) || o.sync_timeout_s <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync_timeout_s must be a positive number, got ", o.sync_timeout_s));
+  }
+  if (o.eval_every < absl::ZeroDuration() ||
+      o.eval_every == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        "--eval_every_s must be a finite number >= 0 (0 = off)");
+  }
+  DP_RETURN_IF_ERROR(at_least_one("eval_examples", o.eval_examples));
   if (o.max_train_examples < 0) {
     return absl::InvalidArgumentError(
         "--max_train_examples must be >= 0 (0 = all)");
@@ -652,6 +812,14 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
     }
   }
   return absl::OkStatus();
+}
+
+double TimeToAccuracy(const std::vector<CurvePoint>& curve,
+                      double threshold) {
+  for (const CurvePoint& p : curve) {
+    if (p.test_accuracy >= threshold) return p.seconds;
+  }
+  return -1;
 }
 
 absl::StatusOr<std::string> FindSiblingBinary(
@@ -698,6 +866,13 @@ absl::StatusOr<Summary> RunCluster(const LaunchOptions& options,
   out.flush();
   if (!options.summary_json.empty()) {
     DP_RETURN_IF_ERROR(WriteFileAtomically(options.summary_json, json + "\n"));
+  }
+  if (!options.curve_csv.empty()) {
+    std::string csv = "seconds,test_accuracy\n";
+    for (const CurvePoint& p : summary->curve) {
+      absl::StrAppendFormat(&csv, "%.3f,%.6g\n", p.seconds, p.test_accuracy);
+    }
+    DP_RETURN_IF_ERROR(WriteFileAtomically(options.curve_csv, csv));
   }
   return summary;
 }

@@ -2,7 +2,9 @@
 //
 // Runs a whole Downpour cluster on localhost: S ps_server processes, W
 // ps_worker training processes, then one ps_worker evaluation process, and
-// supervises them. deploy/launch_main.cc is a thin flag-parsing wrapper.
+// supervises them. With eval_every > 0 it also evaluates the servers'
+// parameters on part of the test set while the workers train, which gives an
+// accuracy-vs-time curve. deploy/launch_main.cc is a thin flag-parsing wrapper.
 //
 //   LaunchOptions options;
 //   options.ps_server_bin = ...; options.ps_worker_bin = ...;
@@ -15,13 +17,19 @@
 //   launch: server <k> listening on 127.0.0.1:<port>
 //   <child output>   every line of every child, prefixed with "<name>: "
 //                    unless it already starts with that; names are "ps <k>",
-//                    "worker <i>" and "eval". Worker progress lines therefore
+//                    "worker <i>", "curve eval" (the evaluations during
+//                    training) and "eval". Worker progress lines therefore
 //                    pass through unchanged.
 //   cluster: <R> examples/sec (<n> workers, step <s>)
 //                    at most every rate_report_interval while training: R is
 //                    the sum of the latest rate of each still-running worker
 //                    that reported one, n how many such workers, s the
 //                    largest latest step among them.
+//   curve: t=<T> s test_accuracy=<A>
+//                    one per point of the accuracy-vs-time curve, when its
+//                    evaluation has finished (see Summary::curve).
+//   launch: warning: curve eval failed (<why>)
+//                    an evaluation during training failed; training goes on.
 //   launch: training done in <T> s
 //   launch: evaluating
 //   launch: stopping servers
@@ -55,15 +63,41 @@ namespace downpour {
 struct LaunchOptions {
   int servers = 2;                 // Parameter-server shards, >= 1.
   int workers = 2;                 // Training worker processes, >= 1.
-  std::string mode = "async";      // Only "async" is implemented.
+  // "async" (Downpour), "sync" (the servers aggregate a step's gradients
+  // from replicas_to_aggregate workers before applying them) or "ssp"
+  // (stale-synchronous: no worker runs more than `staleness` steps ahead of
+  // the slowest). Passed to servers, workers and the evaluations.
+  std::string mode = "async";
+  // The six below are passed to every server as the flags of the same name;
+  // ps_server documents their exact semantics.
+  int replicas_to_aggregate = 0;   // sync: gradients per step; 0 = all
+                                   // workers, fewer = backup workers.
+                                   // In [0, workers].
+  int staleness = 2;               // ssp: clocks a worker may run ahead of
+                                   // the slowest; >= 0.
+  bool staleness_aware = false;    // async only: divide each update's step
+                                   // by its staleness.
+  int64_t drop_stale_threshold = 0;  // async: drop updates staler than
+                                     // this; 0 = never; >= 0.
+  double sync_timeout_s = 30;      // sync/ssp: seconds to wait for a missing
+                                   // worker before going on without it; > 0.
+  int min_replicas = 1;            // sync/ssp: fewest workers to go on with;
+                                   // below it the job aborts. In [1, workers].
   int epochs = 3;                  // Passed to workers, >= 1.
   int batch_size = 64;             // Passed to workers, >= 1.
   double lr = 0.05;                // Passed to servers.
   std::string optimizer = "adagrad";  // Passed to servers.
   int64_t seed = 1;                // Passed to workers.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  // Must exist.
-  std::string save_params;         // Passed to the eval run when non-empty.
+  std::string save_params;         // Passed to the final eval when non-empty.
   std::string summary_json;        // Summary JSON also written here if set.
+  std::string curve_csv;           // If set, "seconds,test_accuracy" rows of
+                                   // Summary::curve are written here.
+  // Accuracy-vs-time curve: every eval_every of training wall time an
+  // evaluation on the first eval_examples test examples is started, unless
+  // the previous one is still running (that tick is skipped). Zero = off.
+  absl::Duration eval_every = absl::ZeroDuration();  // --eval_every_s.
+  int64_t eval_examples = 5000;    // >= 1; --max_test_examples of those runs.
   int n_fetch = 1;                 // Passed to workers.
   int n_push = 1;                  // Passed to workers.
   int64_t max_train_examples = 0;  // 0 = all; passed to workers only if > 0.
@@ -78,6 +112,17 @@ struct LaunchOptions {
   absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM→SIGKILL delay.
   absl::Duration rate_report_interval = absl::Seconds(5);  // "cluster:" lines.
 };
+
+// One point of the accuracy-vs-time curve.
+struct CurvePoint {
+  double seconds = 0;        // Since the workers were started, taken when
+                             // the evaluation was started.
+  double test_accuracy = 0;
+};
+
+// The `seconds` of the first point (in order) whose accuracy is >=
+// `threshold`, or -1 if there is none.
+double TimeToAccuracy(const std::vector<CurvePoint>& curve, double threshold);
 
 // The result of a successful run; printed as `SUMMARY {json}`.
 struct Summary {
@@ -100,18 +145,31 @@ struct Summary {
   // shard's "pushes_applied" (plain mean if a shard lacks it), and max.
   std::optional<double> staleness_mean;
   std::optional<double> staleness_max;
+  // Also from SERVER_STATS: p50 combined like the mean (shards see nearly
+  // the same pushes, so their medians barely differ), p99 the largest
+  // shard's, dropped_stale the sum over shards.
+  std::optional<double> staleness_p50;
+  std::optional<double> staleness_p99;
+  std::optional<int64_t> dropped_stale;
+  // Evaluations during training (LaunchOptions::eval_every) in time order,
+  // then the final one at training_seconds.
+  std::vector<CurvePoint> curve;
+  double time_to_85 = -1;      // TimeToAccuracy(curve, 0.85).
+  double time_to_88 = -1;      // TimeToAccuracy(curve, 0.88).
   std::string log_dir;         // Where the per-child logs are.
 
   // {"mode":..,"servers":..,"workers":..,"epochs":..,"batch_size":..,
   //  "optimizer":..,"lr":..,"steps":..,"examples":..,"wall_seconds":..,
   //  "training_seconds":..,"examples_per_sec":..,"final_loss":..,
-  //  "test_accuracy":..,"test_loss":..[,"staleness_mean":..]
-  //  [,"staleness_max":..],"log_dir":..}
+  //  "test_accuracy":..,"test_loss":..,"time_to_85":..,"time_to_88":..
+  //  [,"staleness_mean":..][,"staleness_max":..][,"staleness_p50":..]
+  //  [,"staleness_p99":..][,"dropped_stale":..],"log_dir":..}
+  // The curve itself is not in the JSON (see LaunchOptions::curve_csv).
   std::string ToJson() const;
 };
 
 // Checks the options before anything starts. InvalidArgument for a bad value
-// (naming the flag), Unimplemented for modes "sync" and "ssp".
+// (naming the flag).
 absl::Status ValidateLaunchOptions(const LaunchOptions& options);
 
 // Finds a sibling binary of the running executable. `relpath` is the
@@ -124,7 +182,8 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& options);
 absl::StatusOr<std::string> FindSiblingBinary(
     const std::vector<std::string>& exe_paths, absl::string_view relpath);
 
-// Runs the cluster as described in the file comment. Preconditions: options
+// Runs the cluster as described in the file comment, then writes
+// options.summary_json and options.curve_csv. Preconditions: options
 // passed ValidateLaunchOptions. `stop_signal` (not owned, may be null) is
 // polled: when it becomes non-zero all children are stopped and Cancelled is
 // returned ("interrupted by signal N"). `out` is not owned.

@@ -13,13 +13,16 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "deploy/protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -57,14 +60,32 @@ for a in "$@"; do
     --task=*) task="${a#--task=}" ;;
   esac
 done
-if [ "$task" = eval ]; then
-  echo "$*" > "@DIR@/eval.args"
-  echo "evaluating"
-  echo 'EVAL {"test_accuracy":0.875,"test_loss":0.33,"examples":10000}'
-  echo 'SERVER_STATS {"shard":0,"staleness_mean":1.0,"staleness_max":3,"pushes_applied":100,"extra":{"a":[1]}}'
-  echo 'SERVER_STATS {"shard":1,"staleness_mean":2.0,"staleness_max":5,"pushes_applied":300}'
-  exit 0
-fi
+case "$task $*" in
+  "eval "*--max_test_examples=*)
+    # A curve evaluation: run n (0, 1, ...) reports 0.80, fails, 0.86, 0.89...
+    echo "$*" > "@DIR@/curve_eval.args"
+    [ -e "@DIR@/curve_eval.running" ] && echo overlap >> "@DIR@/curve_eval.overlap"
+    touch "@DIR@/curve_eval.running"
+    n=$(cat "@DIR@/curve_eval.n" 2>/dev/null || echo 0)
+    echo $((n + 1)) > "@DIR@/curve_eval.n"
+    @CURVE_HOOK@
+    rm -f "@DIR@/curve_eval.running"
+    case $n in
+      0) acc=0.80 ;;
+      1) echo "curve eval $n: cannot connect" >&2; exit 4 ;;
+      2) acc=0.86 ;;
+      *) acc=0.89 ;;
+    esac
+    echo "EVAL {\"test_accuracy\":$acc,\"test_loss\":0.5,\"examples\":500}"
+    exit 0 ;;
+  "eval "*)
+    echo "$*" > "@DIR@/eval.args"
+    echo "evaluating"
+    echo 'EVAL {"test_accuracy":0.875,"test_loss":0.33,"examples":10000}'
+    echo 'SERVER_STATS {"shard":0,"staleness_mean":1.0,"staleness_max":3,"staleness_p50":1,"staleness_p99":3,"dropped_stale":4,"pushes_applied":100,"extra":{"a":[1]}}'
+    echo 'SERVER_STATS {"shard":1,"staleness_mean":2.0,"staleness_max":5,"staleness_p50":2,"staleness_p99":4,"dropped_stale":6,"pushes_applied":300}'
+    exit 0 ;;
+esac
 echo "$*" > "@DIR@/worker_$idx.args"
 echo "worker $idx: loading data"
 echo "worker $idx: step 10, loss = 0.5 (1000.0 examples/sec; 0.064 sec/batch) [data 1% compute 80% pull 10% push 9%]"
@@ -98,7 +119,8 @@ class LauncherTest : public ::testing::Test {
  protected:
   // Writes the fake binaries into a fresh directory and fills options_.
   void Setup(int fail_worker, const std::string& server_hook = "",
-             const std::string& worker_hook = "") {
+             const std::string& worker_hook = "",
+             const std::string& curve_hook = "") {
     dir_ = absl::StrCat(getenv("TEST_TMPDIR"), "/",
                         ::testing::UnitTest::GetInstance()
                             ->current_test_info()
@@ -108,7 +130,8 @@ class LauncherTest : public ::testing::Test {
       return absl::StrReplaceAll(tmpl, {{"@DIR@", dir_},
                                         {"@FAIL@", absl::StrCat(fail_worker)},
                                         {"@SERVER_HOOK@", server_hook},
-                                        {"@WORKER_HOOK@", worker_hook}});
+                                        {"@WORKER_HOOK@", worker_hook},
+                                        {"@CURVE_HOOK@", curve_hook}});
     };
     options_.ps_server_bin = dir_ + "/ps_server";
     options_.ps_worker_bin = dir_ + "/ps_worker";
@@ -163,6 +186,15 @@ TEST_F(LauncherTest, SuccessfulRun) {
   ASSERT_TRUE(s->staleness_mean.has_value());
   EXPECT_DOUBLE_EQ(*s->staleness_mean, (1.0 * 100 + 2.0 * 300) / 400);
   EXPECT_DOUBLE_EQ(s->staleness_max.value_or(0), 5);
+  EXPECT_DOUBLE_EQ(s->staleness_p50.value_or(0), (1.0 * 100 + 2.0 * 300) / 400);
+  EXPECT_DOUBLE_EQ(s->staleness_p99.value_or(0), 4);
+  EXPECT_EQ(s->dropped_stale.value_or(0), 10);
+  // Without --eval_every_s the final evaluation is the only curve point.
+  ASSERT_EQ(s->curve.size(), 1u);
+  EXPECT_DOUBLE_EQ(s->curve[0].seconds, s->training_seconds);
+  EXPECT_DOUBLE_EQ(s->curve[0].test_accuracy, 0.875);
+  EXPECT_DOUBLE_EQ(s->time_to_85, s->training_seconds);
+  EXPECT_EQ(s->time_to_88, -1);
   EXPECT_GT(s->training_seconds, 0.3);
   EXPECT_GE(s->wall_seconds, s->training_seconds);
   EXPECT_NEAR(s->examples_per_sec, 12800 / s->training_seconds, 1e-6);
@@ -187,23 +219,33 @@ TEST_F(LauncherTest, SuccessfulRun) {
             "SUMMARY " + json + "\n");
   EXPECT_EQ(ReadFile(options_.summary_json), json + "\n");
   EXPECT_THAT(json, HasSubstr("\"steps\":201,\"examples\":12800,"));
-  EXPECT_THAT(json, HasSubstr("\"staleness_mean\":1.75,\"staleness_max\":5"));
+  EXPECT_THAT(json, HasSubstr("\"staleness_mean\":1.75,\"staleness_max\":5,"
+                              "\"staleness_p50\":1.75,\"staleness_p99\":4,"
+                              "\"dropped_stale\":10,"));
+  EXPECT_THAT(json, HasSubstr(",\"time_to_88\":-1,"));
+  EXPECT_THAT(text, HasSubstr("\ncurve: t="));
+  EXPECT_THAT(text, Not(HasSubstr("curve eval")));
   EXPECT_THAT(json, HasSubstr("\"lr\":0.05"));
 
   // Child command lines.
   EXPECT_EQ(ReadFile(dir_ + "/server_1.args"),
             absl::StrCat("--port=0 --port_file=", options_.log_dir,
                          "/ps_1.port --shard_index=1 --num_shards=2 "
-                         "--optimizer=sgd --lr=0.05 --extra_server=1\n"));
+                         "--optimizer=sgd --lr=0.05 --mode=async "
+                         "--num_workers=2 --replicas_to_aggregate=0 "
+                         "--staleness=2 --staleness_aware=false "
+                         "--drop_stale_threshold=0 --sync_timeout_s=30 "
+                         "--min_replicas=1 --extra_server=1\n"));
   EXPECT_EQ(ReadFile(dir_ + "/worker_1.args"),
             absl::StrCat("--ps_hosts=127.0.0.1:7000,127.0.0.1:7001 "
                          "--worker_index=1 --num_workers=2 --task=train "
-                         "--epochs=2 --batch_size=32 --seed=7 --data_dir=",
+                         "--mode=async --epochs=2 --batch_size=32 --seed=7 --data_dir=",
                          dir_,
                          " --n_fetch=1 --n_push=1 --max_train_examples=640 "
                          "--extra_worker=2\n"));
   EXPECT_EQ(ReadFile(dir_ + "/eval.args"),
-            absl::StrCat("--task=eval --ps_hosts=127.0.0.1:7000,127.0.0.1:7001"
+            absl::StrCat("--task=eval --mode=async "
+                         "--ps_hosts=127.0.0.1:7000,127.0.0.1:7001"
                          " --data_dir=", dir_, " --save_params=",
                          options_.save_params, " --extra_worker=2\n"));
   // Per-child logs hold the raw output.
@@ -288,6 +330,130 @@ TEST_F(LauncherTest, StopSignalCancelsRun) {
   ExpectServersGone();
 }
 
+TEST_F(LauncherTest, SyncFlagsReachEveryChild) {
+  Setup(-1);
+  options_.mode = "sync";
+  options_.replicas_to_aggregate = 1;
+  options_.staleness = 0;
+  options_.drop_stale_threshold = 5;
+  options_.sync_timeout_s = 2.5;
+  options_.min_replicas = 2;
+  ASSERT_TRUE(ValidateLaunchOptions(options_).ok());
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status() << "\n" << out.str();
+  EXPECT_EQ(s->mode, "sync");
+  EXPECT_THAT(s->ToJson(), HasSubstr("{\"mode\":\"sync\","));
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(ReadFile(absl::StrCat(dir_, "/server_", k, ".args")),
+              absl::StrCat("--port=0 --port_file=", options_.log_dir, "/ps_",
+                           k, ".port --shard_index=", k,
+                           " --num_shards=2 --optimizer=sgd --lr=0.05 "
+                           "--mode=sync --num_workers=2 "
+                           "--replicas_to_aggregate=1 --staleness=0 "
+                           "--staleness_aware=false --drop_stale_threshold=5 "
+                           "--sync_timeout_s=2.5 --min_replicas=2\n"));
+    EXPECT_THAT(ReadFile(absl::StrCat(dir_, "/worker_", k, ".args")),
+                HasSubstr(" --task=train --mode=sync --epochs=2 "));
+  }
+  EXPECT_THAT(ReadFile(dir_ + "/eval.args"),
+              HasSubstr("--task=eval --mode=sync --ps_hosts="));
+}
+
+TEST_F(LauncherTest, StalenessAwareAsyncReachesServers) {
+  Setup(-1);
+  options_.staleness_aware = true;
+  options_.staleness = 4;
+  options_.workers = 3;
+  ASSERT_TRUE(ValidateLaunchOptions(options_).ok());
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status() << "\n" << out.str();
+  EXPECT_THAT(ReadFile(dir_ + "/server_1.args"),
+              HasSubstr(" --mode=async --num_workers=3 "
+                        "--replicas_to_aggregate=0 --staleness=4 "
+                        "--staleness_aware=true --drop_stale_threshold=0 "));
+  EXPECT_THAT(ReadFile(dir_ + "/worker_2.args"),
+              HasSubstr(" --num_workers=3 --task=train --mode=async "));
+}
+
+TEST_F(LauncherTest, AccuracyCurveDuringTraining) {
+  // Workers train for about 3.4 s. A curve evaluation takes 0.5 s, longer
+  // than the 0.4 s period, so a tick that finds one running is skipped:
+  // evaluations start near 0.4, 1.2, 2.0, 2.8 s. The second one fails.
+  Setup(-1, "", "sleep 3", "sleep 0.5");
+  options_.eval_every = absl::Milliseconds(400);
+  options_.eval_examples = 500;
+  options_.curve_csv = dir_ + "/curve.csv";
+  options_.summary_json = dir_ + "/summary.json";
+  options_.save_params = dir_ + "/params.safetensors";
+  options_.worker_args = {"--extra_worker=2"};
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  const std::string text = out.str();
+  ASSERT_TRUE(s.ok()) << s.status() << "\n" << text;
+
+  // Successful curve evaluations report 0.80, 0.86, 0.89, ...; the final
+  // full evaluation (0.875) closes the curve at training_seconds.
+  const std::vector<CurvePoint>& curve = s->curve;
+  ASSERT_GE(curve.size(), 4u) << text;
+  EXPECT_DOUBLE_EQ(curve[0].test_accuracy, 0.80);
+  EXPECT_DOUBLE_EQ(curve[1].test_accuracy, 0.86);
+  EXPECT_DOUBLE_EQ(curve[2].test_accuracy, 0.89);
+  EXPECT_DOUBLE_EQ(curve.back().test_accuracy, 0.875);
+  EXPECT_DOUBLE_EQ(curve.back().seconds, s->training_seconds);
+  EXPECT_GE(curve[0].seconds, 0.4);
+  for (size_t i = 1; i < curve.size(); ++i) {
+    // Not started while the previous one (0.5 s) was still running.
+    EXPECT_GE(curve[i].seconds - curve[i - 1].seconds, 0.5) << i;
+  }
+  EXPECT_FALSE(std::ifstream(dir_ + "/curve_eval.overlap").good());
+  EXPECT_DOUBLE_EQ(s->time_to_85, curve[1].seconds);
+  EXPECT_DOUBLE_EQ(s->time_to_88, curve[2].seconds);
+
+  EXPECT_THAT(text, HasSubstr(absl::StrFormat(
+                        "\ncurve: t=%.1f s test_accuracy=0.8000\n",
+                        curve[0].seconds)));
+  EXPECT_THAT(text, HasSubstr(absl::StrFormat(
+                        "\ncurve: t=%.1f s test_accuracy=0.8750\n",
+                        s->training_seconds)));
+  EXPECT_THAT(text, HasSubstr("\nlaunch: warning: curve eval failed (exit "
+                              "code 4); training goes on\n"));
+  EXPECT_THAT(text, HasSubstr("\ncurve eval: EVAL {"));
+  absl::StatusOr<JsonNumbers> json =
+      ParseJsonNumbers(ReadFile(options_.summary_json));
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_NEAR(json->at("time_to_85"), s->time_to_85, 1e-6);
+  EXPECT_NEAR(json->at("time_to_88"), s->time_to_88, 1e-6);
+
+  // Curve evaluations use part of the test set and save nothing.
+  EXPECT_EQ(ReadFile(dir_ + "/curve_eval.args"),
+            absl::StrCat("--task=eval --mode=async "
+                         "--ps_hosts=127.0.0.1:7000,127.0.0.1:7001 --data_dir=",
+                         dir_, " --max_test_examples=500 --extra_worker=2\n"));
+  EXPECT_THAT(ReadFile(dir_ + "/eval.args"),
+              HasSubstr(" --save_params=" + options_.save_params));
+  EXPECT_THAT(ReadFile(options_.log_dir + "/curve_eval.log"),
+              HasSubstr("cannot connect"));
+
+  std::string expected_csv = "seconds,test_accuracy\n";
+  for (const CurvePoint& p : curve) {
+    absl::StrAppendFormat(&expected_csv, "%.3f,%g\n", p.seconds,
+                          p.test_accuracy);
+  }
+  EXPECT_EQ(ReadFile(options_.curve_csv), expected_csv);
+  ExpectServersGone();
+}
+
+TEST(TimeToAccuracyTest, FirstPointAtOrAboveThreshold) {
+  EXPECT_EQ(TimeToAccuracy({}, 0.85), -1);
+  const std::vector<CurvePoint> curve = {
+      {1.0, 0.70}, {2.5, 0.85}, {4.0, 0.84}, {6.0, 0.90}};
+  EXPECT_DOUBLE_EQ(TimeToAccuracy(curve, 0.85), 2.5);
+  EXPECT_DOUBLE_EQ(TimeToAccuracy(curve, 0.88), 6.0);
+  EXPECT_EQ(TimeToAccuracy(curve, 0.95), -1);
+}
+
 TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   LaunchOptions o;
   o.ps_server_bin = "/bin/sh";
@@ -296,17 +462,69 @@ TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   EXPECT_TRUE(ValidateLaunchOptions(o).ok());
 
   LaunchOptions bad = o;
-  bad.mode = "sync";
-  absl::Status st = ValidateLaunchOptions(bad);
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(st.message(), "mode sync is not implemented yet");
-  bad.mode = "ssp";
-  EXPECT_EQ(ValidateLaunchOptions(bad).code(),
-            absl::StatusCode::kUnimplemented);
+  for (const char* mode : {"async", "sync", "ssp"}) {
+    bad.mode = mode;
+    EXPECT_TRUE(ValidateLaunchOptions(bad).ok()) << mode;
+  }
   bad.mode = "bogus";
+  absl::Status st = ValidateLaunchOptions(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "unknown --mode=bogus; valid modes: async, sync, ssp");
+
+  // Replica counts are bounded by --workers (2 here).
+  bad = o;
+  bad.replicas_to_aggregate = 2;
+  bad.min_replicas = 2;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad.replicas_to_aggregate = 3;
   st = ValidateLaunchOptions(bad);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("valid modes: async"));
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("--replicas_to_aggregate must be in [0, --workers=2]"));
+  bad.replicas_to_aggregate = -1;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--replicas_to_aggregate"));
+  bad = o;
+  bad.min_replicas = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--min_replicas must be in [1, --workers=2], got 0"));
+  bad.min_replicas = 3;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--min_replicas"));
+  bad = o;
+  bad.staleness = -1;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--staleness must be >= 0"));
+  bad.staleness = 0;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad = o;
+  bad.staleness_aware = true;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  for (const char* mode : {"sync", "ssp"}) {
+    bad.mode = mode;
+    st = ValidateLaunchOptions(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("--staleness_aware applies to --mode=async"));
+  }
+  bad = o;
+  bad.drop_stale_threshold = -1;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--drop_stale_threshold"));
+  bad = o;
+  bad.sync_timeout_s = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--sync_timeout_s must be a positive number"));
+  bad.sync_timeout_s = 0.5;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad = o;
+  bad.eval_every = absl::Seconds(-1);
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--eval_every_s"));
+  bad = o;
+  bad.eval_examples = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--eval_examples must be >= 1"));
 
   bad = o;
   bad.workers = 0;
