@@ -56,7 +56,10 @@ ABSL_FLAG(std::string, curve_csv, "",
           "the final evaluation) is written here as seconds,test_accuracy.");
 ABSL_FLAG(int, epochs, 3, "Passes over the training set per worker.");
 ABSL_FLAG(int, batch_size, 64, "Mini-batch size per worker step.");
-ABSL_FLAG(double, lr, 0.05, "Learning rate of the server-side optimizer.");
+ABSL_FLAG(double, lr, 0,
+          "Learning rate of the server-side optimizer; 0 picks the mode's "
+          "default: 0.05, or 0.1 for --mode=sync, whose update is the mean of "
+          "the step's gradients (a larger effective batch).");
 ABSL_FLAG(std::string, optimizer, "adagrad",
           "Server-side optimizer name, passed to the servers.");
 ABSL_FLAG(int64_t, seed, 1, "Random seed, passed to the workers.");
@@ -154,6 +157,7 @@ int main(int argc, char** argv) {
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.lr = absl::GetFlag(FLAGS_lr);
+  if (o.lr == 0) o.lr = absl::GetFlag(FLAGS_mode) == "sync" ? 0.1 : 0.05;
   o.optimizer = absl::GetFlag(FLAGS_optimizer);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
