@@ -161,6 +161,8 @@ class ParameterStoreImpl final : public ParameterStore {
   // ---- Sync / ssp coordination (all under coord_mu_) ----
   void ApplyToChunk(ChunkState& st, const float* grad, int64_t base_version,
                     bool* dropped);
+  // Counts one applied chunk update of the given staleness in the stats.
+  void RecordStaleness(int64_t staleness);
   bool Ready(const PullSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
   int64_t MinActiveClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
   // Ssp: remembers how far ahead of the slowest worker a pull was answered.
@@ -536,6 +538,10 @@ void ParameterStoreImpl::ApplyToChunk(ChunkState& st, const float* grad,
   optimizer_->Apply(st.info.num_elements, grad, scale, st.values.data(),
                     st.opt_state.data());
   st.version.store(version + 1, std::memory_order_relaxed);
+  RecordStaleness(staleness);
+}
+
+void ParameterStoreImpl::RecordStaleness(int64_t staleness) {
   staleness_sum_.fetch_add(staleness, std::memory_order_relaxed);
   staleness_count_.fetch_add(1, std::memory_order_relaxed);
   staleness_hist_.Add(staleness);
@@ -584,10 +590,10 @@ void ParameterStoreImpl::CompleteStep() {
                       st.opt_state.data());
     st.version.store(step_ + 1, std::memory_order_relaxed);
   }
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    staleness_count_.fetch_add(static_cast<int64_t>(chunks_.size()),
-                               std::memory_order_relaxed);
-    staleness_hist_.Add(0);
+  // Every chunk update of a sync step is fresh: staleness 0, counted per
+  // chunk update as in async mode.
+  for (size_t i = 0; i < pending_.size() * chunks_.size(); ++i) {
+    RecordStaleness(0);
   }
   ++step_;
   pending_.clear();

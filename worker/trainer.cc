@@ -146,10 +146,7 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
       if (on_progress) on_progress(p);
       result.final_loss = p.loss;
       logged_window = true;
-      result.total.data += window.data;
-      result.total.compute += window.compute;
-      result.total.pull += window.pull;
-      result.total.push += window.push;
+      result.total += window;
       window = PhaseTimes();
       window_loss = 0;
       window_steps = window_examples = 0;
@@ -165,10 +162,7 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
   if (window_steps > 0 && (!logged_window || window_steps * 2 >= options.log_every)) {
     result.final_loss = static_cast<float>(window_loss / window_steps);
   }
-  result.total.data += window.data;
-  result.total.compute += window.compute;
-  result.total.pull += window.pull;
-  result.total.push += window.push;
+  result.total += window;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - begin);
   return result;
 }

@@ -54,6 +54,13 @@ struct TrainerOptions {
 struct PhaseTimes {
   double data = 0, compute = 0, pull = 0, push = 0;
   double Total() const { return data + compute + pull + push; }
+  PhaseTimes& operator+=(const PhaseTimes& o) {
+    data += o.data;
+    compute += o.compute;
+    pull += o.pull;
+    push += o.push;
+    return *this;
+  }
   // e.g. "[data 1% compute 80% pull 10% push 9%]".
   std::string Shares() const;
   // "input-bound", "communication-bound" or "compute-bound".
