@@ -86,10 +86,31 @@ class LayerBase : public Layer {
   int max_batch_ = 0;
 };
 
-class Conv2dLayer : public LayerBase {
+// A layer whose Params() are exactly {weight, bias}: binds the views.
+class WeightBiasLayer : public LayerBase {
+ public:
+  using LayerBase::LayerBase;
+  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
+                    const std::vector<float*>& grads, int max_batch) override {
+    DP_RETURN_IF_ERROR(BindCommon(backend, params, grads, max_batch));
+    w_ = params[0];
+    b_ = params[1];
+    dw_ = grads[0];
+    db_ = grads[1];
+    return absl::OkStatus();
+  }
+
+ protected:
+  const float* w_ = nullptr;
+  const float* b_ = nullptr;
+  float* dw_ = nullptr;
+  float* db_ = nullptr;
+};
+
+class Conv2dLayer : public WeightBiasLayer {
  public:
   Conv2dLayer(std::string name, int out_channels, int kernel, int pad)
-      : LayerBase(std::move(name)),
+      : WeightBiasLayer(std::move(name)),
         out_channels_(out_channels),
         kernel_(kernel),
         pad_(pad) {}
@@ -123,16 +144,6 @@ class Conv2dLayer : public LayerBase {
     };
   }
 
-  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
-                    const std::vector<float*>& grads, int max_batch) override {
-    DP_RETURN_IF_ERROR(BindCommon(backend, params, grads, max_batch));
-    w_ = params[0];
-    b_ = params[1];
-    dw_ = grads[0];
-    db_ = grads[1];
-    return absl::OkStatus();
-  }
-
   absl::Status Forward(int batch, const float* x, float* y) override {
     DP_RETURN_IF_ERROR(CheckRun(batch));
     return backend_->Conv2dForward(Desc(batch), x, w_, b_, y);
@@ -164,10 +175,6 @@ class Conv2dLayer : public LayerBase {
   }
 
   const int out_channels_, kernel_, pad_;
-  const float* w_ = nullptr;
-  const float* b_ = nullptr;
-  float* dw_ = nullptr;
-  float* db_ = nullptr;
 };
 
 class ReluLayer : public LayerBase {
@@ -279,10 +286,10 @@ class FlattenLayer : public LayerBase {
   }
 };
 
-class DenseLayer : public LayerBase {
+class DenseLayer : public WeightBiasLayer {
  public:
   DenseLayer(std::string name, int out_features)
-      : LayerBase(std::move(name)), out_(out_features) {}
+      : WeightBiasLayer(std::move(name)), out_(out_features) {}
 
   absl::StatusOr<Dims> Configure(const Dims& in) override {
     DP_RETURN_IF_ERROR(CheckDims(name_, in));
@@ -305,16 +312,6 @@ class DenseLayer : public LayerBase {
         {"weight", {out_, in_features_}, Init::kHeUniform, in_features_},
         {"bias", {out_}, Init::kZeros, in_features_},
     };
-  }
-
-  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
-                    const std::vector<float*>& grads, int max_batch) override {
-    DP_RETURN_IF_ERROR(BindCommon(backend, params, grads, max_batch));
-    w_ = params[0];
-    b_ = params[1];
-    dw_ = grads[0];
-    db_ = grads[1];
-    return absl::OkStatus();
   }
 
   // y[batch, out] = x[batch, in] * W^T + b.
@@ -342,10 +339,6 @@ class DenseLayer : public LayerBase {
  private:
   const int out_;
   int in_features_ = 0;
-  const float* w_ = nullptr;
-  const float* b_ = nullptr;
-  float* dw_ = nullptr;
-  float* db_ = nullptr;
 };
 
 }  // namespace
