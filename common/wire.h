@@ -1,0 +1,107 @@
+// File: common/wire.h
+//
+// The bulk messages of proto/parameter_server.proto (PushRequest and
+// PullResponse) written and read by hand, so tensor payloads are never copied
+// into or out of protobuf strings. The output is exactly the protobuf
+// encoding of those messages (any protobuf library parses it), and the reader
+// accepts any valid encoding of them (fields in any order, unknown fields
+// skipped). Nothing here depends on gRPC: a message is a list of byte pieces
+// (the slices of a grpc::ByteBuffer), and payloads are located in place as a
+// DataRef (which piece, which offset) and gathered straight to their
+// destination, decoding fp16/bf16 on the way.
+//
+// Writing a message:
+//   std::string head;                        // small fields
+//   wire::PutVarintField(1, worker_id, &head);
+//   std::string h = wire::ChunkHeader(3, id, 2, base_version, enc, bytes);
+//   // send: head, h, <bytes payload bytes>, next chunk header, ...
+//
+// Reading one:
+//   wire::Pieces pieces = ...;              // views of the received slices
+//   DP_ASSIGN_OR_RETURN(wire::PushMessage m, wire::ParsePushRequest(pieces));
+//   for (const wire::WireChunk& c : m.chunks)
+//     DP_RETURN_IF_ERROR(wire::DecodeInto(pieces, c, dst, n, &scratch));
+#ifndef DOWNPOUR_COMMON_WIRE_H_
+#define DOWNPOUR_COMMON_WIRE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace downpour {
+namespace wire {
+
+// proto Encoding.
+enum class Encoding : int32_t { kRawF32 = 0, kFp16 = 1, kBf16 = 2 };
+
+// "f32" (also "none"), "fp16", "bf16".
+absl::StatusOr<Encoding> ParseEncoding(absl::string_view name);
+const char* EncodingName(Encoding e);
+// Bytes per value: 4 or 2.
+int BytesPerValue(Encoding e);
+
+using Pieces = std::vector<absl::string_view>;
+
+// Where a payload lies in a message: `size` bytes from byte `offset` of
+// piece `piece` on, possibly running over into the following pieces.
+struct DataRef {
+  size_t piece = 0;
+  size_t offset = 0;
+  int64_t size = 0;
+};
+
+// A ChunkValues or ChunkGradient (same field numbers: chunk_id 1, version or
+// base_version 2, data 3, encoding 4).
+struct WireChunk {
+  int32_t chunk_id = 0;
+  int64_t version = 0;
+  Encoding encoding = Encoding::kRawF32;
+  DataRef data;
+};
+
+struct PushMessage {
+  int32_t worker_id = 0;
+  int64_t seq = 0;
+  bool leave = false;
+  int32_t part = 0;
+  int32_t num_parts = 0;
+  std::vector<WireChunk> chunks;
+};
+
+// ---- Writing ----------------------------------------------------------------
+void PutVarint(uint64_t v, std::string* out);
+// Tag and value of a varint field (written even when zero).
+void PutVarintField(int field, uint64_t v, std::string* out);
+// Everything of one chunk submessage (field `outer_field` of the enclosing
+// message) up to its payload, which must follow with exactly `data_bytes`
+// bytes. `version_field` is 2 for both chunk messages.
+std::string ChunkHeader(int outer_field, int32_t chunk_id, int64_t version,
+                        Encoding encoding, int64_t data_bytes);
+
+// ---- Reading ----------------------------------------------------------------
+// InvalidArgument describing the first problem for a malformed message, an
+// unknown encoding or a chunk field out of range.
+absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces);
+absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces);
+
+// Copies the payload bytes of `ref` to `dst` (ref.size bytes).
+void Gather(const Pieces& pieces, const DataRef& ref, char* dst);
+
+// Decodes chunk `c`'s payload into `n` floats at `dst`: a gather for
+// RAW_F32, a gather-and-convert for FP16/BF16 (`scratch` holds the encoded
+// bytes of a payload that spans pieces). InvalidArgument when the payload is
+// not exactly n values of its encoding.
+absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,
+                        int64_t n, std::string* scratch);
+
+// Encodes n floats into `dst` (n * BytesPerValue(e) bytes).
+void EncodeValues(Encoding e, const float* src, int64_t n, char* dst);
+
+}  // namespace wire
+}  // namespace downpour
+
+#endif  // DOWNPOUR_COMMON_WIRE_H_

@@ -1,0 +1,175 @@
+#include "common/wire.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/codec.h"
+#include "gtest/gtest.h"
+#include "proto/parameter_server.pb.h"
+
+namespace downpour {
+namespace wire {
+namespace {
+
+// Cuts `s` into pieces at random points (some empty, some one byte).
+Pieces Cut(const std::string& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Pieces out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t n = std::uniform_int_distribution<size_t>(0, 7)(rng) == 0
+                   ? 0
+                   : std::uniform_int_distribution<size_t>(1, 37)(rng);
+    n = std::min(n, s.size() - pos);
+    out.push_back(absl::string_view(s).substr(pos, n));
+    pos += n;
+  }
+  return out;
+}
+
+std::vector<float> Values(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 3);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(WireTest, ParsesWhatProtobufWritesAcrossAnyCut) {
+  proto::PushRequest req;
+  req.set_worker_id(3);
+  req.set_seq(123456789012LL);
+  req.set_part(2);
+  req.set_num_parts(5);
+  const std::vector<int64_t> sizes = {0, 1, 7, 1000};
+  std::vector<std::vector<float>> data;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    data.push_back(Values(sizes[i], i));
+    proto::ChunkGradient* g = req.add_gradients();
+    g->set_chunk_id(static_cast<int>(10 + i));
+    g->set_base_version(static_cast<int64_t>(i * 7));
+    g->set_data(std::string(reinterpret_cast<const char*>(data[i].data()),
+                            data[i].size() * 4));
+  }
+  const std::string bytes = req.SerializeAsString();
+  for (uint32_t seed = 0; seed < 50; ++seed) {
+    const Pieces pieces = Cut(bytes, seed);
+    absl::StatusOr<PushMessage> m = ParsePushRequest(pieces);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->worker_id, 3);
+    EXPECT_EQ(m->seq, 123456789012LL);
+    EXPECT_EQ(m->part, 2);
+    EXPECT_EQ(m->num_parts, 5);
+    ASSERT_EQ(m->chunks.size(), sizes.size());
+    std::string scratch;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_EQ(m->chunks[i].chunk_id, static_cast<int>(10 + i));
+      EXPECT_EQ(m->chunks[i].version, static_cast<int64_t>(i * 7));
+      std::vector<float> out(sizes[i], -1.0f);
+      ASSERT_TRUE(DecodeInto(pieces, m->chunks[i], out.data(), sizes[i],
+                             &scratch).ok());
+      EXPECT_EQ(out, data[i]);
+    }
+  }
+}
+
+TEST(WireTest, HandWrittenChunksParseWithProtobuf) {
+  for (Encoding e : {Encoding::kRawF32, Encoding::kFp16, Encoding::kBf16}) {
+    const std::vector<float> v = Values(513, 9);
+    std::string msg;
+    std::string payload(v.size() * BytesPerValue(e), '\0');
+    EncodeValues(e, v.data(), static_cast<int64_t>(v.size()), payload.data());
+    msg += ChunkHeader(1, 42, 99, e, static_cast<int64_t>(payload.size()));
+    msg += payload;
+    msg += ChunkHeader(1, 0, 0, e, 0);  // An empty chunk.
+    proto::PullResponse resp;
+    ASSERT_TRUE(resp.ParseFromString(msg)) << EncodingName(e);
+    ASSERT_EQ(resp.chunks_size(), 2);
+    EXPECT_EQ(resp.chunks(0).chunk_id(), 42);
+    EXPECT_EQ(resp.chunks(0).version(), 99);
+    EXPECT_EQ(static_cast<int>(resp.chunks(0).encoding()), static_cast<int>(e));
+    EXPECT_EQ(resp.chunks(0).data(), payload);
+    EXPECT_TRUE(resp.chunks(1).data().empty());
+
+    // And back through our reader, cut anywhere, decoding on the way.
+    absl::StatusOr<std::vector<WireChunk>> chunks =
+        ParsePullResponse(Cut(msg, 5));
+    ASSERT_TRUE(chunks.ok()) << chunks.status();
+    const Pieces pieces = Cut(msg, 5);
+    chunks = ParsePullResponse(pieces);
+    std::vector<float> out(v.size());
+    std::string scratch;
+    ASSERT_TRUE(DecodeInto(pieces, (*chunks)[0], out.data(),
+                           static_cast<int64_t>(out.size()), &scratch).ok());
+    const double bound = e == Encoding::kRawF32 ? 0
+                         : e == Encoding::kFp16 ? std::ldexp(1.0, -11)
+                                                : std::ldexp(1.0, -8);
+    for (size_t i = 0; i < v.size(); ++i) {
+      EXPECT_LE(std::abs(out[i] - v[i]), bound * std::abs(v[i]) + 1e-7)
+          << EncodingName(e) << " element " << i;
+    }
+  }
+}
+
+TEST(WireTest, RejectsMalformedMessagesWithoutReadingPastTheEnd) {
+  proto::PushRequest req;
+  req.set_worker_id(1);
+  req.set_seq(2);
+  req.add_gradients()->set_data(std::string(400, 'x'));
+  const std::string good = req.SerializeAsString();
+  // Every truncation is either a valid shorter message or an error; none
+  // may crash or report a payload beyond the bytes present.
+  for (size_t len = 0; len < good.size(); ++len) {
+    const std::string cut = good.substr(0, len);
+    absl::StatusOr<PushMessage> m = ParsePushRequest(Pieces{cut});
+    if (m.ok()) {
+      for (const WireChunk& c : m->chunks) {
+        EXPECT_LE(static_cast<size_t>(c.data.size), len);
+      }
+    }
+  }
+  // A truncated gradient payload is refused.
+  EXPECT_FALSE(ParsePushRequest(Pieces{good.substr(0, good.size() - 1)}).ok());
+  // Unknown encoding.
+  std::string bad = ChunkHeader(3, 0, 0, Encoding::kRawF32, 0);
+  bad.insert(bad.size() - 2, "\x20\x07");  // encoding = 7
+  bad[1] = static_cast<char>(bad[1] + 2);
+  absl::StatusOr<PushMessage> m = ParsePushRequest(Pieces{bad});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("encoding"), std::string::npos);
+  // Garbage.
+  EXPECT_FALSE(ParsePushRequest(Pieces{std::string("\xff\xff\xff", 3)}).ok());
+  // A wrong-sized payload for the expected element count.
+  const std::string one = ChunkHeader(1, 0, 0, Encoding::kFp16, 3) + "abc";
+  const Pieces pieces{one};
+  absl::StatusOr<std::vector<WireChunk>> chunks = ParsePullResponse(pieces);
+  ASSERT_TRUE(chunks.ok());
+  float out[2];
+  std::string scratch;
+  EXPECT_FALSE(DecodeInto(pieces, (*chunks)[0], out, 2, &scratch).ok());
+}
+
+TEST(WireTest, UnknownFieldsAreSkipped) {
+  std::string msg;
+  PutVarintField(1, 4, &msg);
+  PutVarintField(99, 12345, &msg);  // A field from a newer client.
+  msg += "\x9a\x06\x03" "abc";        // field 99, length-delimited
+  PutVarintField(2, 8, &msg);
+  absl::StatusOr<PushMessage> m = ParsePushRequest(Pieces{msg});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->worker_id, 4);
+  EXPECT_EQ(m->seq, 8);
+}
+
+TEST(WireTest, EncodingNames) {
+  EXPECT_EQ(*ParseEncoding("fp16"), Encoding::kFp16);
+  EXPECT_EQ(*ParseEncoding("bf16"), Encoding::kBf16);
+  EXPECT_EQ(*ParseEncoding("f32"), Encoding::kRawF32);
+  EXPECT_FALSE(ParseEncoding("int8").ok());
+}
+
+}  // namespace
+}  // namespace wire
+}  // namespace downpour
