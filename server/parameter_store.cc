@@ -31,23 +31,46 @@ struct ChunkState {
   mutable absl::Mutex mu;
   std::vector<float> values ABSL_GUARDED_BY(mu);
   std::vector<float> opt_state ABSL_GUARDED_BY(mu);
+  // Set once when initial values arrive (under the store's declare_mu_).
+  bool has_values = false;
   // Written under mu; read without it for validation and stats.
   std::atomic<int64_t> version{0};
 };
 
-// Serializes the pushes of one worker so that the seq check and the apply are
-// one atomic step; different workers never share it.
+// Which parts of its latest push (seq) a worker has delivered. Claiming a
+// part and applying it are not one atomic step: a retry of a part that is
+// still being applied is acknowledged as a duplicate at once.
 struct WorkerState {
   absl::Mutex mu;
-  int64_t last_seq ABSL_GUARDED_BY(mu) = 0;
+  int64_t seq ABSL_GUARDED_BY(mu) = 0;
+  int32_t num_parts ABSL_GUARDED_BY(mu) = 1;
+  int32_t parts_done ABSL_GUARDED_BY(mu) = 0;
+  std::vector<bool> parts ABSL_GUARDED_BY(mu);
 };
 
+// True when no value is Inf or NaN (exponent bits all ones). Counting with
+// integer compares lets the compiler vectorize the pass, unlike a float
+// reduction, so validation runs at memory speed.
 bool AllFinite(const float* p, int64_t n) {
-  // Summing x - x is 0 for finite x and NaN for Inf/NaN: a branch-free pass.
-  float acc = 0;
-  for (int64_t i = 0; i < n; ++i) acc += p[i] - p[i];
-  return acc == 0;
+  typedef uint32_t __attribute__((may_alias)) AliasU32;
+  const AliasU32* u = reinterpret_cast<const AliasU32*>(p);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad += (u[i] & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad == 0;
 }
+
+// Sync mode: one worker's gradient for the current step, as its parts come.
+struct PendingGrad {
+  int64_t seq = 0;
+  int32_t num_parts = 1;
+  int32_t parts_in = 0;
+  int64_t chunks_in = 0;
+  std::vector<bool> have;    // By local chunk index.
+  std::vector<float> grad;   // The shard's chunks concatenated, local order.
+  bool complete() const { return parts_in == num_parts; }
+};
 
 // Counts of applied-update staleness: exact up to kBuckets - 2, the last
 // bucket holds everything above.
@@ -114,7 +137,7 @@ class ParameterStoreImpl final : public ParameterStore {
                                absl::Span<const ChunkBytes> initial) override;
   void PullWhenReady(PullSpec spec, std::function<void(const ChunkView&)> sink,
                      std::function<void(absl::Status)> done) override;
-  absl::StatusOr<PushResult> Push(int32_t worker_id, int64_t seq,
+  absl::StatusOr<PushResult> Push(const PushId& id,
                                   absl::Span<const ChunkBytes> grads) override;
   absl::Status Leave(int32_t worker_id) override;
   ShardStats Stats() const override;
@@ -135,9 +158,18 @@ class ParameterStoreImpl final : public ParameterStore {
     if (initialized_.load(std::memory_order_acquire)) return absl::OkStatus();
     return Reject("not_initialized",
                   absl::FailedPreconditionError(absl::StrCat(
-                      what, " before the model was declared on shard ",
+                      what, " before the model was (fully) declared on shard ",
                       options_.shard_index)));
   }
+  // Sync: workers whose gradient for this step has all its parts.
+  int CompleteCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_) {
+    int n = 0;
+    for (const auto& [w, p] : pending_) n += p.complete() ? 1 : 0;
+    return n;
+  }
+  absl::StatusOr<PushResult> PushSync(const PushId& id,
+                                      absl::Span<const ChunkBytes> grads,
+                                      bool completes_push, int64_t bytes);
   // Index into chunks_ of an owned chunk id, or -1.
   int LocalIndex(int32_t chunk_id) const {
     if (chunk_id < 0 || chunk_id >= static_cast<int32_t>(local_index_.size())) {
@@ -187,10 +219,13 @@ class ParameterStoreImpl final : public ParameterStore {
   const ParameterStoreOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
 
-  // Set once under declare_mu_, then immutable; readers check initialized_
-  // (acquire) first.
+  // Set once under declare_mu_ (the layout when first declared, the values
+  // chunk by chunk), then immutable; readers check initialized_ (acquire),
+  // which turns true once every chunk has values.
   absl::Mutex declare_mu_;
   std::atomic<bool> initialized_{false};
+  bool layout_published_ = false;
+  int64_t chunks_without_values_ = 0;
   ModelLayout layout_;
   ShardMap map_;
   std::vector<std::unique_ptr<ChunkState>> chunks_;
@@ -217,7 +252,7 @@ class ParameterStoreImpl final : public ParameterStore {
   int64_t step_ ABSL_GUARDED_BY(coord_mu_) = 0;
   // Sync: gradients for step_ by worker id (ordered: deterministic sums),
   // each the shard's chunks concatenated in local order.
-  std::map<int32_t, std::vector<float>> pending_ ABSL_GUARDED_BY(coord_mu_);
+  std::map<int32_t, PendingGrad> pending_ ABSL_GUARDED_BY(coord_mu_);
   absl::Time pending_since_ ABSL_GUARDED_BY(coord_mu_);
   std::vector<bool> active_ ABSL_GUARDED_BY(coord_mu_);
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(coord_mu_);
@@ -260,7 +295,8 @@ absl::Status ParameterStoreImpl::CheckChunkBytes(const ChunkBytes& c,
 absl::StatusOr<bool> ParameterStoreImpl::Declare(
     const ModelLayout& layout, absl::Span<const ChunkBytes> initial) {
   absl::MutexLock lock(&declare_mu_);
-  if (initialized_.load(std::memory_order_acquire)) {
+  bool staged = false;
+  if (layout_published_) {
     if (layout != layout_) {
       return Reject("layout_mismatch",
                     absl::InvalidArgumentError(absl::StrCat(
@@ -272,76 +308,78 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
                         layout_.NumElements(), " floats, ",
                         layout_.num_shards, " shards)")));
     }
-    return false;
-  }
-  if (layout.num_shards != options_.num_shards) {
-    return Reject("layout_mismatch",
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "layout is cut for ", layout.num_shards,
-                      " shards but this server is shard ", options_.shard_index,
-                      " of ", options_.num_shards)));
-  }
-  absl::StatusOr<ShardMap> map = ComputeShardMap(layout);
-  if (!map.ok()) return Reject("bad_request", map.status());
-
-  // Build the new state aside; publish only when everything checked out.
-  std::vector<std::unique_ptr<ChunkState>> chunks;
-  std::vector<int> local_index(map->chunks.size(), -1);
-  for (int32_t id : map->shard_chunks[options_.shard_index]) {
-    local_index[id] = static_cast<int>(chunks.size());
-    chunks.push_back(std::make_unique<ChunkState>(map->chunks[id]));
-  }
-  // CheckChunkBytes reads layout_/chunks_/local_index_; stage them first.
-  layout_ = layout;
-  map_ = *map;
-  chunks_ = std::move(chunks);
-  local_index_ = std::move(local_index);
-  shard_offset_.clear();
-  shard_elements_ = 0;
-  for (const auto& st : chunks_) {
-    shard_offset_.push_back(shard_elements_);
-    shard_elements_ += st->info.num_elements;
-  }
-  auto unstage = [&](absl::Status s) {
-    layout_ = ModelLayout();
-    map_ = ShardMap();
-    chunks_.clear();
-    local_index_.clear();
+  } else {
+    if (layout.num_shards != options_.num_shards) {
+      return Reject("layout_mismatch",
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "layout is cut for ", layout.num_shards,
+                        " shards but this server is shard ",
+                        options_.shard_index, " of ", options_.num_shards)));
+    }
+    absl::StatusOr<ShardMap> map = ComputeShardMap(layout);
+    if (!map.ok()) return Reject("bad_request", map.status());
+    // Stage the layout (CheckChunkBytes reads it); keep it only if this
+    // call's values check out.
+    std::vector<std::unique_ptr<ChunkState>> chunks;
+    std::vector<int> local_index(map->chunks.size(), -1);
+    for (int32_t id : map->shard_chunks[options_.shard_index]) {
+      local_index[id] = static_cast<int>(chunks.size());
+      chunks.push_back(std::make_unique<ChunkState>(map->chunks[id]));
+    }
+    layout_ = layout;
+    map_ = *map;
+    chunks_ = std::move(chunks);
+    local_index_ = std::move(local_index);
     shard_offset_.clear();
     shard_elements_ = 0;
+    for (const auto& st : chunks_) {
+      shard_offset_.push_back(shard_elements_);
+      shard_elements_ += st->info.num_elements;
+    }
+    chunks_without_values_ = static_cast<int64_t>(chunks_.size());
+    staged = true;
+  }
+  auto fail = [&](absl::Status s) {
+    if (staged) {
+      layout_ = ModelLayout();
+      map_ = ShardMap();
+      chunks_.clear();
+      local_index_.clear();
+      shard_offset_.clear();
+      shard_elements_ = 0;
+      chunks_without_values_ = 0;
+    }
     return s;
   };
-  if (initial.size() != chunks_.size()) {
-    return unstage(Reject(
-        "bad_request",
-        absl::InvalidArgumentError(absl::StrCat(
-            "initial values must cover the ", chunks_.size(),
-            " chunks of shard ", options_.shard_index, ", got ",
-            initial.size()))));
-  }
   std::vector<bool> seen(chunks_.size(), false);
   for (const ChunkBytes& c : initial) {
-    if (absl::Status s = CheckChunkBytes(c, "declare"); !s.ok()) {
-      return unstage(s);
-    }
+    if (absl::Status s = CheckChunkBytes(c, "declare"); !s.ok()) return fail(s);
     const int idx = LocalIndex(c.chunk_id);
     if (seen[idx]) {
-      return unstage(Reject("bad_request", absl::InvalidArgumentError(absl::StrCat(
-                                               "declare: chunk ", c.chunk_id,
-                                               " given twice"))));
+      return fail(Reject("bad_request", absl::InvalidArgumentError(absl::StrCat(
+                                            "declare: chunk ", c.chunk_id,
+                                            " given twice"))));
     }
     seen[idx] = true;
   }
+  layout_published_ = true;
+  bool set_any = false;
   for (const ChunkBytes& c : initial) {
     ChunkState& st = *chunks_[LocalIndex(c.chunk_id)];
+    if (st.has_values) continue;
     absl::MutexLock l(&st.mu);
     st.values.resize(st.info.num_elements);
     if (c.num_bytes > 0) std::memcpy(st.values.data(), c.data, c.num_bytes);
     st.opt_state.assign(st.info.num_elements * optimizer_->StateSize(),
                         optimizer_->InitialState());
+    st.has_values = true;
+    --chunks_without_values_;
+    set_any = true;
   }
-  initialized_.store(true, std::memory_order_release);
-  return true;
+  if (chunks_without_values_ == 0) {
+    initialized_.store(true, std::memory_order_release);
+  }
+  return set_any;
 }
 
 absl::Status ParameterStoreImpl::Read(
@@ -404,13 +442,21 @@ WorkerState* ParameterStoreImpl::GetWorker(int32_t worker_id) {
 }
 
 absl::StatusOr<PushResult> ParameterStoreImpl::Push(
-    int32_t worker_id, int64_t seq, absl::Span<const ChunkBytes> grads) {
+    const PushId& id, absl::Span<const ChunkBytes> grads) {
   DP_RETURN_IF_ERROR(RequireInitialized("push"));
-  if (worker_id < 0 || seq < 1) {
+  const int32_t worker_id = id.worker_id;
+  if (worker_id < 0 || id.seq < 1) {
     return Reject("bad_request",
                   absl::InvalidArgumentError(absl::StrCat(
                       "push needs worker_id >= 0 and seq >= 1, got worker_id ",
-                      worker_id, ", seq ", seq)));
+                      worker_id, ", seq ", id.seq)));
+  }
+  if (id.num_parts < 1 || id.num_parts > (1 << 20) || id.part < 0 ||
+      id.part >= id.num_parts) {
+    return Reject("bad_request",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "push needs 0 <= part < num_parts <= 2^20, got part ",
+                      id.part, " of ", id.num_parts)));
   }
   if (options_.mode != SyncMode::kAsync && worker_id >= options_.num_workers) {
     return Reject("bad_request",
@@ -418,7 +464,8 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
                       "push: worker_id ", worker_id, " is not below the job's ",
                       options_.num_workers, " workers")));
   }
-  if (options_.mode == SyncMode::kSync && grads.size() != chunks_.size()) {
+  if (options_.mode == SyncMode::kSync && id.num_parts == 1 &&
+      grads.size() != chunks_.size()) {
     return Reject("bad_request",
                   absl::InvalidArgumentError(absl::StrCat(
                       "push: sync mode needs all ", chunks_.size(),
@@ -447,49 +494,41 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
     bytes += g.num_bytes;
   }
 
-  WorkerState* worker = GetWorker(worker_id);
-  absl::MutexLock wl(&worker->mu);
-  PushResult result;
-  if (seq <= worker->last_seq) {
-    pushes_duplicate_.fetch_add(1, std::memory_order_relaxed);
-    result.duplicate = true;
-    return result;
+  // Claim (seq, part) for this worker: at most once.
+  bool completes_push = false;
+  {
+    WorkerState* worker = GetWorker(worker_id);
+    absl::MutexLock wl(&worker->mu);
+    if (id.seq < worker->seq ||
+        (id.seq == worker->seq && worker->parts[id.part])) {
+      pushes_duplicate_.fetch_add(1, std::memory_order_relaxed);
+      PushResult dup;
+      dup.duplicate = true;
+      return dup;
+    }
+    if (id.seq == worker->seq && id.num_parts != worker->num_parts) {
+      return Reject("bad_request",
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "push seq ", id.seq, " part ", id.part, " says ",
+                        id.num_parts, " parts, an earlier part said ",
+                        worker->num_parts)));
+    }
+    if (id.seq > worker->seq) {
+      worker->seq = id.seq;
+      worker->num_parts = id.num_parts;
+      worker->parts_done = 0;
+      worker->parts.assign(id.num_parts, false);
+    }
+    worker->parts[id.part] = true;
+    completes_push = ++worker->parts_done == worker->num_parts;
   }
+  bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
 
   if (options_.mode == SyncMode::kSync) {
-    std::list<Waiter> ready;
-    {
-      absl::MutexLock cl(&coord_mu_);
-      if (!aborted_.empty()) return AbortedStatus();
-      int64_t base = std::numeric_limits<int64_t>::max();
-      for (const ChunkBytes& g : grads) base = std::min(base, g.base_version);
-      if (base < step_ || pending_.count(worker_id) > 0) {
-        // Computed from an older step, or a second gradient for this step.
-        dropped_stale_.fetch_add(1, std::memory_order_relaxed);
-        result.dropped = true;
-      } else {
-        if (!active_[worker_id]) {
-          active_[worker_id] = true;
-          Log(absl::StrCat("worker ", worker_id, " is back at step ", step_));
-        }
-        std::vector<float>& buf = pending_[worker_id];
-        buf.resize(shard_elements_);
-        for (const ChunkBytes& g : grads) {
-          const int idx = LocalIndex(g.chunk_id);
-          std::memcpy(buf.data() + shard_offset_[idx], g.data, g.num_bytes);
-        }
-        if (pending_.size() == 1) pending_since_ = absl::Now();
-        MaybeCompleteStep();
-        TakeReadyWaiters(&ready);
-      }
-    }
-    worker->last_seq = seq;
-    pushes_applied_.fetch_add(result.dropped ? 0 : 1, std::memory_order_relaxed);
-    bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
-    AnswerWaiters(&ready);
-    return result;
+    return PushSync(id, grads, completes_push, bytes);
   }
 
+  PushResult result;
   if (options_.mode == SyncMode::kSsp) {
     absl::MutexLock cl(&coord_mu_);
     if (!aborted_.empty()) return AbortedStatus();
@@ -502,9 +541,8 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
     result.versions.push_back(st.version.load(std::memory_order_relaxed));
   }
   if (result.dropped) dropped_stale_.fetch_add(1, std::memory_order_relaxed);
-  worker->last_seq = seq;
+  if (!completes_push) return result;
   pushes_applied_.fetch_add(1, std::memory_order_relaxed);
-  bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
   if (options_.mode == SyncMode::kSsp) {
     std::list<Waiter> ready;
     {
@@ -519,6 +557,74 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
     }
     AnswerWaiters(&ready);
   }
+  return result;
+}
+
+absl::StatusOr<PushResult> ParameterStoreImpl::PushSync(
+    const PushId& id, absl::Span<const ChunkBytes> grads, bool completes_push,
+    int64_t bytes) {
+  const int32_t worker_id = id.worker_id;
+  PushResult result;
+  std::list<Waiter> ready;
+  absl::Status error;
+  {
+    absl::MutexLock cl(&coord_mu_);
+    if (!aborted_.empty()) return AbortedStatus();
+    int64_t base = std::numeric_limits<int64_t>::max();
+    for (const ChunkBytes& g : grads) base = std::min(base, g.base_version);
+    auto it = pending_.find(worker_id);
+    if (base < step_ || (it != pending_.end() && it->second.seq != id.seq)) {
+      // Computed from an older step, or a second gradient for this step.
+      dropped_stale_.fetch_add(1, std::memory_order_relaxed);
+      result.dropped = true;
+      return result;
+    }
+    if (!active_[worker_id]) {
+      active_[worker_id] = true;
+      Log(absl::StrCat("worker ", worker_id, " is back at step ", step_));
+    }
+    if (it == pending_.end()) {
+      if (pending_.empty()) pending_since_ = absl::Now();
+      it = pending_.emplace(worker_id, PendingGrad()).first;
+      it->second.seq = id.seq;
+      it->second.num_parts = id.num_parts;
+      it->second.have.assign(chunks_.size(), false);
+      it->second.grad.resize(shard_elements_);
+    }
+    PendingGrad& p = it->second;
+    for (const ChunkBytes& g : grads) {
+      const int idx = LocalIndex(g.chunk_id);
+      if (p.have[idx]) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            "push: chunk ", g.chunk_id, " sent in two parts of seq ", id.seq));
+        break;
+      }
+    }
+    if (error.ok()) {
+      for (const ChunkBytes& g : grads) {
+        const int idx = LocalIndex(g.chunk_id);
+        p.have[idx] = true;
+        ++p.chunks_in;
+        std::memcpy(p.grad.data() + shard_offset_[idx], g.data, g.num_bytes);
+      }
+      ++p.parts_in;
+      if (p.complete() && p.chunks_in != static_cast<int64_t>(chunks_.size())) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            "push: sync mode needs all ", chunks_.size(), " chunks of shard ",
+            options_.shard_index, ", the ", p.num_parts, " parts of seq ",
+            id.seq, " carried ", p.chunks_in));
+      }
+    }
+    if (!error.ok()) {
+      pending_.erase(it);  // The whole gradient of this step is refused.
+    } else if (completes_push) {
+      MaybeCompleteStep();
+      TakeReadyWaiters(&ready);
+    }
+  }
+  if (!error.ok()) return Reject("bad_request", error);
+  if (completes_push) pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+  AnswerWaiters(&ready);
   return result;
 }
 
@@ -559,7 +665,7 @@ int ParameterStoreImpl::StepTarget() const {
   // Workers that contributed to this step and then left still count for it.
   int active = ActiveCount();
   for (const auto& [worker, grad] : pending_) {
-    if (!active_[worker]) ++active;
+    if (!active_[worker] && grad.complete()) ++active;
   }
   return options_.replicas_to_aggregate > 0
              ? std::min(options_.replicas_to_aggregate, active)
@@ -567,13 +673,22 @@ int ParameterStoreImpl::StepTarget() const {
 }
 
 void ParameterStoreImpl::MaybeCompleteStep() {
-  if (pending_.empty()) return;
-  if (static_cast<int>(pending_.size()) >= std::max(StepTarget(), 1)) {
-    CompleteStep();
-  }
+  const int complete = CompleteCount();
+  if (complete == 0) return;
+  if (complete >= std::max(StepTarget(), 1)) CompleteStep();
 }
 
 void ParameterStoreImpl::CompleteStep() {
+  // Gradients still missing parts when the step completes are dropped.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.complete()) {
+      ++it;
+    } else {
+      dropped_stale_.fetch_add(1, std::memory_order_relaxed);
+      it = pending_.erase(it);
+    }
+  }
+  if (pending_.empty()) return;
   const float scale = 1.0f / static_cast<float>(pending_.size());
   std::vector<float> sum;
   for (size_t idx = 0; idx < chunks_.size(); ++idx) {
@@ -582,7 +697,7 @@ void ParameterStoreImpl::CompleteStep() {
     sum.assign(n, 0.0f);
     // Worker-index order (std::map), so the sum is the same on every run.
     for (const auto& [worker, grad] : pending_) {
-      const float* g = grad.data() + shard_offset_[idx];
+      const float* g = grad.grad.data() + shard_offset_[idx];
       for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
     }
     absl::MutexLock l(&st.mu);
@@ -661,9 +776,8 @@ void ParameterStoreImpl::Evict(const std::vector<int32_t>& workers,
                    absl::StrJoin(workers, ", "), " (", why, "); going on with ",
                    remaining, " worker", remaining == 1 ? "" : "s"));
   // Sync goes on with the gradients already in; ssp with the workers left.
-  const int have = options_.mode == SyncMode::kSync
-                       ? static_cast<int>(pending_.size())
-                       : remaining;
+  const int have = options_.mode == SyncMode::kSync ? CompleteCount()
+                                                     : remaining;
   if (have < options_.min_replicas) {
     aborted_ = absl::StrCat(
         "job aborted on shard ", options_.shard_index, ": worker",
@@ -690,7 +804,10 @@ void ParameterStoreImpl::TimerLoop() {
                  now - pending_since_ > options_.sync_timeout) {
         std::vector<int32_t> missing;
         for (int32_t w = 0; w < static_cast<int32_t>(active_.size()); ++w) {
-          if (active_[w] && pending_.count(w) == 0) missing.push_back(w);
+          auto it = pending_.find(w);
+          if (active_[w] && (it == pending_.end() || !it->second.complete())) {
+            missing.push_back(w);
+          }
         }
         if (!missing.empty()) {
           Evict(missing, absl::StrCat("no gradient for step ", step_,
@@ -698,7 +815,7 @@ void ParameterStoreImpl::TimerLoop() {
                                       absl::FormatDuration(options_.sync_timeout)));
         }
         if (aborted_.empty()) {
-          if (static_cast<int>(pending_.size()) >= options_.min_replicas) {
+          if (CompleteCount() >= options_.min_replicas) {
             CompleteStep();
           }
         }

@@ -21,11 +21,14 @@
 // evicted (named in the log and the stats) and the job goes on with the rest,
 // or, when fewer than `min_replicas` remain, is aborted: every call then fails
 // with ABORTED naming the missing workers.
-// A push carries (worker_id, seq); a push whose seq is not above the last one
-// applied for that worker is a retry and is acknowledged without being
-// applied, so no update is lost or applied twice. A push is validated
-// completely (known chunks owned by this shard, exact sizes, finite values)
-// before anything is changed: a bad push changes nothing.
+// A push carries (worker_id, seq) and may be cut into parts (PushId); a part
+// already received for that worker and seq, or a part of an older seq, is a
+// retry and is acknowledged without being applied, so no update is lost or
+// applied twice. Each request is validated completely (known chunks owned by
+// this shard, exact sizes, finite values) before anything is changed: a bad
+// request changes nothing.
+// A large shard may be declared over several Declare calls, each with some
+// chunks' initial values; it serves pulls and pushes once all have values.
 //
 // Usage:
 //   ParameterStoreOptions o; o.shard_index = 0; o.num_shards = 2;
@@ -112,6 +115,16 @@ struct ChunkView {
   int64_t num_elements = 0;
 };
 
+// Which push a request belongs to. A push (seq) may be cut into num_parts
+// requests, each with some of the chunks; in sync and ssp mode it counts as
+// the worker's push once every part arrived.
+struct PushId {
+  int32_t worker_id = 0;
+  int64_t seq = 0;
+  int32_t part = 0;
+  int32_t num_parts = 1;
+};
+
 struct PushResult {
   bool duplicate = false;
   // Dropped as too stale (counted in ShardStats::dropped_stale).
@@ -127,11 +140,13 @@ class ParameterStore {
       const ParameterStoreOptions& options);
   virtual ~ParameterStore() = default;
 
-  // Declares the layout. The first successful call initializes the shard from
-  // `initial`, which must hold exactly this shard's chunks, each with its full
-  // size and finite values; returns true. Later calls with an identical
-  // layout return false and ignore `initial`; a different layout, or one cut
-  // for another number of shards, is InvalidArgument.
+  // Declares the layout. `initial` holds initial values for some or all of
+  // this shard's chunks (each at most once, full size, finite); each chunk
+  // keeps the first values it is given, and the shard serves pulls and pushes
+  // once every chunk has values. Returns true when this call gave values to
+  // at least one chunk, false when all it carried were already set. A
+  // different layout than the first one declared, or one cut for another
+  // number of shards, is InvalidArgument; a bad call changes nothing.
   virtual absl::StatusOr<bool> Declare(const ModelLayout& layout,
                                        absl::Span<const ChunkBytes> initial) = 0;
 
@@ -152,10 +167,16 @@ class ParameterStore {
                              std::function<void(absl::Status)> done) = 0;
 
   // Applies gradients with the server optimizer (see the file comment).
-  // worker_id >= 0, seq >= 1, each chunk at most once per push. In sync mode
-  // a push carries every chunk of the shard.
-  virtual absl::StatusOr<PushResult> Push(int32_t worker_id, int64_t seq,
+  // worker_id >= 0, seq >= 1, 0 <= part < num_parts, each chunk at most once
+  // per push. In sync mode the parts of a push together carry every chunk of
+  // the shard exactly once.
+  virtual absl::StatusOr<PushResult> Push(const PushId& id,
                                           absl::Span<const ChunkBytes> grads) = 0;
+  // A push in one part.
+  absl::StatusOr<PushResult> Push(int32_t worker_id, int64_t seq,
+                                  absl::Span<const ChunkBytes> grads) {
+    return Push(PushId{worker_id, seq, 0, 1}, grads);
+  }
 
   // The worker has finished; sync and ssp stop waiting for it.
   virtual absl::Status Leave(int32_t worker_id) = 0;

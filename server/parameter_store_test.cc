@@ -135,15 +135,50 @@ TEST(ParameterStoreTest, LayoutMismatchIsRejectedAndChangesNothing) {
 TEST(ParameterStoreTest, BadInitialValuesLeaveStoreUninitialized) {
   Fixture f = MakeFixture(2);
   auto store = NewStore(0, 2);
-  std::vector<ChunkBytes> init = ChunksOf(f, 0, f.flat);
-  init.pop_back();
-  EXPECT_FALSE(store->Declare(f.layout, init).ok());
   std::vector<float> bad = f.flat;
   bad[f.map.chunks[f.map.shard_chunks[0][0]].flat_offset] = NAN;
   EXPECT_FALSE(store->Declare(f.layout, ChunksOf(f, 0, bad)).ok());
   EXPECT_FALSE(store->Stats().initialized);
   // A correct declaration still works afterwards.
   EXPECT_TRUE(store->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  EXPECT_TRUE(store->Stats().initialized);
+}
+
+TEST(ParameterStoreTest, DeclaredInPartsServesOnceEveryChunkHasValues) {
+  Fixture f = MakeFixture(2);
+  auto store = NewStore(0, 2);
+  std::vector<ChunkBytes> init = ChunksOf(f, 0, f.flat);
+  ASSERT_GE(init.size(), 2u);
+  const ChunkBytes last = init.back();
+  init.pop_back();
+  ASSERT_TRUE(*store->Declare(f.layout, init));
+  EXPECT_FALSE(store->Stats().initialized);
+  EXPECT_EQ(store->Pull({}, [](const ChunkView&) {}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A part with a bad value changes nothing, the missing chunk stays missing.
+  std::vector<float> bad = f.flat;
+  bad[f.map.chunks[last.chunk_id].flat_offset] = INFINITY;
+  std::vector<ChunkBytes> bad_last = ChunksOf(f, 0, bad);
+  EXPECT_FALSE(store->Declare(f.layout, {bad_last.back()}).ok());
+  EXPECT_FALSE(store->Stats().initialized);
+  // Another worker's later values for chunks that have some are ignored.
+  std::vector<float> other(f.flat.size(), 7.0f);
+  std::vector<ChunkBytes> all_other = ChunksOf(f, 0, other);
+  all_other.pop_back();
+  EXPECT_FALSE(*store->Declare(f.layout, all_other));
+  ASSERT_TRUE(*store->Declare(f.layout, {last}));
+  EXPECT_TRUE(store->Stats().initialized);
+  std::vector<float> got(f.flat.size(), -1.0f);
+  ASSERT_TRUE(store->Pull({}, [&](const ChunkView& c) {
+    std::copy(c.data, c.data + c.num_elements,
+              got.begin() + f.map.chunks[c.chunk_id].flat_offset);
+  }).ok());
+  for (int32_t id : f.map.shard_chunks[0]) {
+    const Chunk& c = f.map.chunks[id];
+    for (int64_t i = 0; i < c.num_elements; ++i) {
+      ASSERT_EQ(got[c.flat_offset + i], f.flat[c.flat_offset + i]);
+    }
+  }
 }
 
 TEST(ParameterStoreTest, SgdPushAppliesGradientAndBumpsVersion) {
@@ -537,6 +572,90 @@ TEST(ModeOptionsTest, RejectsInconsistentOptions) {
   o.staleness_aware = false;
   EXPECT_TRUE(ParameterStore::Create(o).ok());
   EXPECT_FALSE(ParseSyncMode("bsp").ok());
+}
+
+}  // namespace
+}  // namespace downpour
+
+namespace downpour {
+namespace {
+
+// Chunk `id` of TinyLayout's map holding the constant gradient g.
+struct TinyPart {
+  std::vector<float> grad = std::vector<float>(6);
+  std::vector<ChunkBytes> chunks;
+};
+TinyPart PartOf(int32_t id, float g, int64_t base) {
+  TinyPart p;
+  std::fill(p.grad.begin(), p.grad.end(), g);
+  const ShardMap map = *ComputeShardMap(TinyLayout());
+  const Chunk& c = map.chunks[id];
+  p.chunks.push_back({c.id, base, p.grad.data() + c.flat_offset,
+                      c.num_elements * 4});
+  return p;
+}
+
+TEST(PushPartsTest, AsyncPartsAreEachAppliedOnceAndCountAsOnePush) {
+  auto f = NewModeStore(SyncMode::kAsync, 1);
+  const ShardMap map = *ComputeShardMap(TinyLayout());
+  ASSERT_EQ(map.chunks.size(), 2u);
+  TinyPart p0 = PartOf(0, 1.0f, 0), p1 = PartOf(1, 1.0f, 0);
+  ASSERT_FALSE(f->store->Push(PushId{0, 1, 0, 2}, p0.chunks)->duplicate);
+  EXPECT_EQ(f->store->Stats().pushes_applied, 0);  // Half a push so far.
+  EXPECT_TRUE(f->store->Push(PushId{0, 1, 0, 2}, p0.chunks)->duplicate);
+  ASSERT_FALSE(f->store->Push(PushId{0, 1, 1, 2}, p1.chunks)->duplicate);
+  EXPECT_EQ(f->store->Stats().pushes_applied, 1);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -1.0f));
+  // Parts of an older seq are retries; a part number out of range is refused.
+  EXPECT_TRUE(f->store->Push(PushId{0, 0 + 1, 1, 2}, p1.chunks)->duplicate);
+  EXPECT_EQ(f->store->Push(PushId{0, 2, 2, 2}, p1.chunks).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // num_parts must agree within a seq.
+  TinyPart q0 = PartOf(0, 1.0f, 1);
+  ASSERT_TRUE(f->store->Push(PushId{0, 3, 0, 2}, q0.chunks).ok());
+  EXPECT_EQ(f->store->Push(PushId{0, 3, 1, 3}, p1.chunks).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values(*f->store)[5], -1.0f);  // Chunk 1 untouched by the refusal.
+}
+
+TEST(PushPartsTest, SyncStepWaitsForEveryPartOfEveryWorker) {
+  auto f = NewModeStore(SyncMode::kSync, 2);
+  TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);
+  TinyPart b0 = PartOf(0, 3.0f, 0), b1 = PartOf(1, 3.0f, 0);
+  ASSERT_TRUE(f->store->Push(PushId{0, 1, 1, 2}, a1.chunks).ok());
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 0, 2}, b0.chunks).ok());
+  ASSERT_TRUE(f->store->Push(PushId{0, 1, 0, 2}, a0.chunks).ok());
+  EXPECT_EQ(f->store->Stats().steps, 0);  // Worker 1 has half its gradient in.
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 1, 2}, b1.chunks).ok());
+  EXPECT_EQ(f->store->Stats().steps, 1);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));  // -mean(1, 3)
+}
+
+TEST(PushPartsTest, SyncRefusesAChunkSentInTwoParts) {
+  auto f = NewModeStore(SyncMode::kSync, 1);
+  TinyPart a0 = PartOf(0, 1.0f, 0);
+  ASSERT_TRUE(f->store->Push(PushId{0, 1, 0, 2}, a0.chunks).ok());
+  EXPECT_EQ(f->store->Push(PushId{0, 1, 1, 2}, a0.chunks).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f->store->Stats().steps, 0);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));
+  // The worker's next push, whole, completes the step.
+  ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 0).ok());
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -1.0f));
+}
+
+TEST(PushPartsTest, SspClockAdvancesOncePerWholePush) {
+  auto f = NewModeStore(SyncMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/0);
+  TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 0, 2}, a0.chunks).ok());
+  // Worker 0 at clock 1 may not pull while worker 1 has only half a push.
+  auto waiting = StartPull(*f->store, 0, /*clock=*/1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  EXPECT_FALSE(waiting->done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 1, 2}, a1.chunks).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
 }
 
 }  // namespace
