@@ -270,7 +270,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name,
                                                   Backend* backend,
                                                   int max_batch) {
-  static const char* const kKnown[] = {"fashion_cnn"};
+  static const char* const kKnown[] = {"fashion_cnn", "cifar_vgg"};
   if (name == "fashion_cnn") {
     std::vector<std::unique_ptr<Layer>> layers;
     layers.push_back(NewConv2d("conv1", 32, 3, 0));
@@ -284,6 +284,27 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name,
     layers.push_back(NewRelu("relu3"));
     layers.push_back(NewDense("fc2", 10));
     return Model::Create(backend, std::move(layers), Dims{1, 28, 28},
+                         max_batch);
+  }
+  if (name == "cifar_vgg") {
+    // Three VGG blocks of two same-padded 3x3 convs and a 2x2 max-pool:
+    // 32x32 -> 16x16 -> 8x8 -> 4x4, then a 256-wide hidden dense layer.
+    std::vector<std::unique_ptr<Layer>> layers;
+    int conv = 0;
+    for (const int channels : {64, 128, 256}) {
+      for (int i = 0; i < 2; ++i) {
+        ++conv;
+        layers.push_back(
+            NewConv2d(absl::StrCat("conv", conv), channels, 3, /*pad=*/1));
+        layers.push_back(NewRelu(absl::StrCat("relu", conv)));
+      }
+      layers.push_back(NewMaxPool(absl::StrCat("pool", conv / 2), 2));
+    }
+    layers.push_back(NewFlatten("flatten"));
+    layers.push_back(NewDense("fc1", 256));
+    layers.push_back(NewRelu("relu_fc1"));
+    layers.push_back(NewDense("fc2", 10));
+    return Model::Create(backend, std::move(layers), Dims{3, 32, 32},
                          max_batch);
   }
   return absl::InvalidArgumentError(

@@ -1,5 +1,6 @@
 // Tests of the layers and Model: gradients against central finite
-// differences, the fashion_cnn layout, determinism, training and errors.
+// differences, the fashion_cnn and cifar_vgg layouts, determinism, training
+// and errors.
 #include "worker/nn/model.h"
 
 #include <chrono>
@@ -252,6 +253,95 @@ TEST(ModelTest, FashionCnnLayout) {
   auto bad = BuildModel("resnet9000", be.get(), 16);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("fashion_cnn"), std::string::npos);
+}
+
+TEST(ModelTest, CifarVggLayout) {
+  auto be = NewCpuBackend(1);
+  auto model = BuildModel("cifar_vgg", be.get(), 8);
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Parameters, weights + biases (3x3 convs: out * in * 9 + out):
+  //   conv1   64 *   3 * 9 +  64 =     1,792
+  //   conv2   64 *  64 * 9 +  64 =    36,928
+  //   conv3  128 *  64 * 9 + 128 =    73,856
+  //   conv4  128 * 128 * 9 + 128 =   147,584
+  //   conv5  256 * 128 * 9 + 256 =   295,168
+  //   conv6  256 * 256 * 9 + 256 =   590,080
+  //   fc1    256 * 4096    + 256 = 1,048,832   (4096 = 256 channels * 4 * 4)
+  //   fc2     10 * 256     +  10 =     2,570
+  //   total                        2,196,810
+  const std::vector<TensorSpec> want = {
+      {"conv1.weight", {64, 3, 3, 3}},    {"conv1.bias", {64}},
+      {"conv2.weight", {64, 64, 3, 3}},   {"conv2.bias", {64}},
+      {"conv3.weight", {128, 64, 3, 3}},  {"conv3.bias", {128}},
+      {"conv4.weight", {128, 128, 3, 3}}, {"conv4.bias", {128}},
+      {"conv5.weight", {256, 128, 3, 3}}, {"conv5.bias", {256}},
+      {"conv6.weight", {256, 256, 3, 3}}, {"conv6.bias", {256}},
+      {"fc1.weight", {256, 4096}},        {"fc1.bias", {256}},
+      {"fc2.weight", {10, 256}},          {"fc2.bias", {10}},
+  };
+  EXPECT_EQ((*model)->param_specs(), want);
+  EXPECT_EQ((*model)->num_parameters(), 2196810);
+  EXPECT_EQ((*model)->input_dims(), (Dims{3, 32, 32}));
+  EXPECT_EQ((*model)->num_classes(), 10);
+
+  auto bad = BuildModel("resnet9000", be.get(), 16);
+  EXPECT_NE(bad.status().message().find("cifar_vgg"), std::string::npos);
+}
+
+// Central differences on a few coordinates of the full network: in each of
+// several tensors, the coordinate with the largest analytic gradient (so the
+// check is not lost in float32 rounding of the loss). The step is small
+// enough not to cross ReLU / max-pool kinks here (3e-3 already does for
+// conv4), large enough for float32 losses.
+TEST(ModelTest, CifarVggGradientsMatchFiniteDifferences) {
+  auto be = NewCpuBackend(2);
+  auto model = BuildModel("cifar_vgg", be.get(), 2);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Model& m = **model;
+  const int batch = 2;
+  std::vector<float> params = m.InitialParameters(21);
+  std::vector<float> noise = RandomVec(params.size(), 22, -0.01f, 0.01f);
+  for (size_t i = 0; i < params.size(); ++i) params[i] += noise[i];
+  ASSERT_TRUE(m.SetParameters(params).ok());
+  const std::vector<float> x =
+      RandomVec(batch * m.input_dims().Size(), 23, 0.f, 1.f);
+  const std::vector<int32_t> labels = {3, 8};
+  auto r = m.ComputeGradients(x.data(), labels.data(), batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(std::isfinite(r->loss));
+  std::vector<float> grads(m.num_parameters());
+  ASSERT_TRUE(be->CopyToHost(m.gradients(), grads.data(), grads.size()).ok());
+
+  int64_t offset = 0;
+  int checked = 0;
+  for (const TensorSpec& t : m.param_specs()) {
+    const int64_t n = t.NumElements();
+    const bool wanted = t.name == "conv1.weight" || t.name == "conv4.weight" ||
+                        t.name == "conv6.bias" || t.name == "fc1.weight" ||
+                        t.name == "fc2.weight" || t.name == "fc2.bias";
+    if (wanted) {
+      int64_t best = offset;
+      for (int64_t i = offset; i < offset + n; ++i) {
+        if (std::fabs(grads[i]) > std::fabs(grads[best])) best = i;
+      }
+      const double eps = 1e-3;
+      const float keep = params[best];
+      params[best] = keep + eps;
+      ASSERT_TRUE(m.SetParameters(params).ok());
+      const double lp = m.Evaluate(x.data(), labels.data(), batch)->loss;
+      params[best] = keep - eps;
+      ASSERT_TRUE(m.SetParameters(params).ok());
+      const double lm = m.Evaluate(x.data(), labels.data(), batch)->loss;
+      params[best] = keep;
+      const double num = (lp - lm) / (2 * eps);
+      EXPECT_GT(std::fabs(grads[best]), 1e-3) << t.name;
+      EXPECT_NEAR(grads[best], num, 1e-3 + 1e-2 * std::fabs(num))
+          << t.name << " coordinate " << best - offset;
+      ++checked;
+    }
+    offset += n;
+  }
+  EXPECT_EQ(checked, 6);
 }
 
 TEST(ModelTest, InitialParametersDeterministic) {
