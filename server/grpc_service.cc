@@ -1,37 +1,76 @@
 #include "server/grpc_service.h"
 
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_convert.h"
+#include "common/wire.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/parameter_server.grpc.pb.h"
 
 namespace downpour {
 namespace {
 
 // Views of a repeated field of wire chunks, pointing into the request.
-template <typename RepeatedChunks>
-std::vector<ChunkBytes> ViewChunks(const RepeatedChunks& chunks) {
+std::vector<ChunkBytes> ViewChunks(
+    const google::protobuf::RepeatedPtrField<proto::ChunkValues>& chunks) {
   std::vector<ChunkBytes> out;
   out.reserve(chunks.size());
   for (const auto& c : chunks) {
-    ChunkBytes b;
-    b.chunk_id = c.chunk_id();
-    b.data = c.data().data();
-    b.num_bytes = static_cast<int64_t>(c.data().size());
-    if constexpr (std::is_same_v<std::decay_t<decltype(c)>,
-                                 proto::ChunkGradient>) {
-      b.base_version = c.base_version();
-    }
-    out.push_back(b);
+    out.push_back(ChunkBytes{c.chunk_id(), 0, c.data().data(),
+                             static_cast<int64_t>(c.data().size())});
   }
   return out;
 }
 
-class ParameterServerService final
-    : public proto::ParameterServer::CallbackService {
+wire::Pieces PiecesOf(const std::vector<grpc::Slice>& slices) {
+  wire::Pieces p;
+  p.reserve(slices.size());
+  for (const grpc::Slice& s : slices) {
+    p.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return p;
+}
+
+template <typename Message>
+absl::Status ParseSmall(const grpc::ByteBuffer& in, Message* msg) {
+  grpc::ByteBuffer copy(in);  // Shares the slices; Deserialize consumes it.
+  grpc::Status s = grpc::SerializationTraits<Message>::Deserialize(&copy, msg);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", Message::descriptor()->name(), ": ",
+                     s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Message>
+void SerializeSmall(const Message& msg, grpc::ByteBuffer* out) {
+  bool own = false;
+  grpc::SerializationTraits<Message>::Serialize(msg, out, &own);
+}
+
+// Each gRPC callback thread keeps one buffer for payloads that must be
+// gathered or decoded, reused across requests (no allocation, no page
+// faults in the steady state).
+std::vector<float>& ThreadScratch() {
+  thread_local std::vector<float> scratch;
+  return scratch;
+}
+
+// Pull and Push are served as raw byte buffers (WithRawCallbackMethod_*), so
+// payloads are written from and read into place (common/wire.h); the small
+// DeclareModel and GetStats use the generated protobuf handlers.
+using ServiceBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
+    proto::ParameterServer::WithRawCallbackMethod_Push<
+        proto::ParameterServer::CallbackService>>;
+
+class ParameterServerService final : public ServiceBase {
  public:
   explicit ParameterServerService(ParameterStore* store) : store_(store) {}
 
@@ -39,6 +78,12 @@ class ParameterServerService final
       grpc::CallbackServerContext* ctx, const proto::DeclareModelRequest* req,
       proto::DeclareModelResponse* resp) override {
     const std::vector<ChunkBytes> initial = ViewChunks(req->initial());
+    for (const proto::ChunkValues& c : req->initial()) {
+      if (c.encoding() != proto::RAW_F32) {
+        return Finish(ctx, absl::InvalidArgumentError(
+                               "declare: initial values must be RAW_F32"));
+      }
+    }
     absl::StatusOr<bool> fresh =
         store_->Declare(LayoutFromProto(req->layout()), initial);
     if (fresh.ok()) {
@@ -49,49 +94,81 @@ class ParameterServerService final
   }
 
   // May complete later (sync steps, ssp bound): the reactor is finished from
-  // whichever thread makes the pull ready, never by blocking this one.
+  // whichever thread makes the pull ready, never by blocking this one. Each
+  // chunk is encoded straight from the store (under its lock) into a buffer
+  // that gRPC sends without copying and frees when sent.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const proto::PullRequest* req,
-                                 proto::PullResponse* resp) override {
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    proto::PullRequest req;
+    if (absl::Status s = ParseSmall(*request, &req); !s.ok()) {
+      return Finish(ctx, s);
+    }
+    if (!proto::Encoding_IsValid(req.encoding())) {
+      return Finish(ctx, absl::InvalidArgumentError(absl::StrCat(
+                             "pull: unknown encoding ", req.encoding())));
+    }
+    const auto encoding = static_cast<wire::Encoding>(req.encoding());
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     PullSpec spec;
-    spec.chunk_ids.assign(req->chunk_ids().begin(), req->chunk_ids().end());
-    spec.min_version = req->min_version();
-    spec.worker_clock = req->worker_id() >= 0 && req->worker_clock() > 0
-                            ? req->worker_clock()
-                            : -1;
+    spec.chunk_ids.assign(req.chunk_ids().begin(), req.chunk_ids().end());
+    spec.min_version = req.min_version();
+    spec.worker_clock =
+        req.worker_id() >= 0 && req.worker_clock() > 0 ? req.worker_clock() : -1;
+    auto slices = std::make_shared<std::vector<grpc::Slice>>();
     store_->PullWhenReady(
         std::move(spec),
-        [resp](const ChunkView& c) {
-          proto::ChunkValues* out = resp->add_chunks();
-          out->set_chunk_id(c.chunk_id);
-          out->set_version(c.version);
-          out->mutable_data()->assign(reinterpret_cast<const char*>(c.data),
-                                      c.num_elements * sizeof(float));
+        [slices, encoding](const ChunkView& c) {
+          const int64_t bytes = c.num_elements * wire::BytesPerValue(encoding);
+          slices->emplace_back(wire::ChunkHeader(1, c.chunk_id, c.version,
+                                                 encoding, bytes));
+          if (bytes == 0) return;
+          void* buf = std::malloc(static_cast<size_t>(bytes));
+          wire::EncodeValues(encoding, c.data, c.num_elements,
+                             static_cast<char*>(buf));
+          slices->emplace_back(buf, static_cast<size_t>(bytes), &std::free);
         },
-        [resp, reactor](absl::Status s) {
-          if (!s.ok()) resp->Clear();
+        [slices, response, reactor](absl::Status s) {
+          if (s.ok()) *response = grpc::ByteBuffer(slices->data(), slices->size());
+          slices->clear();
           reactor->Finish(ToGrpcStatus(s));
         });
     return reactor;
   }
 
+  // Payloads are used in place when a chunk lies in one received slice (and
+  // is aligned); otherwise gathered, or decoded from fp16/bf16, into this
+  // thread's scratch buffer. The store validates and applies them.
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
-                                 const proto::PushRequest* req,
-                                 proto::PushResponse* resp) override {
-    if (req->leave()) {
-      return Finish(ctx, req->gradients_size() > 0
-                             ? absl::InvalidArgumentError(
-                                   "a leave push carries no gradients")
-                             : store_->Leave(req->worker_id()));
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    std::vector<grpc::Slice> slices;
+    if (!request->Dump(&slices).ok()) {
+      return Finish(ctx, absl::InternalError("push: cannot read the request"));
     }
-    const std::vector<ChunkBytes> grads = ViewChunks(req->gradients());
-    absl::StatusOr<PushResult> r =
-        store_->Push(req->worker_id(), req->seq(), grads);
+    const wire::Pieces pieces = PiecesOf(slices);
+    absl::StatusOr<wire::PushMessage> msg = wire::ParsePushRequest(pieces);
+    if (!msg.ok()) return Finish(ctx, msg.status());
+    if (msg->leave) {
+      absl::Status s = !msg->chunks.empty()
+                           ? absl::InvalidArgumentError(
+                                 "a leave push carries no gradients")
+                           : store_->Leave(msg->worker_id);
+      // An OK reply must carry a message.
+      if (s.ok()) SerializeSmall(proto::PushResponse(), response);
+      return Finish(ctx, s);
+    }
+    absl::StatusOr<std::vector<ChunkBytes>> grads = Payloads(pieces, *msg);
+    if (!grads.ok()) return Finish(ctx, grads.status());
+    const PushId id{msg->worker_id, msg->seq, msg->part,
+                    msg->num_parts == 0 ? 1 : msg->num_parts};
+    absl::StatusOr<PushResult> r = store_->Push(id, *grads);
     if (r.ok()) {
-      resp->set_duplicate(r->duplicate);
-      resp->set_dropped(r->dropped);
-      for (int64_t v : r->versions) resp->add_versions(v);
+      proto::PushResponse resp;
+      resp.set_duplicate(r->duplicate);
+      resp.set_dropped(r->dropped);
+      for (int64_t v : r->versions) resp.add_versions(v);
+      SerializeSmall(resp, response);
     }
     return Finish(ctx, r.status());
   }
@@ -111,6 +188,60 @@ class ParameterServerService final
     return reactor;
   }
 
+  static absl::StatusOr<std::vector<ChunkBytes>> Payloads(
+      const wire::Pieces& pieces, const wire::PushMessage& msg) {
+    std::vector<ChunkBytes> grads(msg.chunks.size());
+    int64_t scratch_floats = 0;
+    std::vector<bool> in_place(msg.chunks.size(), false);
+    for (size_t i = 0; i < msg.chunks.size(); ++i) {
+      const wire::WireChunk& c = msg.chunks[i];
+      const int bpv = wire::BytesPerValue(c.encoding);
+      grads[i].chunk_id = c.chunk_id;
+      grads[i].base_version = c.version;
+      if (c.encoding == wire::Encoding::kRawF32 && c.data.size % 4 != 0) {
+        // Not whole floats: the store refuses it by size (and counts it).
+        grads[i].data = pieces[c.data.piece].data();
+        grads[i].num_bytes = c.data.size;
+        in_place[i] = true;
+        continue;
+      }
+      if (c.data.size % bpv != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push: chunk ", c.chunk_id, " has ", c.data.size, " bytes, not a "
+            "whole number of ", wire::EncodingName(c.encoding), " values"));
+      }
+      grads[i].num_bytes = c.data.size / bpv * 4;
+      if (c.encoding == wire::Encoding::kRawF32 && c.data.size > 0) {
+        const absl::string_view p = pieces[c.data.piece];
+        const char* at = p.data() + c.data.offset;
+        if (static_cast<int64_t>(p.size() - c.data.offset) >= c.data.size &&
+            reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
+          grads[i].data = at;
+          in_place[i] = true;
+          continue;
+        }
+      }
+      scratch_floats += c.data.size / bpv;
+    }
+    std::vector<float>& scratch = ThreadScratch();
+    if (static_cast<int64_t>(scratch.size()) < scratch_floats) {
+      scratch.resize(static_cast<size_t>(scratch_floats));
+    }
+    std::string bytes_scratch;
+    int64_t used = 0;
+    for (size_t i = 0; i < msg.chunks.size(); ++i) {
+      if (in_place[i]) continue;
+      const int64_t n = grads[i].num_bytes / 4;
+      float* dst = scratch.data() + used;
+      absl::Status s =
+          wire::DecodeInto(pieces, msg.chunks[i], dst, n, &bytes_scratch);
+      if (!s.ok()) return s;
+      grads[i].data = dst;
+      used += n;
+    }
+    return grads;
+  }
+
   ParameterStore* const store_;  // Not owned.
 };
 
@@ -118,6 +249,11 @@ class ParameterServerService final
 
 std::unique_ptr<grpc::Service> NewParameterServerService(ParameterStore* store) {
   return std::make_unique<ParameterServerService>(store);
+}
+
+void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder->SetMaxSendMessageSize(kMaxMessageBytes);
 }
 
 }  // namespace downpour

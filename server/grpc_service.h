@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "grpcpp/impl/codegen/service_type.h"
+#include "grpcpp/server_builder.h"
 #include "server/parameter_store.h"
 
 namespace downpour {
@@ -21,9 +22,14 @@ namespace downpour {
 // each does one bounded pass over the request's chunks.
 std::unique_ptr<grpc::Service> NewParameterServerService(ParameterStore* store);
 
-// Largest request or response the server and clients accept (bytes). A model
-// larger than this per shard must be cut into smaller chunks per request.
-inline constexpr int kMaxMessageBytes = 256 << 20;
+// Largest request or response the server and clients accept (bytes), set
+// explicitly on both sides. Clients cut transfers into parts of a few MiB
+// (GrpcClientOptions::part_bytes), far below it; a larger message is refused
+// by gRPC with RESOURCE_EXHAUSTED and the server goes on.
+inline constexpr int kMaxMessageBytes = 64 << 20;
+
+// Sets the message limits above on a server being built.
+void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 
 }  // namespace downpour
 

@@ -119,8 +119,7 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
                            &bound_port);
   builder.RegisterService(service.get());
-  builder.SetMaxReceiveMessageSize(downpour::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(downpour::kMaxMessageBytes);
+  downpour::ConfigureServerBuilder(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     std::fprintf(stderr, "ps_server: could not listen on %s\n", address.c_str());

@@ -109,14 +109,17 @@ TEST_F(BadRequestTest, RequestsBeforeDeclarationAreRefused) {
   ExpectError(Pull(&pulled), grpc::StatusCode::FAILED_PRECONDITION, "declared");
   ExpectError(Push(GoodPush(1, 1.0f)), grpc::StatusCode::FAILED_PRECONDITION,
               "declared");
-  // A declaration missing a chunk does not initialize the shard.
+  // A declaration missing a chunk is a first part: accepted, and the shard
+  // still refuses pulls until every chunk has values.
   proto::DeclareModelRequest partial = GoodDeclare();
   partial.mutable_initial()->RemoveLast();
-  ExpectError(Declare(partial), grpc::StatusCode::INVALID_ARGUMENT, "cover");
+  EXPECT_TRUE(Declare(partial).ok());
   EXPECT_FALSE(Stats().initialized());
-  EXPECT_EQ(Stats().rejected().at("not_initialized"), 2);
-  // The shard still accepts a good declaration afterwards.
+  ExpectError(Pull(&pulled), grpc::StatusCode::FAILED_PRECONDITION, "declared");
+  EXPECT_EQ(Stats().rejected().at("not_initialized"), 3);
+  // The rest completes it.
   EXPECT_TRUE(Declare(GoodDeclare()).ok());
+  EXPECT_TRUE(Stats().initialized());
   EXPECT_TRUE(cluster_->AllRunning());
 }
 

@@ -1,14 +1,19 @@
 #include "worker/grpc_ps_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/rpc_convert.h"
 #include "common/status_macros.h"
+#include "common/wire.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/grpc_service.h"
 #include "worker/chunk_io.h"
@@ -16,20 +21,82 @@
 namespace downpour {
 namespace {
 
+constexpr char kPullMethod[] = "/downpour.proto.ParameterServer/Pull";
+constexpr char kPushMethod[] = "/downpour.proto.ParameterServer/Push";
+
 bool IsTransient(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
+// A group of one shard's chunks moved by one call.
+struct Part {
+  int shard = 0;
+  int conn = 0;    // Which of the shard's connections carries it.
+  int index = 0;   // Part number within the shard.
+  int count = 1;   // Parts of the shard.
+  std::vector<int32_t> chunk_ids;
+};
+
+// Groups each shard's chunks, in order, into parts of at most part_bytes
+// (a larger chunk alone); a shard without chunks gets one empty part, so
+// that it still sees every push and pull.
+std::vector<Part> MakeParts(const ShardMap& map, int64_t part_bytes,
+                            int connections) {
+  std::vector<Part> parts;
+  for (int s = 0; s < static_cast<int>(map.shard_chunks.size()); ++s) {
+    const size_t first = parts.size();
+    Part cur;
+    cur.shard = s;
+    int64_t bytes = 0;
+    for (int32_t id : map.shard_chunks[s]) {
+      const int64_t b = map.chunks[id].num_elements * 4;
+      if (!cur.chunk_ids.empty() && bytes + b > part_bytes) {
+        parts.push_back(cur);
+        cur.chunk_ids.clear();
+        bytes = 0;
+      }
+      cur.chunk_ids.push_back(id);
+      bytes += b;
+    }
+    parts.push_back(cur);
+    const int count = static_cast<int>(parts.size() - first);
+    for (int i = 0; i < count; ++i) {
+      parts[first + i].index = i;
+      parts[first + i].count = count;
+      parts[first + i].conn = i % connections;
+    }
+  }
+  return parts;
+}
+
+template <typename Message>
+grpc::ByteBuffer Serialized(const Message& msg) {
+  grpc::ByteBuffer out;
+  bool own = false;
+  grpc::SerializationTraits<Message>::Serialize(msg, &out, &own);
+  return out;
+}
+
 class GrpcParameterClient final : public ParameterClient {
  public:
   explicit GrpcParameterClient(const GrpcClientOptions& o) : options_(o) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    args.SetMaxSendMessageSize(kMaxMessageBytes);
     for (const std::string& host : o.hosts) {
-      stubs_.push_back(proto::ParameterServer::NewStub(grpc::CreateCustomChannel(
-          host, grpc::InsecureChannelCredentials(), args)));
+      std::vector<std::unique_ptr<grpc::GenericStub>> conns;
+      for (int c = 0; c < o.connections_per_shard; ++c) {
+        grpc::ChannelArguments args;
+        args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+        args.SetMaxSendMessageSize(kMaxMessageBytes);
+        // A private subchannel pool and a distinct argument give each
+        // channel its own TCP connection.
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        args.SetInt("downpour.connection_index", c);
+        std::shared_ptr<grpc::Channel> ch = grpc::CreateCustomChannel(
+            host, grpc::InsecureChannelCredentials(), args);
+        if (c == 0) stubs_.push_back(proto::ParameterServer::NewStub(ch));
+        conns.push_back(std::make_unique<grpc::GenericStub>(ch));
+      }
+      generic_.push_back(std::move(conns));
     }
   }
 
@@ -44,52 +111,86 @@ class GrpcParameterClient final : public ParameterClient {
   const ShardMap& shard_map() const override { return map_; }
 
  private:
-  // Runs call(shard, ctx, done) on every shard at once and waits. Shards that
-  // fail transiently are tried again, up to max_attempts; `reset(shard)`
-  // clears a shard's response before a retry.
-  using StartFn = std::function<void(int shard, grpc::ClientContext* ctx,
+  // Starts call i with `ctx`; `done` must be called once with its status.
+  using StartFn = std::function<void(int i, grpc::ClientContext* ctx,
                                      std::function<void(grpc::Status)> done)>;
-  absl::Status CallAllShards(const char* what, absl::Duration timeout,
+  // Runs n calls at once (call i goes to shard shard_of(i)) and waits.
+  // Calls failing transiently are started again, up to max_attempts; before
+  // a retry `reset(i)` clears call i's response. When a call succeeds,
+  // `on_ok(i)` runs on the completing gRPC thread (so responses are consumed
+  // while other calls are still in flight); its error fails the whole run.
+  absl::Status CallAll(const char* what, int n,
+                       const std::function<int(int)>& shard_of,
+                       absl::Duration timeout, bool wait_for_ready,
+                       const StartFn& start,
+                       const std::function<void(int)>& reset,
+                       const std::function<absl::Status(int)>& on_ok);
+  absl::Status CallEachShard(const char* what, absl::Duration timeout,
                              bool wait_for_ready, const StartFn& start,
-                             const std::function<void(int)>& reset);
+                             const std::function<void(int)>& reset) {
+    return CallAll(what, static_cast<int>(stubs_.size()),
+                   [](int i) { return i; }, timeout, wait_for_ready, start,
+                   reset, nullptr);
+  }
+  // Reads one part's PullResponse into params/versions.
+  absl::Status ReadPulledPart(const Part& part, const grpc::ByteBuffer& resp,
+                              absl::Span<float> params,
+                              std::vector<int64_t>* versions);
 
   const GrpcClientOptions options_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> generic_;
   ShardMap map_;
   ModelLayout layout_;
+  std::vector<Part> parts_;
+  // Push buffers reused across pushes: chunk headers and encoded payloads.
+  std::vector<std::string> push_heads_;
+  std::vector<std::string> push_payloads_;
 };
 
-absl::Status GrpcParameterClient::CallAllShards(
-    const char* what, absl::Duration timeout, bool wait_for_ready,
-    const StartFn& start, const std::function<void(int)>& reset) {
-  const int n = static_cast<int>(stubs_.size());
+absl::Status GrpcParameterClient::CallAll(
+    const char* what, int n, const std::function<int(int)>& shard_of,
+    absl::Duration timeout, bool wait_for_ready, const StartFn& start,
+    const std::function<void(int)>& reset,
+    const std::function<absl::Status(int)>& on_ok) {
   std::vector<int> pending(n);
   for (int i = 0; i < n; ++i) pending[i] = i;
   std::vector<grpc::Status> status(n);
+  absl::Mutex mu;
+  absl::Status consume_error;
   for (int attempt = 1; !pending.empty(); ++attempt) {
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
     absl::BlockingCounter counter(static_cast<int>(pending.size()));
-    for (int shard : pending) {
-      ctx[shard] = std::make_unique<grpc::ClientContext>();
-      ctx[shard]->set_deadline(std::chrono::system_clock::now() +
-                               absl::ToChronoSeconds(timeout));
-      ctx[shard]->set_wait_for_ready(wait_for_ready);
-      if (attempt > 1) reset(shard);
-      start(shard, ctx[shard].get(), [&, shard](grpc::Status s) {
-        status[shard] = std::move(s);
+    for (int i : pending) {
+      ctx[i] = std::make_unique<grpc::ClientContext>();
+      ctx[i]->set_deadline(std::chrono::system_clock::now() +
+                           absl::ToChronoSeconds(timeout));
+      ctx[i]->set_wait_for_ready(wait_for_ready);
+      if (attempt > 1) reset(i);
+      start(i, ctx[i].get(), [&, i](grpc::Status s) {
+        if (s.ok() && on_ok) {
+          absl::Status c = on_ok(i);
+          if (!c.ok()) {
+            absl::MutexLock l(&mu);
+            if (consume_error.ok()) consume_error = c;
+          }
+        }
+        status[i] = std::move(s);
         counter.DecrementCount();
       });
     }
     counter.Wait();
+    DP_RETURN_IF_ERROR(consume_error);
     std::vector<int> retry;
-    for (int shard : pending) {
-      if (status[shard].ok()) continue;
-      if (IsTransient(status[shard]) && attempt < options_.max_attempts) {
-        retry.push_back(shard);
+    for (int i : pending) {
+      if (status[i].ok()) continue;
+      if (IsTransient(status[i]) && attempt < options_.max_attempts) {
+        retry.push_back(i);
         continue;
       }
+      const int shard = shard_of(i);
       return FromGrpcStatus(
-          status[shard],
+          status[i],
           absl::StrCat(what, " to shard ", shard, " (", options_.hosts[shard],
                        ")", attempt > 1 ? absl::StrCat(" after ", attempt,
                                                        " attempts")
@@ -116,36 +217,97 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
         "initial values have ", initial.size(), " floats, layout has ",
         map.total_elements));
   }
-  const int n = static_cast<int>(stubs_.size());
+  // The layout proto itself travels in every part; leave room for it.
+  proto::ModelLayout layout_proto;
+  LayoutToProto(layout, &layout_proto);
+  for (const Chunk& c : map.chunks) {
+    if (c.num_elements * 4 + layout_proto.ByteSizeLong() + 4096 >
+        static_cast<size_t>(kMaxMessageBytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "chunk ", c.id, " of tensor '", layout.tensors[c.tensor_index].name,
+          "' has ", c.num_elements * 4, " bytes, over the ", kMaxMessageBytes,
+          "-byte message limit: use a smaller max_chunk_bytes"));
+    }
+  }
+  std::vector<Part> parts =
+      MakeParts(map, options_.part_bytes, options_.connections_per_shard);
+  const int n = static_cast<int>(parts.size());
   std::vector<proto::DeclareModelRequest> req(n);
   std::vector<proto::DeclareModelResponse> resp(n);
-  for (int s = 0; s < n; ++s) {
-    LayoutToProto(layout, req[s].mutable_layout());
-    req[s].set_worker_id(options_.worker_id);
-    for (int32_t id : map.shard_chunks[s]) {
+  for (int i = 0; i < n; ++i) {
+    *req[i].mutable_layout() = layout_proto;
+    req[i].set_worker_id(options_.worker_id);
+    for (int32_t id : parts[i].chunk_ids) {
       const Chunk& c = map.chunks[id];
-      proto::ChunkValues* v = req[s].add_initial();
+      proto::ChunkValues* v = req[i].add_initial();
       v->set_chunk_id(id);
       v->mutable_data()->assign(
           reinterpret_cast<const char*>(initial.data() + c.flat_offset),
           c.num_elements * sizeof(float));
     }
   }
-  DP_RETURN_IF_ERROR(CallAllShards(
-      "DeclareModel", options_.connect_timeout, /*wait_for_ready=*/true,
-      [&](int s, grpc::ClientContext* ctx, auto done) {
-        stubs_[s]->async()->DeclareModel(ctx, &req[s], &resp[s], done);
+  DP_RETURN_IF_ERROR(CallAll(
+      "DeclareModel", n, [&](int i) { return parts[i].shard; },
+      options_.connect_timeout, /*wait_for_ready=*/true,
+      [&](int i, grpc::ClientContext* ctx, auto done) {
+        stubs_[parts[i].shard]->async()->DeclareModel(ctx, &req[i], &resp[i],
+                                                      done);
       },
-      [&](int s) { resp[s].Clear(); }));
-  for (int s = 0; s < n; ++s) {
-    if (resp[s].shard_index() != s) {
+      [&](int i) { resp[i].Clear(); }, nullptr));
+  for (int i = 0; i < n; ++i) {
+    if (resp[i].shard_index() != parts[i].shard) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "server ", options_.hosts[s], " is shard ", resp[s].shard_index(),
-          " but was listed as shard ", s, " in --ps_hosts"));
+          "server ", options_.hosts[parts[i].shard], " is shard ",
+          resp[i].shard_index(), " but was listed as shard ", parts[i].shard,
+          " in --ps_hosts"));
     }
   }
   map_ = std::move(map);
   layout_ = layout;
+  parts_ = std::move(parts);
+  return absl::OkStatus();
+}
+
+absl::Status GrpcParameterClient::ReadPulledPart(
+    const Part& part, const grpc::ByteBuffer& resp, absl::Span<float> params,
+    std::vector<int64_t>* versions) {
+  std::vector<grpc::Slice> slices;
+  if (!resp.Dump(&slices).ok()) {
+    return absl::InternalError("pull: cannot read the response");
+  }
+  wire::Pieces pieces;
+  pieces.reserve(slices.size());
+  for (const grpc::Slice& s : slices) {
+    pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  absl::StatusOr<std::vector<wire::WireChunk>> chunks =
+      wire::ParsePullResponse(pieces);
+  if (!chunks.ok()) {
+    return absl::InternalError(absl::StrCat("shard ", part.shard, ": ",
+                                            chunks.status().message()));
+  }
+  if (chunks->size() != part.chunk_ids.size()) {
+    return absl::InternalError(absl::StrCat(
+        "shard ", part.shard, " returned ", chunks->size(), " chunks, expected ",
+        part.chunk_ids.size()));
+  }
+  std::string scratch;
+  for (const wire::WireChunk& c : *chunks) {
+    if (c.chunk_id < 0 || c.chunk_id >= static_cast<int32_t>(map_.chunks.size()) ||
+        map_.chunks[c.chunk_id].shard != part.shard) {
+      return absl::InternalError(absl::StrCat(
+          "shard ", part.shard, " returned chunk ", c.chunk_id,
+          " that it does not own"));
+    }
+    const Chunk& info = map_.chunks[c.chunk_id];
+    absl::Status s = wire::DecodeInto(pieces, c, params.data() + info.flat_offset,
+                                      info.num_elements, &scratch);
+    if (!s.ok()) {
+      return absl::InternalError(
+          absl::StrCat("shard ", part.shard, ": ", s.message()));
+    }
+    (*versions)[c.chunk_id] = c.version;
+  }
   return absl::OkStatus();
 }
 
@@ -153,32 +315,29 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
                                        std::vector<int64_t>* versions,
                                        const PullOptions& options) {
   DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
-  const int n = static_cast<int>(stubs_.size());
-  proto::PullRequest req;
-  req.set_worker_id(options_.worker_id);
-  req.set_min_version(options.min_version);
-  req.set_worker_clock(options.worker_clock);
-  std::vector<proto::PullResponse> resp(n);
-  DP_RETURN_IF_ERROR(CallAllShards(
-      "Pull", options_.rpc_timeout, false,
-      [&](int s, grpc::ClientContext* ctx, auto done) {
-        stubs_[s]->async()->Pull(ctx, &req, &resp[s], done);
-      },
-      [&](int s) { resp[s].Clear(); }));
-  versions->assign(map_.chunks.size(), -1);
-  for (int s = 0; s < n; ++s) {
-    if (resp[s].chunks_size() != static_cast<int>(map_.shard_chunks[s].size())) {
-      return absl::InternalError(absl::StrCat(
-          "shard ", s, " returned ", resp[s].chunks_size(), " chunks, expected ",
-          map_.shard_chunks[s].size()));
-    }
-    for (const proto::ChunkValues& c : resp[s].chunks()) {
-      DP_RETURN_IF_ERROR(StoreChunk(map_, s, c.chunk_id(), c.version(),
-                                    c.data().data(), c.data().size(), params,
-                                    versions));
-    }
+  const int n = static_cast<int>(parts_.size());
+  std::vector<grpc::ByteBuffer> req(n), resp(n);
+  for (int i = 0; i < n; ++i) {
+    proto::PullRequest r;
+    r.set_worker_id(options_.worker_id);
+    r.set_min_version(options.min_version);
+    r.set_worker_clock(options.worker_clock);
+    r.set_encoding(static_cast<proto::Encoding>(options_.pull_encoding));
+    for (int32_t id : parts_[i].chunk_ids) r.add_chunk_ids(id);
+    req[i] = Serialized(r);
   }
-  return absl::OkStatus();
+  versions->assign(map_.chunks.size(), -1);
+  return CallAll(
+      "Pull", n, [&](int i) { return parts_[i].shard; }, options_.rpc_timeout,
+      false,
+      [&](int i, grpc::ClientContext* ctx, auto done) {
+        const Part& p = parts_[i];
+        generic_[p.shard][p.conn]->UnaryCall(ctx, kPullMethod,
+                                             grpc::StubOptions(), &req[i],
+                                             &resp[i], done);
+      },
+      [&](int i) { resp[i].Clear(); },
+      [&](int i) { return ReadPulledPart(parts_[i], resp[i], params, versions); });
 }
 
 absl::Status GrpcParameterClient::Push(int64_t seq,
@@ -190,28 +349,72 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
         "Push: ", base_versions.size(), " base versions for ",
         map_.chunks.size(), " chunks"));
   }
-  const int n = static_cast<int>(stubs_.size());
-  std::vector<proto::PushRequest> req(n);
-  std::vector<proto::PushResponse> resp(n);
-  for (int s = 0; s < n; ++s) {
-    req[s].set_worker_id(options_.worker_id);
-    req[s].set_seq(seq);
-    for (int32_t id : map_.shard_chunks[s]) {
-      const Chunk& c = map_.chunks[id];
-      proto::ChunkGradient* g = req[s].add_gradients();
-      g->set_chunk_id(id);
-      g->set_base_version(base_versions[id]);
-      g->mutable_data()->assign(
-          reinterpret_cast<const char*>(grads.data() + c.flat_offset),
-          c.num_elements * sizeof(float));
+  const wire::Encoding enc = options_.push_encoding;
+  const int n = static_cast<int>(parts_.size());
+  push_heads_.resize(n);
+  push_payloads_.resize(n);
+  std::vector<grpc::ByteBuffer> req(n), resp(n);
+  for (int i = 0; i < n; ++i) {
+    const Part& p = parts_[i];
+    // All header bytes first (the string must not move once sliced).
+    std::string& heads = push_heads_[i];
+    heads.clear();
+    wire::PutVarintField(1, static_cast<uint64_t>(options_.worker_id), &heads);
+    wire::PutVarintField(2, static_cast<uint64_t>(seq), &heads);
+    wire::PutVarintField(5, static_cast<uint64_t>(p.index), &heads);
+    wire::PutVarintField(6, static_cast<uint64_t>(p.count), &heads);
+    std::vector<size_t> head_end;
+    int64_t encoded_total = 0;
+    for (int32_t id : p.chunk_ids) {
+      const int64_t bytes =
+          map_.chunks[id].num_elements * wire::BytesPerValue(enc);
+      heads += wire::ChunkHeader(3, id, base_versions[id], enc, bytes);
+      head_end.push_back(heads.size());
+      encoded_total += bytes;
     }
+    std::string& payload = push_payloads_[i];
+    if (enc != wire::Encoding::kRawF32) {
+      payload.resize(static_cast<size_t>(encoded_total));
+    }
+    std::vector<grpc::Slice> slices;
+    slices.reserve(2 * p.chunk_ids.size() + 1);
+    size_t head_start = 0;
+    int64_t payload_at = 0;
+    for (size_t k = 0; k < p.chunk_ids.size(); ++k) {
+      // Varint fields of the message go out with the first chunk header.
+      slices.emplace_back(heads.data() + head_start, head_end[k] - head_start,
+                          grpc::Slice::STATIC_SLICE);
+      head_start = head_end[k];
+      const Chunk& c = map_.chunks[p.chunk_ids[k]];
+      const float* src = grads.data() + c.flat_offset;
+      if (c.num_elements == 0) continue;
+      if (enc == wire::Encoding::kRawF32) {
+        slices.emplace_back(src, static_cast<size_t>(c.num_elements) * 4,
+                            grpc::Slice::STATIC_SLICE);
+      } else {
+        char* dst = payload.data() + payload_at;
+        const int64_t bytes = c.num_elements * wire::BytesPerValue(enc);
+        wire::EncodeValues(enc, src, c.num_elements, dst);
+        slices.emplace_back(dst, static_cast<size_t>(bytes),
+                            grpc::Slice::STATIC_SLICE);
+        payload_at += bytes;
+      }
+    }
+    if (p.chunk_ids.empty()) {
+      slices.emplace_back(heads.data(), heads.size(), grpc::Slice::STATIC_SLICE);
+    }
+    req[i] = grpc::ByteBuffer(slices.data(), slices.size());
   }
-  return CallAllShards(
-      "Push", options_.rpc_timeout, false,
-      [&](int s, grpc::ClientContext* ctx, auto done) {
-        stubs_[s]->async()->Push(ctx, &req[s], &resp[s], done);
+  return CallAll(
+      "Push", n, [&](int i) { return parts_[i].shard; }, options_.rpc_timeout,
+      false,
+      [&](int i, grpc::ClientContext* ctx, auto done) {
+        const Part& p = parts_[i];
+        generic_[p.shard][p.conn]->UnaryCall(ctx, kPushMethod,
+                                             grpc::StubOptions(), &req[i],
+                                             &resp[i], done);
       },
-      [&](int s) { resp[s].Clear(); });
+      [&](int i) { resp[i].Clear(); }, nullptr);
 }
 
 absl::Status GrpcParameterClient::Leave() {
@@ -220,7 +423,7 @@ absl::Status GrpcParameterClient::Leave() {
   req.set_worker_id(options_.worker_id);
   req.set_leave(true);
   std::vector<proto::PushResponse> resp(n);
-  return CallAllShards(
+  return CallEachShard(
       "Leave", options_.rpc_timeout, false,
       [&](int s, grpc::ClientContext* ctx, auto done) {
         stubs_[s]->async()->Push(ctx, &req, &resp[s], done);
@@ -232,7 +435,7 @@ absl::StatusOr<std::vector<ShardStats>> GrpcParameterClient::Stats() {
   const int n = static_cast<int>(stubs_.size());
   proto::StatsRequest req;
   std::vector<proto::StatsResponse> resp(n);
-  DP_RETURN_IF_ERROR(CallAllShards(
+  DP_RETURN_IF_ERROR(CallEachShard(
       "GetStats", options_.rpc_timeout, false,
       [&](int s, grpc::ClientContext* ctx, auto done) {
         stubs_[s]->async()->GetStats(ctx, &req, &resp[s], done);
@@ -258,6 +461,17 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
   }
   if (options.worker_id < 0 || options.max_attempts < 1) {
     return absl::InvalidArgumentError("worker_id must be >= 0, max_attempts >= 1");
+  }
+  if (options.part_bytes < 4096 ||
+      options.part_bytes > kMaxMessageBytes / 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "part_bytes must be in [4096, ", kMaxMessageBytes / 2, "], got ",
+        options.part_bytes));
+  }
+  if (options.connections_per_shard < 1 || options.connections_per_shard > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "connections_per_shard must be in [1, 64], got ",
+        options.connections_per_shard));
   }
   return std::unique_ptr<ParameterClient>(new GrpcParameterClient(options));
 }

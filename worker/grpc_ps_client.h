@@ -1,8 +1,13 @@
 // File: worker/grpc_ps_client.h
 //
-// ParameterClient over gRPC: one channel per shard; every Pull and Push goes
-// to all shards at once (asynchronous calls in flight together), with
-// per-call deadlines and retries of transient failures.
+// ParameterClient over gRPC. Each shard's chunks are grouped into parts of at
+// most `part_bytes`; every part of every shard is one call, and all of them
+// are in flight at once, spread over `connections_per_shard` TCP connections
+// per shard. Payloads go out as slices pointing at the caller's memory (no
+// copy for float32) and are read from the received slices straight into the
+// caller's flat vector (common/wire.h). Per-call deadlines; transient
+// failures are retried with the same (seq, part), which the servers apply at
+// most once.
 //
 //   GrpcClientOptions o;
 //   o.hosts = {"127.0.0.1:5000", "127.0.0.1:5001"};
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/wire.h"
 #include "worker/ps_client.h"
 
 namespace downpour {
@@ -30,6 +36,15 @@ struct GrpcClientOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // Attempts for calls failing with UNAVAILABLE or DEADLINE_EXCEEDED.
   int max_attempts = 5;
+  // Largest payload of one call (bytes). A shard's chunks are grouped, in
+  // order, into parts of at most this (a chunk larger than it is a part of
+  // its own); must stay below kMaxMessageBytes.
+  int64_t part_bytes = int64_t{4} << 20;
+  // TCP connections per shard; parts are dealt over them round-robin.
+  int connections_per_shard = 2;
+  // Encoding of pushed gradients and of pulled parameters on the wire.
+  wire::Encoding push_encoding = wire::Encoding::kRawF32;
+  wire::Encoding pull_encoding = wire::Encoding::kRawF32;
 };
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(

@@ -37,8 +37,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
                                &shard.ports[a]);
     }
     builder.RegisterService(shard.service.get());
-    builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    builder.SetMaxSendMessageSize(kMaxMessageBytes);
+    ConfigureServerBuilder(&builder);
     shard.server = builder.BuildAndStart();
     if (shard.server == nullptr) {
       return absl::UnavailableError(
