@@ -1,0 +1,1045 @@
+// File: worker/nn/cuda_backend.cc
+//
+// The CUDA implementation of Backend (see cuda_backend.h). Host code only,
+// compiled by g++ against the C APIs of the CUDA runtime, cuDNN 9 and cuBLAS;
+// the custom kernels live in cuda_kernels.cu (nvcc).
+//
+// BRING-UP STATUS (no GPU was available while this was written):
+//  * Verified: compiles with g++ 12 against CUDA 13.0 / cuDNN 9.19 / cuBLAS
+//    13 headers, the kernels compile with nvcc for sm_80, sm_90 and
+//    compute_90 PTX (58 registers for the 512-thread softmax kernel, under
+//    its __launch_bounds__), everything links, and on a machine without a
+//    driver ProbeCuda() reports device_count 0 with the cudaGetDeviceCount
+//    error, NewCudaBackend returns FailedPrecondition and the pinned
+//    allocator returns nullptr (cuda_backend_test's NoGpu tests); every GPU
+//    test skips. cuDNN descriptors need no device, so a scratch program
+//    checked them against libcudnn 9.19 here: the tensor, filter,
+//    convolution (with CUDNN_FMA_MATH) and pooling descriptors this file
+//    builds are accepted, and cudnnGetConvolution2dForwardOutputDim /
+//    cudnnGetPooling2dForwardOutputDim give ConvDesc/PoolDesc's output sizes
+//    for the test shapes (pooling drops trailing rows/columns). The GPU
+//    tests' own logic was exercised by running them with a second CPU
+//    backend standing in for the GPU.
+//  * Not verified (needs the first GPU run of cuda_backend_test and
+//    cuda_train_test): every numerical result and kernel launch; that the
+//    v7 heuristics (cudnnGetConvolution*Algorithm_v7) offer usable
+//    non-FFT/non-Winograd algorithms whose FMA-math workspace queries
+//    succeed for every shape (if none does, the fixed fallbacks are tried,
+//    else the call fails with Unimplemented); cudnnAddTensor's (1, O, 1, 1)
+//    bias broadcast and cudnnConvolutionBackwardBias; performance.
+
+// Design:
+//  * One non-blocking stream per backend; cuBLAS and cuDNN handles are bound
+//    to it and every operation is queued on it. Only CopyToHost, Synchronize,
+//    SoftmaxCrossEntropy, Free and workspace growth wait for the stream.
+//  * Convolutions: per shape (the full ConvDesc) a plan holds the cuDNN
+//    descriptors and, chosen once on first use, the forward, backward-data
+//    and backward-filter algorithms. One workspace buffer serves all of them
+//    and only grows (up to CudaBackendOptions::workspace_limit_bytes).
+//  * Numerics (results within float rounding of the CPU backend): cuBLAS runs
+//    in CUBLAS_DEFAULT_MATH, where sgemm keeps fp32 inputs (TF32 would need
+//    CUBLAS_TF32_TENSOR_OP_MATH). cuDNN convolutions use CUDNN_FMA_MATH:
+//    CUDNN_DEFAULT_MATH still permits TF32 tensor cores for fp32 data on
+//    Ampere and newer (H100 included), which costs ~3 decimal digits. FFT and
+//    Winograd algorithms are excluded unless the options allow them.
+//  * Max pooling backward and ReLU are custom kernels rather than cuDNN, so
+//    the tie rules are exactly the CPU backend's: the gradient goes to a
+//    window's first maximum, and ReLU passes the gradient only where y > 0.
+//    Softmax cross-entropy is one fused kernel; its loss and count are
+//    reduced on the device and read back through a small pinned buffer.
+//  * Errors from every CUDA, cuDNN and cuBLAS call become absl::Status
+//    values naming the call; nothing aborts.
+#include "worker/nn/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/host_allocator.h"
+#include "common/status_macros.h"
+#include "worker/nn/backend.h"
+#include "worker/nn/cuda_kernels.h"
+
+namespace downpour {
+namespace {
+
+// ---- Error conversion -------------------------------------------------------
+
+bool IsStickyCudaError(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status CudaError(cudaError_t e, const char* expr) {
+  // Resets the thread's last-error slot so that a later, unrelated
+  // cudaGetLastError() does not report this error again. Sticky errors
+  // (a faulted kernel) cannot be cleared: the context stays unusable.
+  (void)cudaGetLastError();
+  std::string msg = absl::StrCat(expr, " failed: ", cudaGetErrorName(e), " (",
+                                 cudaGetErrorString(e), ")");
+  if (IsStickyCudaError(e)) {
+    absl::StrAppend(&msg,
+                    "; this error may come from earlier asynchronous work and "
+                    "leaves the device context unusable (restart the process)");
+  }
+  switch (e) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(msg);
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoDevice:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+      return absl::FailedPreconditionError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::Status CudnnError(cudnnStatus_t s, const char* expr) {
+  char detail[512] = {0};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  std::string msg = absl::StrCat(expr, " failed: ", cudnnGetErrorString(s));
+  if (detail[0] != '\0') {
+    absl::StrAppend(&msg, " (last cuDNN message: ", detail, ")");
+  }
+  switch (s) {
+    case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED:
+    case CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED:
+      return absl::ResourceExhaustedError(msg);
+    default:
+      break;
+  }
+  if (s / 1000 * 1000 == CUDNN_STATUS_NOT_SUPPORTED) {
+    return absl::UnimplementedError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+absl::Status CublasError(cublasStatus_t s, const char* expr) {
+  std::string msg = absl::StrCat(expr, " failed: ", cublasGetStatusString(s));
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
+  if (s == CUBLAS_STATUS_NOT_INITIALIZED) {
+    return absl::FailedPreconditionError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+#define DP_CUDA_RETURN_IF_ERROR(expr)                                       \
+  do {                                                                      \
+    const cudaError_t dp_cuda_err_ = (expr);                                \
+    if (dp_cuda_err_ != cudaSuccess) return CudaError(dp_cuda_err_, #expr); \
+  } while (0)
+
+#define DP_CUDNN_RETURN_IF_ERROR(expr)          \
+  do {                                          \
+    const cudnnStatus_t dp_cudnn_st_ = (expr);  \
+    if (dp_cudnn_st_ != CUDNN_STATUS_SUCCESS) { \
+      return CudnnError(dp_cudnn_st_, #expr);   \
+    }                                           \
+  } while (0)
+
+#define DP_CUBLAS_RETURN_IF_ERROR(expr)           \
+  do {                                            \
+    const cublasStatus_t dp_cublas_st_ = (expr);  \
+    if (dp_cublas_st_ != CUBLAS_STATUS_SUCCESS) { \
+      return CublasError(dp_cublas_st_, #expr);   \
+    }                                             \
+  } while (0)
+
+// Prefixes a status message with where it happened.
+absl::Status Annotate(const absl::Status& s, const std::string& where) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+}
+
+// ---- cuDNN descriptor owners ------------------------------------------------
+
+template <typename T>
+struct DescTraits;
+template <>
+struct DescTraits<cudnnTensorDescriptor_t> {
+  static cudnnStatus_t Create(cudnnTensorDescriptor_t* d) {
+    return cudnnCreateTensorDescriptor(d);
+  }
+  static void Destroy(cudnnTensorDescriptor_t d) {
+    cudnnDestroyTensorDescriptor(d);
+  }
+};
+template <>
+struct DescTraits<cudnnFilterDescriptor_t> {
+  static cudnnStatus_t Create(cudnnFilterDescriptor_t* d) {
+    return cudnnCreateFilterDescriptor(d);
+  }
+  static void Destroy(cudnnFilterDescriptor_t d) {
+    cudnnDestroyFilterDescriptor(d);
+  }
+};
+template <>
+struct DescTraits<cudnnConvolutionDescriptor_t> {
+  static cudnnStatus_t Create(cudnnConvolutionDescriptor_t* d) {
+    return cudnnCreateConvolutionDescriptor(d);
+  }
+  static void Destroy(cudnnConvolutionDescriptor_t d) {
+    cudnnDestroyConvolutionDescriptor(d);
+  }
+};
+template <>
+struct DescTraits<cudnnPoolingDescriptor_t> {
+  static cudnnStatus_t Create(cudnnPoolingDescriptor_t* d) {
+    return cudnnCreatePoolingDescriptor(d);
+  }
+  static void Destroy(cudnnPoolingDescriptor_t d) {
+    cudnnDestroyPoolingDescriptor(d);
+  }
+};
+
+// Owns one cuDNN descriptor (null until Create succeeds).
+template <typename T>
+class Desc {
+ public:
+  Desc() = default;
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  ~Desc() {
+    if (d_ != nullptr) DescTraits<T>::Destroy(d_);
+  }
+  absl::Status Create() {
+    DP_CUDNN_RETURN_IF_ERROR(DescTraits<T>::Create(&d_));
+    return absl::OkStatus();
+  }
+  T get() const { return d_; }
+
+ private:
+  T d_ = nullptr;
+};
+
+absl::Status SetTensor4d(cudnnTensorDescriptor_t d, int n, int c, int h,
+                         int w) {
+  DP_CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(
+      d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  return absl::OkStatus();
+}
+
+// ---- Validation (the CPU backend's rules) -----------------------------------
+
+absl::Status ValidateConv(const ConvDesc& d, const char* op) {
+  if (d.batch < 0 || d.in_channels < 1 || d.in_h < 1 || d.in_w < 1 ||
+      d.out_channels < 1 || d.kernel_h < 1 || d.kernel_w < 1 || d.stride < 1 ||
+      d.pad < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bad ConvDesc (batch=", d.batch, " in=", d.in_channels, "x",
+        d.in_h, "x", d.in_w, " out_channels=", d.out_channels,
+        " kernel=", d.kernel_h, "x", d.kernel_w, " stride=", d.stride,
+        " pad=", d.pad, ")"));
+  }
+  if (d.in_h + 2 * d.pad < d.kernel_h || d.in_w + 2 * d.pad < d.kernel_w) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": kernel ", d.kernel_h, "x", d.kernel_w,
+                     " larger than padded input ", d.in_h + 2 * d.pad, "x",
+                     d.in_w + 2 * d.pad));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePool(const PoolDesc& d, const char* op) {
+  if (d.batch < 0 || d.channels < 1 || d.window < 1 || d.in_h < d.window ||
+      d.in_w < d.window) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bad PoolDesc (batch=", d.batch, " channels=", d.channels,
+        " in=", d.in_h, "x", d.in_w, " window=", d.window, ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ConvShape(const ConvDesc& d) {
+  return absl::StrCat("x ", d.batch, "x", d.in_channels, "x", d.in_h, "x",
+                      d.in_w, ", w ", d.out_channels, "x", d.in_channels, "x",
+                      d.kernel_h, "x", d.kernel_w, ", stride ", d.stride,
+                      ", pad ", d.pad);
+}
+
+// ---- Convolution algorithm choice
+// --------------------------------------------
+
+bool IsTransformAlgo(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool IsTransformAlgo(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool IsTransformAlgo(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+template <typename Algo>
+struct AlgoChoice {
+  Algo algo{};
+  size_t workspace = 0;
+};
+
+// Picks from cuDNN's heuristic ranking (best first) the first algorithm whose
+// entry has status success, that `allow_transform` permits, and whose
+// workspace, asked again with our descriptors, fits `limit`; deterministic
+// algorithms are preferred over faster non-deterministic ones. `fallbacks`
+// are tried, in order, when the ranking offers nothing usable.
+// `workspace_size(algo, &bytes)` wraps the matching cudnnGet*WorkspaceSize.
+//
+// The entries' mathType is ignored on purpose: it says which math the
+// algorithm would use at best, while the convolution descriptor, set to
+// CUDNN_FMA_MATH, is what restricts the kernels that actually run (PyTorch
+// does the same when TF32 is disallowed). An algorithm without an FMA
+// kernel for the shape fails the workspace query and is skipped.
+template <typename Algo, typename Perf, typename WorkspaceFn>
+absl::StatusOr<AlgoChoice<Algo>> ChooseAlgo(const std::vector<Perf>& ranking,
+                                            const std::vector<Algo>& fallbacks,
+                                            bool allow_transform, size_t limit,
+                                            WorkspaceFn workspace_size) {
+  auto usable = [&](Algo algo, size_t* bytes) {
+    if (!allow_transform && IsTransformAlgo(algo)) return false;
+    if (workspace_size(algo, bytes) != CUDNN_STATUS_SUCCESS) {
+      // Consume cuDNN's message for this expected failure so that a later
+      // CudnnError does not attach it to an unrelated error.
+      char ignored[256];
+      cudnnGetLastErrorString(ignored, sizeof(ignored));
+      return false;
+    }
+    return *bytes <= limit;
+  };
+  for (bool deterministic_only : {true, false}) {
+    for (const Perf& p : ranking) {
+      if (p.status != CUDNN_STATUS_SUCCESS) continue;
+      if (deterministic_only && p.determinism != CUDNN_DETERMINISTIC) continue;
+      size_t bytes = 0;
+      if (usable(p.algo, &bytes)) return AlgoChoice<Algo>{p.algo, bytes};
+    }
+  }
+  for (Algo algo : fallbacks) {
+    size_t bytes = 0;
+    if (usable(algo, &bytes)) return AlgoChoice<Algo>{algo, bytes};
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "no usable cuDNN algorithm among ", ranking.size(), " ranked and ",
+      fallbacks.size(), " fallback candidates within the workspace limit of ",
+      limit, " bytes"));
+}
+
+// ---- The backend
+// -------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int ordinal, const CudaBackendOptions& options)
+      : ordinal_(ordinal), options_(options) {}
+
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  ~CudaBackend() override {
+    // Best effort: errors here cannot be reported, and a faulted context
+    // makes every call fail anyway.
+    if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
+    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    conv_plans_.clear();
+    pool_plans_.clear();
+    if (workspace_ != nullptr) (void)cudaFree(workspace_);
+    if (dev_result_ != nullptr) (void)cudaFree(dev_result_);
+    if (host_result_ != nullptr) (void)cudaFreeHost(host_result_);
+    if (dnn_ != nullptr) (void)cudnnDestroy(dnn_);
+    if (blas_ != nullptr) (void)cublasDestroy(blas_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    (void)cudaGetLastError();
+  }
+
+  // Creates the stream, handles and small buffers. The destructor releases
+  // whatever was created if this fails halfway.
+  absl::Status Init() {
+    DP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaDeviceProp prop;
+    DP_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal_));
+    name_ = absl::StrCat("cuda:", ordinal_, " (", prop.name, ")");
+    // The kernels are built for sm_80 and sm_90 (binary) and compute_90
+    // (PTX, JIT-compiled for newer GPUs); nothing older can run them.
+    if (prop.major < 8) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name_, " has compute capability ", prop.major, ".",
+                       prop.minor, "; the CUDA backend needs 8.0 or newer"));
+    }
+    DP_CUDA_RETURN_IF_ERROR(cuda_kernels::CheckKernelImage());
+    const size_t cudnn_version = cudnnGetVersion();
+    if (cudnn_version / 10000 != CUDNN_MAJOR) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cuDNN library version ", cudnn_version, " does not match the ",
+          CUDNN_VERSION, " this was compiled against (major versions differ)"));
+    }
+
+    DP_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DP_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
+    DP_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, stream_));
+    // CUBLAS_DEFAULT_MATH: sgemm computes with fp32 inputs (no TF32; that
+    // would need CUBLAS_TF32_TENSOR_OP_MATH), matching the CPU to rounding.
+    DP_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    DP_CUBLAS_RETURN_IF_ERROR(
+        cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
+    DP_CUDNN_RETURN_IF_ERROR(cudnnCreate(&dnn_));
+    DP_CUDNN_RETURN_IF_ERROR(cudnnSetStream(dnn_, stream_));
+
+    void* dev = nullptr;
+    DP_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&dev, sizeof(cuda_kernels::SoftmaxXentResult)));
+    dev_result_ = static_cast<cuda_kernels::SoftmaxXentResult*>(dev);
+    void* host = nullptr;
+    DP_CUDA_RETURN_IF_ERROR(cudaHostAlloc(
+        &host, sizeof(cuda_kernels::SoftmaxXentResult), cudaHostAllocDefault));
+    host_result_ = static_cast<cuda_kernels::SoftmaxXentResult*>(host);
+    return absl::OkStatus();
+  }
+
+  std::string Name() const override { return name_; }
+
+  // ---- Memory ---------------------------------------------------------------
+
+  absl::StatusOr<float*> Allocate(int64_t n) override {
+    if (n < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Allocate: negative size ", n));
+    }
+    if (n > std::numeric_limits<int64_t>::max() / 8) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Allocate: ", n, " floats is too large"));
+    }
+    DP_RETURN_IF_ERROR(UseDevice());
+    // At least one float, so that every allocation has a distinct address.
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * 4;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Allocate: out of device memory for ", n, " floats on ", name_));
+    }
+    if (e != cudaSuccess) return CudaError(e, "cudaMalloc(&p, bytes)");
+    const cudaError_t z = cudaMemsetAsync(p, 0, bytes, stream_);
+    if (z != cudaSuccess) {
+      (void)cudaFree(p);
+      return CudaError(z, "cudaMemsetAsync(p, 0, bytes, stream_)");
+    }
+    return static_cast<float*>(p);
+  }
+
+  void Free(float* p) override {
+    if (p == nullptr) return;
+    // Queued work may still use p; cudaFree does not order itself after
+    // work on a non-blocking stream.
+    cudaError_t e = cudaSetDevice(ordinal_);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) e = cudaFree(p);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      // Free has no way to return an error; leaking is the safe outcome.
+      std::fprintf(stderr, "%s: Free(%p) failed: %s\n", name_.c_str(),
+                   static_cast<void*>(p), cudaGetErrorString(e));
+    }
+  }
+
+  absl::Status CopyToDevice(const float* host_src, float* dst,
+                            int64_t n) override {
+    if (n < 0) return absl::InvalidArgumentError("CopyToDevice: negative size");
+    if (n == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host_src, Bytes(n),
+                                            cudaMemcpyHostToDevice, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyToHost(const float* src, float* host_dst,
+                          int64_t n) override {
+    if (n < 0) return absl::InvalidArgumentError("CopyToHost: negative size");
+    DP_RETURN_IF_ERROR(UseDevice());
+    if (n > 0) {
+      DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, Bytes(n),
+                                              cudaMemcpyDeviceToHost, stream_));
+    }
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  // ---- Elementwise ----------------------------------------------------------
+
+  absl::Status Fill(float* x, int64_t n, float value) override {
+    if (n < 0) return absl::InvalidArgumentError("Fill: negative size");
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cuda_kernels::Fill(x, n, value, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override {
+    if (n < 0) return absl::InvalidArgumentError("Axpy: negative size");
+    if (n == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUBLAS_RETURN_IF_ERROR(cublasSaxpy_64(blas_, n, &alpha, x, 1, y, 1));
+    return absl::OkStatus();
+  }
+
+  // ---- Dense ----------------------------------------------------------------
+
+  // cuBLAS is column-major. A row-major matrix read as column-major is its
+  // transpose, so row-major C = op(A) op(B) is computed as column-major
+  // C^T = op(B)^T op(A)^T: swap the operands (and m with n), keep each
+  // operand's own transpose flag and leading dimension.
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                    float alpha, const float* a, const float* b, float beta,
+                    float* c) override {
+    if (m < 0 || n < 0 || k < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: negative dimension m=", m, " n=", n, " k=", k));
+    }
+    if (m == 0 || n == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    const int64_t mn = int64_t{m} * n;
+    if (k == 0) {  // C = beta * C; done here rather than trusting k == 0.
+      if (beta == 0.f) {
+        DP_CUDA_RETURN_IF_ERROR(cuda_kernels::Fill(c, mn, 0.f, stream_));
+      } else if (beta != 1.f) {
+        DP_CUBLAS_RETURN_IF_ERROR(cublasSscal_64(blas_, mn, &beta, c, 1));
+      }
+      return absl::OkStatus();
+    }
+    const int lda = std::max(1, trans_a ? m : k);
+    const int ldb = std::max(1, trans_b ? k : n);
+    DP_CUBLAS_RETURN_IF_ERROR(
+        cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                    ldb, a, lda, &beta, c, n));
+    return absl::OkStatus();
+  }
+
+  absl::Status AddRowBias(int rows, int cols, const float* bias,
+                          float* y) override {
+    if (rows < 0 || cols < 0) {
+      return absl::InvalidArgumentError("AddRowBias: negative dimension");
+    }
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(
+        cuda_kernels::AddRowBias(rows, cols, bias, y, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status ColumnSum(int rows, int cols, const float* dy,
+                         float* db) override {
+    if (rows < 0 || cols < 0) {
+      return absl::InvalidArgumentError("ColumnSum: negative dimension");
+    }
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(
+        cuda_kernels::ColumnSum(rows, cols, dy, db, stream_));
+    return absl::OkStatus();
+  }
+
+  // ---- Convolution ----------------------------------------------------------
+
+  absl::Status Conv2dForward(const ConvDesc& d, const float* x, const float* w,
+                             const float* b, float* y) override {
+    DP_RETURN_IF_ERROR(ValidateConv(d, "Conv2dForward"));
+    if (d.batch == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_ASSIGN_OR_RETURN(ConvPlan * plan, GetConvPlan(d));
+    if (!plan->fwd_ready) {
+      absl::Status s = ChooseForward(plan);
+      if (!s.ok()) return Annotate(s, "Conv2dForward(" + ConvShape(d) + ")");
+    }
+    DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->fwd.workspace));
+    const float one = 1.f, zero = 0.f;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
+        dnn_, &one, plan->x.get(), x, plan->w.get(), w, plan->conv.get(),
+        plan->fwd.algo, ws, plan->fwd.workspace, &zero, plan->y.get(), y));
+    if (b != nullptr) {
+      // y += b broadcast over N, H, W.
+      DP_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(dnn_, &one, plan->bias.get(), b,
+                                              &one, plan->y.get(), y));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2dBackwardData(const ConvDesc& d, const float* w,
+                                  const float* dy, float* dx) override {
+    DP_RETURN_IF_ERROR(ValidateConv(d, "Conv2dBackwardData"));
+    if (d.batch == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_ASSIGN_OR_RETURN(ConvPlan * plan, GetConvPlan(d));
+    if (!plan->bwd_data_ready) {
+      absl::Status s = ChooseBackwardData(plan);
+      if (!s.ok()) {
+        return Annotate(s, "Conv2dBackwardData(" + ConvShape(d) + ")");
+      }
+    }
+    DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->bwd_data.workspace));
+    const float one = 1.f, zero = 0.f;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+        dnn_, &one, plan->w.get(), w, plan->y.get(), dy, plan->conv.get(),
+        plan->bwd_data.algo, ws, plan->bwd_data.workspace, &zero, plan->x.get(),
+        dx));
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
+                                    const float* dy, float* dw,
+                                    float* db) override {
+    DP_RETURN_IF_ERROR(ValidateConv(d, "Conv2dBackwardFilter"));
+    DP_RETURN_IF_ERROR(UseDevice());
+    if (d.batch == 0) {  // Empty sums.
+      const int64_t wsize =
+          int64_t{d.out_channels} * d.in_channels * d.kernel_h * d.kernel_w;
+      DP_CUDA_RETURN_IF_ERROR(cuda_kernels::Fill(dw, wsize, 0.f, stream_));
+      if (db != nullptr) {
+        DP_CUDA_RETURN_IF_ERROR(
+            cuda_kernels::Fill(db, d.out_channels, 0.f, stream_));
+      }
+      return absl::OkStatus();
+    }
+    DP_ASSIGN_OR_RETURN(ConvPlan * plan, GetConvPlan(d));
+    if (!plan->bwd_filter_ready) {
+      absl::Status s = ChooseBackwardFilter(plan);
+      if (!s.ok()) {
+        return Annotate(s, "Conv2dBackwardFilter(" + ConvShape(d) + ")");
+      }
+    }
+    DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->bwd_filter.workspace));
+    const float one = 1.f, zero = 0.f;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+        dnn_, &one, plan->x.get(), x, plan->y.get(), dy, plan->conv.get(),
+        plan->bwd_filter.algo, ws, plan->bwd_filter.workspace, &zero,
+        plan->w.get(), dw));
+    if (db != nullptr) {
+      DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(
+          dnn_, &one, plan->y.get(), dy, &zero, plan->bias.get(), db));
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- Activations and pooling ----------------------------------------------
+
+  absl::Status ReluForward(int64_t n, const float* x, float* y) override {
+    if (n < 0) return absl::InvalidArgumentError("ReluForward: negative size");
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cuda_kernels::ReluForward(x, y, n, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
+                            float* dx) override {
+    if (n < 0) return absl::InvalidArgumentError("ReluBackward: negative size");
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cuda_kernels::ReluBackward(y, dy, dx, n, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status MaxPoolForward(const PoolDesc& d, const float* x,
+                              float* y) override {
+    DP_RETURN_IF_ERROR(ValidatePool(d, "MaxPoolForward"));
+    if (d.batch == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_ASSIGN_OR_RETURN(PoolPlan * plan, GetPoolPlan(d));
+    const float one = 1.f, zero = 0.f;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnPoolingForward(dnn_, plan->pool.get(), &one,
+                                                 plan->x.get(), x, &zero,
+                                                 plan->y.get(), y));
+    return absl::OkStatus();
+  }
+
+  // A custom kernel rather than cudnnPoolingBackward: cuDNN does not document
+  // which of several equal maxima receives the gradient, and backend.h
+  // requires the first one (PyTorch's rule, and the CPU backend's).
+  absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
+                               const float* /*y*/, const float* dy,
+                               float* dx) override {
+    DP_RETURN_IF_ERROR(ValidatePool(d, "MaxPoolBackward"));
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(
+        cuda_kernels::MaxPoolBackward(int64_t{d.batch} * d.channels, d.in_h,
+                                      d.in_w, d.window, x, dy, dx, stream_));
+    return absl::OkStatus();
+  }
+
+  // ---- Loss -----------------------------------------------------------------
+
+  absl::Status SoftmaxCrossEntropy(int batch, int classes, const float* logits,
+                                   const float* labels, float* dlogits,
+                                   float* host_loss,
+                                   int64_t* host_correct) override {
+    if (batch < 1 || classes < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SoftmaxCrossEntropy: bad shape batch=", batch,
+                       " classes=", classes));
+    }
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cuda_kernels::SoftmaxCrossEntropy(
+        batch, classes, logits, labels, dlogits, dev_result_, stream_));
+    DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_result_, dev_result_,
+                                            sizeof(*host_result_),
+                                            cudaMemcpyDeviceToHost, stream_));
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const cuda_kernels::SoftmaxXentResult r = *host_result_;
+    if (r.bad_row >= 0) {
+      // Unlike the CPU backend, dlogits rows with valid labels were written.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SoftmaxCrossEntropy: label ", r.bad_label, " of example ", r.bad_row,
+          " is not a class index in [0, ", classes, ")"));
+    }
+    if (host_loss != nullptr) {
+      *host_loss = static_cast<float>(r.loss_sum / batch);
+    }
+    if (host_correct != nullptr) *host_correct = r.correct;
+    return absl::OkStatus();
+  }
+
+ private:
+  // Descriptors and chosen algorithms for one convolution shape. x is
+  // (N, C, H, W), y is (N, O, OH, OW), w is (O, C, KH, KW), bias (1, O, 1, 1).
+  struct ConvPlan {
+    Desc<cudnnTensorDescriptor_t> x, y, bias;
+    Desc<cudnnFilterDescriptor_t> w;
+    Desc<cudnnConvolutionDescriptor_t> conv;
+    bool fwd_ready = false, bwd_data_ready = false, bwd_filter_ready = false;
+    AlgoChoice<cudnnConvolutionFwdAlgo_t> fwd;
+    AlgoChoice<cudnnConvolutionBwdDataAlgo_t> bwd_data;
+    AlgoChoice<cudnnConvolutionBwdFilterAlgo_t> bwd_filter;
+  };
+  using ConvKey = std::array<int, 9>;
+
+  struct PoolPlan {
+    Desc<cudnnTensorDescriptor_t> x, y;
+    Desc<cudnnPoolingDescriptor_t> pool;
+  };
+  using PoolKey = std::array<int, 5>;
+
+  static size_t Bytes(int64_t n) { return static_cast<size_t>(n) * 4; }
+
+  // Makes this backend's device current on the calling thread.
+  absl::Status UseDevice() {
+    int current = -1;
+    DP_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    if (current != ordinal_) DP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    return absl::OkStatus();
+  }
+
+  // The shared convolution workspace, grown to at least `bytes`.
+  absl::StatusOr<void*> Workspace(size_t bytes) {
+    if (bytes <= workspace_bytes_) return workspace_;
+    // Queued convolutions may still read the old buffer.
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (workspace_ != nullptr) {
+      DP_CUDA_RETURN_IF_ERROR(cudaFree(workspace_));
+      workspace_ = nullptr;
+      workspace_bytes_ = 0;
+    }
+    DP_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
+    workspace_bytes_ = bytes;
+    return workspace_;
+  }
+
+  size_t WorkspaceLimit() const {
+    return static_cast<size_t>(
+        std::max<int64_t>(0, options_.workspace_limit_bytes));
+  }
+
+  absl::StatusOr<ConvPlan*> GetConvPlan(const ConvDesc& d) {
+    const ConvKey key = {d.batch,    d.in_channels,  d.in_h,
+                         d.in_w,     d.out_channels, d.kernel_h,
+                         d.kernel_w, d.stride,       d.pad};
+    auto it = conv_plans_.find(key);
+    if (it != conv_plans_.end()) return it->second.get();
+
+    auto plan = std::make_unique<ConvPlan>();
+    DP_RETURN_IF_ERROR(plan->x.Create());
+    DP_RETURN_IF_ERROR(plan->y.Create());
+    DP_RETURN_IF_ERROR(plan->bias.Create());
+    DP_RETURN_IF_ERROR(plan->w.Create());
+    DP_RETURN_IF_ERROR(plan->conv.Create());
+    DP_RETURN_IF_ERROR(
+        SetTensor4d(plan->x.get(), d.batch, d.in_channels, d.in_h, d.in_w));
+    DP_RETURN_IF_ERROR(SetTensor4d(plan->y.get(), d.batch, d.out_channels,
+                                   d.OutH(), d.OutW()));
+    DP_RETURN_IF_ERROR(SetTensor4d(plan->bias.get(), 1, d.out_channels, 1, 1));
+    DP_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(
+        plan->w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.out_channels,
+        d.in_channels, d.kernel_h, d.kernel_w));
+    // Cross-correlation (no kernel flip), like the CPU backend and PyTorch.
+    DP_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
+        plan->conv.get(), d.pad, d.pad, d.stride, d.stride, /*dilation_h=*/1,
+        /*dilation_w=*/1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // FMA math: no TF32 tensor cores (CUDNN_DEFAULT_MATH would allow them for
+    // fp32 on Ampere and newer).
+    DP_CUDNN_RETURN_IF_ERROR(
+        cudnnSetConvolutionMathType(plan->conv.get(), CUDNN_FMA_MATH));
+
+    int n = 0, c = 0, h = 0, w = 0;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(
+        plan->conv.get(), plan->x.get(), plan->w.get(), &n, &c, &h, &w));
+    if (n != d.batch || c != d.out_channels || h != d.OutH() || w != d.OutW()) {
+      return absl::InternalError(absl::StrCat(
+          "convolution ", ConvShape(d), ": cuDNN output ", n, "x", c, "x", h,
+          "x", w, " differs from the expected ", d.batch, "x", d.out_channels,
+          "x", d.OutH(), "x", d.OutW()));
+    }
+    ConvPlan* raw = plan.get();
+    conv_plans_.emplace(key, std::move(plan));
+    return raw;
+  }
+
+  absl::Status ChooseForward(ConvPlan* plan) {
+    int max_count = 0;
+    DP_CUDNN_RETURN_IF_ERROR(
+        cudnnGetConvolutionForwardAlgorithmMaxCount(dnn_, &max_count));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ranking(std::max(1, max_count));
+    int returned = 0;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
+        dnn_, plan->x.get(), plan->w.get(), plan->conv.get(), plan->y.get(),
+        static_cast<int>(ranking.size()), &returned, ranking.data()));
+    ranking.resize(std::max(0, returned));
+    const std::vector<cudnnConvolutionFwdAlgo_t> fallbacks = {
+        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+        CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
+    DP_ASSIGN_OR_RETURN(
+        plan->fwd,
+        ChooseAlgo(ranking, fallbacks, options_.allow_transform_conv_algorithms,
+                   WorkspaceLimit(),
+                   [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+                     return cudnnGetConvolutionForwardWorkspaceSize(
+                         dnn_, plan->x.get(), plan->w.get(), plan->conv.get(),
+                         plan->y.get(), a, bytes);
+                   }));
+    plan->fwd_ready = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status ChooseBackwardData(ConvPlan* plan) {
+    int max_count = 0;
+    DP_CUDNN_RETURN_IF_ERROR(
+        cudnnGetConvolutionBackwardDataAlgorithmMaxCount(dnn_, &max_count));
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranking(
+        std::max(1, max_count));
+    int returned = 0;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        dnn_, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(),
+        static_cast<int>(ranking.size()), &returned, ranking.data()));
+    ranking.resize(std::max(0, returned));
+    const std::vector<cudnnConvolutionBwdDataAlgo_t> fallbacks = {
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
+    DP_ASSIGN_OR_RETURN(
+        plan->bwd_data,
+        ChooseAlgo(ranking, fallbacks, options_.allow_transform_conv_algorithms,
+                   WorkspaceLimit(),
+                   [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+                     return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                         dnn_, plan->w.get(), plan->y.get(), plan->conv.get(),
+                         plan->x.get(), a, bytes);
+                   }));
+    plan->bwd_data_ready = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status ChooseBackwardFilter(ConvPlan* plan) {
+    int max_count = 0;
+    DP_CUDNN_RETURN_IF_ERROR(
+        cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(dnn_, &max_count));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranking(
+        std::max(1, max_count));
+    int returned = 0;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        dnn_, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(),
+        static_cast<int>(ranking.size()), &returned, ranking.data()));
+    ranking.resize(std::max(0, returned));
+    const std::vector<cudnnConvolutionBwdFilterAlgo_t> fallbacks = {
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3};
+    DP_ASSIGN_OR_RETURN(
+        plan->bwd_filter,
+        ChooseAlgo(ranking, fallbacks, options_.allow_transform_conv_algorithms,
+                   WorkspaceLimit(),
+                   [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+                     return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                         dnn_, plan->x.get(), plan->y.get(), plan->conv.get(),
+                         plan->w.get(), a, bytes);
+                   }));
+    plan->bwd_filter_ready = true;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<PoolPlan*> GetPoolPlan(const PoolDesc& d) {
+    const PoolKey key = {d.batch, d.channels, d.in_h, d.in_w, d.window};
+    auto it = pool_plans_.find(key);
+    if (it != pool_plans_.end()) return it->second.get();
+
+    auto plan = std::make_unique<PoolPlan>();
+    DP_RETURN_IF_ERROR(plan->x.Create());
+    DP_RETURN_IF_ERROR(plan->y.Create());
+    DP_RETURN_IF_ERROR(plan->pool.Create());
+    DP_RETURN_IF_ERROR(
+        SetTensor4d(plan->x.get(), d.batch, d.channels, d.in_h, d.in_w));
+    DP_RETURN_IF_ERROR(
+        SetTensor4d(plan->y.get(), d.batch, d.channels, d.OutH(), d.OutW()));
+    DP_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
+        plan->pool.get(), CUDNN_POOLING_MAX, CUDNN_NOT_PROPAGATE_NAN, d.window,
+        d.window, /*verticalPadding=*/0, /*horizontalPadding=*/0, d.window,
+        d.window));
+    int n = 0, c = 0, h = 0, w = 0;
+    DP_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(
+        plan->pool.get(), plan->x.get(), &n, &c, &h, &w));
+    if (n != d.batch || c != d.channels || h != d.OutH() || w != d.OutW()) {
+      return absl::InternalError(
+          absl::StrCat("max pooling ", d.batch, "x", d.channels, "x", d.in_h,
+                       "x", d.in_w, " window ", d.window, ": cuDNN output ", n,
+                       "x", c, "x", h, "x", w, " differs from the expected ",
+                       d.batch, "x", d.channels, "x", d.OutH(), "x", d.OutW()));
+    }
+    PoolPlan* raw = plan.get();
+    pool_plans_.emplace(key, std::move(plan));
+    return raw;
+  }
+
+  const int ordinal_;
+  const CudaBackendOptions options_;
+  std::string name_;
+
+  cudaStream_t stream_ = nullptr;  // Owned.
+  cublasHandle_t blas_ = nullptr;  // Owned; bound to stream_.
+  cudnnHandle_t dnn_ = nullptr;    // Owned; bound to stream_.
+
+  void* workspace_ = nullptr;  // Owned device memory; grow-only.
+  size_t workspace_bytes_ = 0;
+
+  cuda_kernels::SoftmaxXentResult* dev_result_ = nullptr;   // Device; owned.
+  cuda_kernels::SoftmaxXentResult* host_result_ = nullptr;  // Pinned; owned.
+
+  // Grow without bound in the number of distinct shapes, which is small in
+  // training (the batch size, the last partial batch, the eval batch).
+  std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
+  std::map<PoolKey, std::unique_ptr<PoolPlan>> pool_plans_;
+};
+
+// cudaHostAlloc-backed staging memory (see cuda_backend.h).
+class CudaPinnedHostAllocator final : public HostAllocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    void* p = nullptr;
+    // Page-aligned, so the 64-byte alignment HostAllocator promises holds.
+    const cudaError_t e =
+        cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  }
+  void Free(void* p) override {
+    if (p == nullptr) return;
+    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+  }
+  const char* Name() const override { return "cuda-pinned"; }
+};
+
+}  // namespace
+
+CudaProbe ProbeCuda() {
+  CudaProbe probe;
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    probe.reason =
+        absl::StrCat("cudaGetDeviceCount failed: ", cudaGetErrorName(e), " (",
+                     cudaGetErrorString(e), ")");
+    return probe;
+  }
+  if (count <= 0) {
+    probe.reason = "cudaGetDeviceCount found no CUDA devices";
+    return probe;
+  }
+  probe.device_count = count;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop;
+    const cudaError_t pe = cudaGetDeviceProperties(&prop, i);
+    if (pe == cudaSuccess) {
+      probe.names.push_back(prop.name);
+    } else {
+      (void)cudaGetLastError();
+      probe.names.push_back(
+          absl::StrCat("(unknown: ", cudaGetErrorName(pe), ")"));
+    }
+  }
+  return probe;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
+    int device_ordinal, const CudaBackendOptions& options) {
+  if (options.workspace_limit_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NewCudaBackend: negative workspace_limit_bytes ",
+                     options.workspace_limit_bytes));
+  }
+  const CudaProbe probe = ProbeCuda();
+  if (probe.device_count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NewCudaBackend: no usable CUDA device: ", probe.reason));
+  }
+  if (device_ordinal < 0 || device_ordinal >= probe.device_count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NewCudaBackend: device ordinal ", device_ordinal, " out of range (",
+        probe.device_count, " CUDA device(s) visible)"));
+  }
+  auto backend = std::make_unique<CudaBackend>(device_ordinal, options);
+  DP_RETURN_IF_ERROR(
+      Annotate(backend->Init(),
+               absl::StrCat("NewCudaBackend(cuda:", device_ordinal, ")")));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+std::unique_ptr<HostAllocator> NewCudaPinnedHostAllocator() {
+  return std::make_unique<CudaPinnedHostAllocator>();
+}
+
+}  // namespace downpour

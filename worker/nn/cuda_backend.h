@@ -1,0 +1,93 @@
+// File: worker/nn/cuda_backend.h
+//
+// The CUDA implementation of Backend (backend.h): cuDNN for convolutions and
+// max-pooling forward, cuBLAS for GEMM and AXPY, small custom kernels for the
+// rest (cuda_kernels.h). Also a page-locked HostAllocator for staging
+// buffers, and ProbeCuda() to ask whether a usable GPU exists at all.
+//
+// Usage (in main; library code never picks a device):
+//   CudaProbe probe = ProbeCuda();
+//   if (probe.device_count == 0) { /* use NewCpuBackend, log probe.reason */ }
+//   DP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gpu,
+//                       NewCudaBackend(/*device_ordinal=*/0,
+//                       CudaBackendOptions()));
+//   std::unique_ptr<HostAllocator> pinned = NewCudaPinnedHostAllocator();
+//
+// A binary that links this runs fine on a machine without a GPU or driver:
+// ProbeCuda() then reports device_count 0 with the reason, and
+// NewCudaBackend returns an error status.
+//
+// Numerics: convolutions and GEMMs run in plain fp32 (no TF32 tensor-core
+// math, no FFT/Winograd convolution algorithms unless allowed by options), so
+// results match the CPU backend to float rounding (the tests use relative
+// error <= 1e-4).
+//
+// Contract details beyond backend.h:
+//  * Work is queued on the backend's own CUDA stream. CopyToHost and
+//    Synchronize wait for it; SoftmaxCrossEntropy waits too (its host
+//    outputs need the result).
+//  * CopyToDevice from pageable memory returns once the source has been
+//    read. From page-locked memory (e.g. NewCudaPinnedHostAllocator) it
+//    returns at once: the source must stay unchanged until the next
+//    Synchronize, CopyToHost or SoftmaxCrossEntropy call.
+//  * Free waits for the stream before releasing memory.
+//  * Thread-safety: as backend.h says, one thread at a time. Each public call
+//    makes the backend's device current on the calling thread first (cheap
+//    when it already is), so the owning thread may also use other devices.
+#ifndef DOWNPOUR_WORKER_NN_CUDA_BACKEND_H_
+#define DOWNPOUR_WORKER_NN_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/host_allocator.h"
+#include "worker/nn/backend.h"
+
+namespace downpour {
+
+// What the CUDA runtime sees on this machine.
+struct CudaProbe {
+  int device_count = 0;
+  // Why no device is usable when device_count == 0 (e.g. the
+  // cudaGetDeviceCount error "CUDA driver version is insufficient for CUDA
+  // runtime version"); empty otherwise.
+  std::string reason;
+  // Device names by ordinal, e.g. "NVIDIA H100 80GB HBM3".
+  std::vector<std::string> names;
+};
+
+// Never fails hard: without a driver or GPU it returns device_count 0.
+CudaProbe ProbeCuda();
+
+struct CudaBackendOptions {
+  // Upper bound on the cuDNN convolution workspace (one buffer shared by all
+  // convolutions). Algorithms needing more are not chosen.
+  int64_t workspace_limit_bytes = int64_t{256} << 20;
+  // Also consider FFT and Winograd convolution algorithms. They transform the
+  // operands and round differently from a direct sum of products (errors
+  // grow with tile size), so by default only the GEMM-family and direct
+  // algorithms are used, which keeps results within float rounding of the
+  // CPU backend.
+  bool allow_transform_conv_algorithms = false;
+};
+
+// A backend on CUDA device `device_ordinal`, with its own stream, cuBLAS and
+// cuDNN handles. Name() is e.g. "cuda:0 (NVIDIA H100 80GB HBM3)".
+// Errors: FailedPrecondition when no usable device exists (the message
+// includes ProbeCuda's reason), InvalidArgument for an ordinal out of range,
+// and the failing call's error for anything else during set-up.
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
+    int device_ordinal, const CudaBackendOptions& options);
+
+// Page-locked host memory from cudaHostAlloc (portable across devices),
+// released with cudaFreeHost. Allocate returns nullptr on failure (including
+// on machines without a GPU); it never falls back to pageable memory.
+// Thread-safe. Name() is "cuda-pinned".
+std::unique_ptr<HostAllocator> NewCudaPinnedHostAllocator();
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_NN_CUDA_BACKEND_H_

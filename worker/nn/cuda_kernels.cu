@@ -1,0 +1,289 @@
+// File: worker/nn/cuda_kernels.cu
+//
+// The CUDA backend's custom kernels (see cuda_kernels.h for the contracts).
+// Compiled by nvcc in the //worker/nn:cuda_kernels_obj genrule, without
+// --use_fast_math: expf/exp/log here are the accurate versions, so results
+// stay within float rounding of the CPU backend.
+//
+// Elementwise kernels use grid-stride loops over int64_t indices, so any n
+// works with a bounded grid. Reductions (ColumnSum, SoftmaxCrossEntropy) use
+// a fixed summation order (no atomics on floats), so they are deterministic.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "worker/nn/cuda_kernels.h"
+
+namespace downpour {
+namespace cuda_kernels {
+namespace {
+
+constexpr int kThreads = 256;
+// Grid-stride loops cover the rest; 65535 blocks of 256 threads is far more
+// than enough to fill an H100 (132 SMs x 2048 threads).
+constexpr int64_t kMaxBlocks = 65535;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+int BlocksFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+__device__ __forceinline__ int64_t GlobalIndex() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t GlobalStride() {
+  return static_cast<int64_t>(blockDim.x) * gridDim.x;
+}
+
+__global__ void FillKernel(float* x, int64_t n, float value) {
+  for (int64_t i = GlobalIndex(); i < n; i += GlobalStride()) x[i] = value;
+}
+
+__global__ void ReluForwardKernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = GlobalIndex(); i < n; i += GlobalStride()) {
+    const float v = x[i];
+    y[i] = v > 0.f ? v : 0.f;
+  }
+}
+
+__global__ void ReluBackwardKernel(const float* y, const float* dy, float* dx,
+                                   int64_t n) {
+  for (int64_t i = GlobalIndex(); i < n; i += GlobalStride()) {
+    dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+  }
+}
+
+__global__ void AddRowBiasKernel(int64_t n, int cols, const float* bias,
+                                 float* y) {
+  for (int64_t i = GlobalIndex(); i < n; i += GlobalStride()) {
+    y[i] += bias[i % cols];
+  }
+}
+
+// Block (32, 8): threadIdx.x picks a column of this block's 32, threadIdx.y
+// one of 8 row phases; the 8 partial sums are added in a fixed order.
+constexpr int kColSumRows = 8;
+__global__ void __launch_bounds__(32 * kColSumRows)
+    ColumnSumKernel(int rows, int cols, const float* dy, float* db) {
+  __shared__ float part[kColSumRows][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.f;
+  if (c < cols) {
+    for (int r = threadIdx.y; r < rows; r += kColSumRows) {
+      sum += dy[static_cast<int64_t>(r) * cols + c];
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.f;
+    for (int k = 0; k < kColSumRows; ++k) total += part[k][threadIdx.x];
+    db[c] = total;
+  }
+}
+
+// One thread per element of dx (a gather: no atomics, no separate zeroing).
+__global__ void MaxPoolBackwardKernel(int64_t total, int in_h, int in_w,
+                                      int window, int out_h, int out_w,
+                                      const float* x, const float* dy,
+                                      float* dx) {
+  for (int64_t i = GlobalIndex(); i < total; i += GlobalStride()) {
+    const int w = static_cast<int>(i % in_w);
+    const int64_t t = i / in_w;
+    const int h = static_cast<int>(t % in_h);
+    const int64_t plane = t / in_h;
+    const int oh = h / window, ow = w / window;
+    float g = 0.f;
+    if (oh < out_h && ow < out_w) {
+      const float* xp = x + plane * in_h * in_w;
+      const int h0 = oh * window, w0 = ow * window;
+      int best_h = h0, best_w = w0;
+      float best = xp[static_cast<int64_t>(h0) * in_w + w0];
+      for (int a = 0; a < window; ++a) {
+        const float* row = xp + static_cast<int64_t>(h0 + a) * in_w + w0;
+        for (int b = 0; b < window; ++b) {
+          if (row[b] > best) {
+            best = row[b];
+            best_h = h0 + a;
+            best_w = w0 + b;
+          }
+        }
+      }
+      if (best_h == h && best_w == w) {
+        g = dy[(plane * out_h + oh) * out_w + ow];
+      }
+    }
+    dx[i] = g;
+  }
+}
+
+// One block; warp k handles rows k, k + warps, ... so a row's classes are
+// spread over the 32 lanes. Per-warp partial losses and counts are added by
+// thread 0 in warp order.
+constexpr int kXentThreads = 512;
+__global__ void __launch_bounds__(kXentThreads)
+    SoftmaxXentKernel(int batch, int classes, const float* logits,
+                      const float* labels, float* dlogits,
+                      SoftmaxXentResult* result) {
+  __shared__ double warp_loss[kXentThreads / 32];
+  __shared__ long long warp_correct[kXentThreads / 32];
+  __shared__ int bad_row;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  if (threadIdx.x == 0) bad_row = INT_MAX;
+  __syncthreads();
+
+  const float inv_batch = 1.f / static_cast<float>(batch);
+  double loss = 0.0;      // Meaningful in lane 0.
+  long long correct = 0;  // Meaningful in lane 0.
+  for (int r = warp; r < batch; r += warps) {
+    const float* z = logits + static_cast<int64_t>(r) * classes;
+    const float label_f = labels[r];
+    // The CPU backend's validity rule (NaN fails the first comparison).
+    const bool valid = label_f >= 0.f &&
+                       label_f < static_cast<float>(classes) &&
+                       label_f == floorf(label_f);
+    if (!valid) {  // Uniform across the warp.
+      if (lane == 0) atomicMin(&bad_row, r);
+      continue;
+    }
+    const int label = static_cast<int>(label_f);
+
+    // First maximum: each lane scans its classes in increasing order, then
+    // the lanes agree on (largest value, lowest index).
+    float m = 0.f;
+    int arg = INT_MAX;  // INT_MAX: this lane saw no class.
+    for (int c = lane; c < classes; c += 32) {
+      const float v = z[c];
+      if (arg == INT_MAX || v > m) {
+        m = v;
+        arg = c;
+      }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float om = __shfl_xor_sync(kFullMask, m, offset);
+      const int oa = __shfl_xor_sync(kFullMask, arg, offset);
+      if (oa != INT_MAX &&
+          (arg == INT_MAX || om > m || (om == m && oa < arg))) {
+        m = om;
+        arg = oa;
+      }
+    }
+    // With NaN logits lanes could disagree; lane 0 decides.
+    m = __shfl_sync(kFullMask, m, 0);
+    arg = __shfl_sync(kFullMask, arg, 0);
+
+    double sum = 0.0;
+    for (int c = lane; c < classes; c += 32) {
+      sum += exp(static_cast<double>(z[c] - m));
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      sum += __shfl_xor_sync(kFullMask, sum, offset);
+    }
+    sum = __shfl_sync(kFullMask, sum, 0);
+
+    if (lane == 0) {
+      loss += log(sum) - static_cast<double>(z[label] - m);
+      if (arg == label) ++correct;
+    }
+    if (dlogits != nullptr) {
+      float* g = dlogits + static_cast<int64_t>(r) * classes;
+      const float inv_sum = static_cast<float>(1.0 / sum);
+      for (int c = lane; c < classes; c += 32) {
+        float v = expf(z[c] - m) * inv_sum * inv_batch;
+        if (c == label) v -= inv_batch;
+        g[c] = v;
+      }
+    }
+  }
+
+  if (lane == 0) {
+    warp_loss[warp] = loss;
+    warp_correct[warp] = correct;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total_loss = 0.0;
+    long long total_correct = 0;
+    for (int w = 0; w < warps; ++w) {
+      total_loss += warp_loss[w];
+      total_correct += warp_correct[w];
+    }
+    result->loss_sum = total_loss;
+    result->correct = total_correct;
+    const int br = bad_row == INT_MAX ? -1 : bad_row;
+    result->bad_row = br;
+    result->bad_label = br >= 0 ? labels[br] : 0.f;
+  }
+}
+
+}  // namespace
+
+cudaError_t CheckKernelImage() {
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, FillKernel);
+}
+
+cudaError_t Fill(float* x, int64_t n, float value, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  FillKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, value);
+  return cudaGetLastError();
+}
+
+cudaError_t ReluForward(const float* x, float* y, int64_t n,
+                        cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ReluForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ReluBackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t AddRowBias(int rows, int cols, const float* bias, float* y,
+                       cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(rows) * cols;
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  AddRowBiasKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, cols, bias, y);
+  return cudaGetLastError();
+}
+
+cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
+                      cudaStream_t stream) {
+  // rows == 0 still runs: db must become zeros.
+  if (cols <= 0 || rows < 0) return cudaSuccess;
+  const dim3 block(32, kColSumRows);
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32));
+  ColumnSumKernel<<<grid, block, 0, stream>>>(rows, cols, dy, db);
+  return cudaGetLastError();
+}
+
+cudaError_t MaxPoolBackward(int64_t planes, int in_h, int in_w, int window,
+                            const float* x, const float* dy, float* dx,
+                            cudaStream_t stream) {
+  const int64_t total = planes * in_h * in_w;
+  if (total <= 0 || window <= 0) return cudaSuccess;
+  MaxPoolBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(
+      total, in_h, in_w, window, in_h / window, in_w / window, x, dy, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t SoftmaxCrossEntropy(int batch, int classes, const float* logits,
+                                const float* labels, float* dlogits,
+                                SoftmaxXentResult* result,
+                                cudaStream_t stream) {
+  if (batch <= 0 || classes <= 0) return cudaErrorInvalidValue;
+  SoftmaxXentKernel<<<1, kXentThreads, 0, stream>>>(batch, classes, logits,
+                                                    labels, dlogits, result);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda_kernels
+}  // namespace downpour

@@ -1,0 +1,79 @@
+// File: worker/nn/cuda_kernels.h
+//
+// Internal to the CUDA backend (//worker/nn:cuda_backend): host-side
+// launchers of the custom kernels in cuda_kernels.cu. The .cu file is compiled
+// by nvcc; this header is plain C++ so that g++-compiled code can call the
+// launchers. Everything cuDNN or cuBLAS does (convolutions, pooling forward,
+// GEMM, AXPY) is not here.
+//
+// Every launcher enqueues its work on `stream` and returns at once with the
+// launch status (cudaGetLastError() after the launch, which also clears a
+// non-sticky launch error); an empty problem (n == 0, rows == 0, ...) launches
+// nothing and returns cudaSuccess. Pointers are device memory unless noted.
+// Element counts are int64_t; matrix dimensions follow backend.h (int).
+#ifndef DOWNPOUR_WORKER_NN_CUDA_KERNELS_H_
+#define DOWNPOUR_WORKER_NN_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace downpour {
+namespace cuda_kernels {
+
+// cudaSuccess when the current device can run these kernels (the binary
+// holds code for its architecture), else e.g. cudaErrorNoKernelImageForDevice.
+// Does not clear the error.
+cudaError_t CheckKernelImage();
+
+// x[i] = value for i < n.
+cudaError_t Fill(float* x, int64_t n, float value, cudaStream_t stream);
+
+// y[i] = x[i] > 0 ? x[i] : 0.
+cudaError_t ReluForward(const float* x, float* y, int64_t n,
+                        cudaStream_t stream);
+// dx[i] = y[i] > 0 ? dy[i] : 0 (exactly the CPU backend's rule, also at
+// y == 0 and for NaN).
+cudaError_t ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
+                         cudaStream_t stream);
+
+// y[r, c] += bias[c] (row-major rows x cols).
+cudaError_t AddRowBias(int rows, int cols, const float* bias, float* y,
+                       cudaStream_t stream);
+// db[c] = sum_r dy[r, c] (overwrites db). Deterministic: the summation order
+// depends only on rows and cols.
+cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
+                      cudaStream_t stream);
+
+// Max pooling backward for NCHW planes (planes = batch * channels) of
+// in_h x in_w, window = stride = `window`, no padding, trailing rows/columns
+// that do not fill a window dropped. Every element of dx is written: dy of
+// its window if it is the window's first maximum (row-major order, strict >,
+// recomputed from x), else 0.
+cudaError_t MaxPoolBackward(int64_t planes, int in_h, int in_w, int window,
+                            const float* x, const float* dy, float* dx,
+                            cudaStream_t stream);
+
+// What SoftmaxCrossEntropy reduces on the device. Plain data shared by nvcc-
+// and g++-compiled code (same host ABI).
+struct SoftmaxXentResult {
+  double loss_sum;    // Sum over valid rows of -log softmax(logits)[label].
+  long long correct;  // Valid rows whose first argmax equals the label.
+  int bad_row;        // Lowest row whose label is not a class index, or -1.
+  float bad_label;    // labels[bad_row] when bad_row >= 0.
+};
+
+// Softmax cross-entropy over `batch` rows of `classes` logits with class
+// indices stored as floats in `labels`. Writes *result (device memory) and,
+// when dlogits is not null, dlogits = (softmax - onehot) / batch for every
+// row with a valid label (rows with an invalid label are left as they were).
+// One thread block; the reduction order is fixed, so results are
+// deterministic.
+cudaError_t SoftmaxCrossEntropy(int batch, int classes, const float* logits,
+                                const float* labels, float* dlogits,
+                                SoftmaxXentResult* result, cudaStream_t stream);
+
+}  // namespace cuda_kernels
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_NN_CUDA_KERNELS_H_
