@@ -284,8 +284,7 @@ std::string ConvShape(const ConvDesc& d) {
                       ", pad ", d.pad);
 }
 
-// ---- Convolution algorithm choice
-// --------------------------------------------
+// ---- Convolution algorithm choice -------------------------------------------
 
 bool IsTransformAlgo(cudnnConvolutionFwdAlgo_t a) {
   return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
@@ -358,8 +357,7 @@ absl::StatusOr<AlgoChoice<Algo>> ChooseAlgo(const std::vector<Perf>& ranking,
       limit, " bytes"));
 }
 
-// ---- The backend
-// -------------------------------------------------------------
+// ---- The backend ------------------------------------------------------------
 
 class CudaBackend final : public Backend {
  public:

@@ -93,8 +93,7 @@ void ExpectExact(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
-// ---- No-GPU paths (run everywhere)
-// -------------------------------------------
+// ---- No-GPU paths (run everywhere) ------------------------------------------
 
 TEST(NoGpuTest, ProbeAndFactoryFailCleanlyOrNameTheDevice) {
   const CudaProbe probe = ProbeCuda();
@@ -146,8 +145,7 @@ TEST(NoGpuTest, PinnedAllocator) {
   alloc->Free(empty);
 }
 
-// ---- GPU vs CPU
-// ---------------------------------------------------------------
+// ---- GPU vs CPU -------------------------------------------------------------
 
 class CudaVsCpuTest : public ::testing::Test {
  protected:
@@ -479,8 +477,7 @@ TEST_F(CudaVsCpuTest, SoftmaxCrossEntropyRejectsBadLabels) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// ---- Layers
-// ---------------------------------------------------------------------
+// ---- Layers -----------------------------------------------------------------
 
 // One layer's outputs on one backend.
 struct LayerRun {
@@ -583,8 +580,7 @@ TEST_F(CudaLayerTest, Dense) {
       "dense", [] { return NewDense("d", 33); }, Dims{40, 2, 3}, 17);
 }
 
-// ---- The whole model
-// --------------------------------------------------------------
+// ---- The whole model --------------------------------------------------------
 
 // fashion_cnn on both backends with identical parameters and batch.
 //
