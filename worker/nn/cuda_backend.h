@@ -31,6 +31,9 @@
 //    returns at once: the source must stay unchanged until the next
 //    Synchronize, CopyToHost or SoftmaxCrossEntropy call.
 //  * Free waits for the stream before releasing memory.
+//  * SoftmaxCrossEntropy with a label that is not a class index returns
+//    InvalidArgument, as on the CPU, but may already have written the
+//    dlogits rows whose labels are valid.
 //  * Thread-safety: as backend.h says, one thread at a time. Each public call
 //    makes the backend's device current on the calling thread first (cheap
 //    when it already is), so the owning thread may also use other devices.
