@@ -256,4 +256,9 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
 }
 
+void ConfigureChannelArguments(grpc::ChannelArguments* args) {
+  args->SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args->SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
 }  // namespace downpour

@@ -14,6 +14,7 @@
 
 #include "grpcpp/impl/codegen/service_type.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "server/parameter_store.h"
 
 namespace downpour {
@@ -28,8 +29,11 @@ std::unique_ptr<grpc::Service> NewParameterServerService(ParameterStore* store);
 // by gRPC with RESOURCE_EXHAUSTED and the server goes on.
 inline constexpr int kMaxMessageBytes = 64 << 20;
 
-// Sets the message limits above on a server being built.
+// Sets the message limits above on a server being built / on a client
+// channel. (Larger HTTP/2 frames and TCP read chunks were measured with
+// tests/bench:transport_bench and were slower than gRPC's defaults here.)
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+void ConfigureChannelArguments(grpc::ChannelArguments* args);
 
 }  // namespace downpour
 

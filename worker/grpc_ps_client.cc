@@ -85,8 +85,7 @@ class GrpcParameterClient final : public ParameterClient {
       std::vector<std::unique_ptr<grpc::GenericStub>> conns;
       for (int c = 0; c < o.connections_per_shard; ++c) {
         grpc::ChannelArguments args;
-        args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-        args.SetMaxSendMessageSize(kMaxMessageBytes);
+        ConfigureChannelArguments(&args);
         // A private subchannel pool and a distinct argument give each
         // channel its own TCP connection.
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 
@@ -44,11 +50,93 @@ double Lap(absl::Time* start) {
   return s;
 }
 
+// Runs one job at a time on its own thread: Start() hands a job over, Wait()
+// blocks until it finished and returns its status. Used for the background
+// push/pull (overlap) and for the replicas beyond the first.
+class JobThread {
+ public:
+  JobThread() : thread_([this] { Loop(); }) {}
+  ~JobThread() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  // Precondition: idle (no job started since the last Wait).
+  void Start(std::function<absl::Status()> job) {
+    absl::MutexLock l(&mu_);
+    job_ = std::move(job);
+    busy_ = true;
+    done_ = false;
+  }
+  absl::Status Wait() {
+    absl::MutexLock l(&mu_);
+    if (!busy_) return absl::OkStatus();
+    mu_.Await(absl::Condition(&done_));
+    busy_ = false;
+    return status_;
+  }
+  // True when a started job has finished (Wait will not block).
+  bool Finished() {
+    absl::MutexLock l(&mu_);
+    return busy_ && done_;
+  }
+  bool Busy() {
+    absl::MutexLock l(&mu_);
+    return busy_;
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<absl::Status()> job;
+      {
+        absl::MutexLock l(&mu_);
+        auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+          return stop_ || (job_ != nullptr);
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (job_ == nullptr) return;
+        job = std::move(job_);
+        job_ = nullptr;
+      }
+      absl::Status s = job();
+      absl::MutexLock l(&mu_);
+      status_ = std::move(s);
+      done_ = true;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::function<absl::Status()> job_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// Parameters as pulled, with the version of each chunk.
+struct Snapshot {
+  HostArray<float> params;
+  std::vector<int64_t> versions;
+};
+
 }  // namespace
 
 absl::StatusOr<TrainResult> RunDownpourWorker(
     const TrainerOptions& options, Model* model, ParameterClient* client,
     Batcher* batcher, const std::function<void(const Progress&)>& on_progress) {
+  const Replica one{model, batcher};
+  return RunDownpourWorker(options, absl::MakeConstSpan(&one, 1), client,
+                           on_progress);
+}
+
+absl::StatusOr<TrainResult> RunDownpourWorker(
+    const TrainerOptions& options, absl::Span<const Replica> replicas,
+    ParameterClient* client,
+    const std::function<void(const Progress&)>& on_progress) {
   if (options.n_fetch < 1 || options.n_push < 1) {
     return absl::InvalidArgumentError("n_fetch and n_push must be >= 1");
   }
@@ -57,11 +145,38 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
     return absl::InvalidArgumentError(
         "sync mode pushes and fetches every step: use n_fetch = n_push = 1");
   }
-  Backend* backend = model->backend();
-  const int64_t n = model->num_parameters();
-  std::vector<float> host_params(n), host_grads(n);
-  std::vector<int64_t> versions;
-  DP_ASSIGN_OR_RETURN(DeviceBuffer accrued, DeviceBuffer::Create(backend, n));
+  if (replicas.empty()) return absl::InvalidArgumentError("no replicas");
+  const int num_replicas = static_cast<int>(replicas.size());
+  const int64_t n = replicas[0].model->num_parameters();
+  for (const Replica& r : replicas) {
+    if (r.model == nullptr || r.batcher == nullptr ||
+        r.model->num_parameters() != n) {
+      return absl::InvalidArgumentError(
+          "every replica needs a model of the same size and a batcher");
+    }
+  }
+  HostAllocator* alloc = options.host_allocator != nullptr
+                             ? options.host_allocator
+                             : DefaultHostAllocator();
+  // Host staging: the parameters in use and, with overlap, the ones being
+  // pulled; the gradient being assembled and, with overlap, the one being
+  // pushed; one copy-out buffer per extra replica.
+  Snapshot current{HostArray<float>(alloc, n), {}};
+  Snapshot incoming{HostArray<float>(alloc, options.overlap ? n : 0), {}};
+  HostArray<float> grads(alloc, n), sending(alloc, options.overlap ? n : 0);
+  std::vector<HostArray<float>> replica_grads;
+  for (int r = 1; r < num_replicas; ++r) replica_grads.emplace_back(alloc, n);
+  std::vector<DeviceBuffer> accrued;
+  for (const Replica& r : replicas) {
+    DP_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(r.model->backend(), n));
+    accrued.push_back(std::move(b));
+  }
+  std::vector<std::unique_ptr<JobThread>> helpers;
+  for (int r = 1; r < num_replicas; ++r) {
+    helpers.push_back(std::make_unique<JobThread>());
+  }
+  JobThread comm;
+  bool incoming_pull = false;  // The background job ends with a pull.
 
   TrainResult result;
   PhaseTimes window;
@@ -73,64 +188,171 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
   absl::Time window_begin = begin;
   absl::Time t = begin;
 
-  auto push = [&]() -> absl::Status {
-    DP_RETURN_IF_ERROR(backend->CopyToHost(accrued.data(), host_grads.data(), n));
-    DP_RETURN_IF_ERROR(client->Push(++seq, host_grads, versions));
-    DP_RETURN_IF_ERROR(backend->Fill(accrued.data(), n, 0.0f));
+  // What a pull waits for, given the versions the last push was based on.
+  auto pull_options = [&](const std::vector<int64_t>& pushed_from) {
+    PullOptions wait;
+    if (options.mode == TrainMode::kSync && !pushed_from.empty() && seq > 0) {
+      wait.min_version = pushed_from[0] + 1;  // The step after it.
+    } else if (options.mode == TrainMode::kSsp) {
+      wait.worker_clock = seq;
+    }
+    return wait;
+  };
+  auto load = [&](Snapshot& s) -> absl::Status {
+    for (const Replica& r : replicas) {
+      DP_RETURN_IF_ERROR(r.model->SetParameters(
+          absl::MakeConstSpan(s.params.data(), s.params.size())));
+    }
+    if (&s != &current) {
+      std::swap(current.params, s.params);
+      std::swap(current.versions, s.versions);
+    }
+    return absl::OkStatus();
+  };
+  // The mean over replicas of their accrued gradients, into `grads`.
+  auto gather_gradients = [&]() -> absl::Status {
+    DP_RETURN_IF_ERROR(replicas[0].model->backend()->CopyToHost(
+        accrued[0].data(), grads.data(), n));
+    for (int r = 1; r < num_replicas; ++r) {
+      DP_RETURN_IF_ERROR(replicas[r].model->backend()->CopyToHost(
+          accrued[r].data(), replica_grads[r - 1].data(), n));
+    }
+    if (num_replicas > 1) {
+      const float scale = 1.0f / static_cast<float>(num_replicas);
+      float* __restrict g = grads.data();
+      for (int r = 1; r < num_replicas; ++r) {
+        const float* __restrict o = replica_grads[r - 1].data();
+        for (int64_t i = 0; i < n; ++i) g[i] += o[i];
+      }
+      for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+    }
+    for (int r = 0; r < num_replicas; ++r) {
+      DP_RETURN_IF_ERROR(
+          replicas[r].model->backend()->Fill(accrued[r].data(), n, 0.0f));
+    }
     accrued_steps = 0;
+    return absl::OkStatus();
+  };
+  // Pushes `grads` now (no overlap, or the final push).
+  auto push_now = [&]() -> absl::Status {
+    DP_RETURN_IF_ERROR(gather_gradients());
+    DP_RETURN_IF_ERROR(client->Push(++seq, absl::MakeConstSpan(grads.data(), n),
+                                    current.versions));
     ++result.pushes;
     return absl::OkStatus();
   };
 
+  // First parameters: always a plain pull.
+  DP_RETURN_IF_ERROR(client->Pull(absl::MakeSpan(current.params.data(), n),
+                                  &current.versions, PullOptions()));
+  DP_RETURN_IF_ERROR(load(current));
+  window.pull += Lap(&t);
+
   int epoch = 0;
+  std::vector<std::optional<Batch>> batches(num_replicas);
+  std::vector<StepResult> step(num_replicas);
   while (options.max_steps == 0 || result.steps < options.max_steps) {
     t = absl::Now();
-    std::optional<Batch> batch = batcher->Next();
-    if (!batch.has_value()) break;
-    epoch = batch->epoch;
+    bool exhausted = false;
+    for (int r = 0; r < num_replicas; ++r) {
+      batches[r] = replicas[r].batcher->Next();
+      if (!batches[r].has_value()) exhausted = true;
+    }
+    if (exhausted) break;
+    epoch = batches[0]->epoch;
     window.data += Lap(&t);
 
-    if (result.steps % options.n_fetch == 0) {
-      PullOptions wait;
-      if (options.mode == TrainMode::kSync && !versions.empty() && seq > 0) {
-        // The step after the one this worker's last gradient was for.
-        wait.min_version = versions[0] + 1;
-      } else if (options.mode == TrainMode::kSsp) {
-        wait.worker_clock = result.pushes;
+    if (result.steps > 0 && result.steps % options.n_fetch == 0) {
+      if (!options.overlap) {
+        DP_RETURN_IF_ERROR(client->Pull(absl::MakeSpan(current.params.data(), n),
+                                        &current.versions,
+                                        pull_options(current.versions)));
+        DP_RETURN_IF_ERROR(load(current));
+      } else if (incoming_pull &&
+                 (options.mode == TrainMode::kSync || comm.Finished())) {
+        // Sync needs this step's parameters; async/ssp take them if here.
+        DP_RETURN_IF_ERROR(comm.Wait());
+        incoming_pull = false;
+        DP_RETURN_IF_ERROR(load(incoming));
       }
-      DP_RETURN_IF_ERROR(
-          client->Pull(absl::MakeSpan(host_params), &versions, wait));
-      DP_RETURN_IF_ERROR(model->SetParameters(host_params));
       window.pull += Lap(&t);
     }
 
-    DP_ASSIGN_OR_RETURN(StepResult r,
-                        model->ComputeGradients(batch->images.data(),
-                                                batch->labels.data(),
-                                                batch->size));
-    if (!std::isfinite(r.loss)) {
-      return absl::InternalError(absl::StrFormat(
-          "training diverged: loss is %f at step %d; lower the learning rate",
-          r.loss, result.steps));
+    // Every replica's step, in parallel.
+    auto compute = [&](int r) -> absl::Status {
+      Model* m = replicas[r].model;
+      DP_ASSIGN_OR_RETURN(step[r], m->ComputeGradients(batches[r]->images.data(),
+                                                       batches[r]->labels.data(),
+                                                       batches[r]->size));
+      DP_RETURN_IF_ERROR(
+          m->backend()->Axpy(n, 1.0f, m->gradients(), accrued[r].data()));
+      if (options.n_fetch > 1 && options.local_lr > 0) {
+        DP_RETURN_IF_ERROR(m->backend()->Axpy(n, -options.local_lr,
+                                              m->gradients(), m->parameters()));
+      }
+      return absl::OkStatus();
+    };
+    for (int r = 1; r < num_replicas; ++r) {
+      helpers[r - 1]->Start([&compute, r] { return compute(r); });
     }
-    DP_RETURN_IF_ERROR(backend->Axpy(n, 1.0f, model->gradients(), accrued.data()));
-    if (options.n_fetch > 1 && options.local_lr > 0) {
-      DP_RETURN_IF_ERROR(backend->Axpy(n, -options.local_lr, model->gradients(),
-                                       model->parameters()));
+    absl::Status first = compute(0);
+    for (int r = 1; r < num_replicas; ++r) {
+      absl::Status s = helpers[r - 1]->Wait();
+      if (first.ok()) first = s;
+    }
+    DP_RETURN_IF_ERROR(first);
+    float loss = 0;
+    int examples = 0;
+    for (int r = 0; r < num_replicas; ++r) {
+      if (!std::isfinite(step[r].loss)) {
+        return absl::InternalError(absl::StrFormat(
+            "training diverged: loss is %f at step %d (replica %d); lower the "
+            "learning rate", step[r].loss, result.steps, r));
+      }
+      loss += step[r].loss / num_replicas;
+      examples += batches[r]->size;
     }
     if (options.debug_step_delay > absl::ZeroDuration()) {
       absl::SleepFor(options.debug_step_delay);
     }
     ++accrued_steps;
     ++result.steps;
-    result.examples += batch->size;
-    window_loss += r.loss;
+    result.examples += examples;
+    window_loss += loss;
     ++window_steps;
-    window_examples += batch->size;
+    window_examples += examples;
     window.compute += Lap(&t);
 
     if (result.steps % options.n_push == 0) {
-      DP_RETURN_IF_ERROR(push());
+      if (!options.overlap) {
+        DP_RETURN_IF_ERROR(push_now());
+      } else {
+        // One exchange in flight: finish the previous one (keeping its
+        // parameters for the next fetch), then hand this one over.
+        DP_RETURN_IF_ERROR(comm.Wait());
+        DP_RETURN_IF_ERROR(gather_gradients());
+        std::swap(grads, sending);
+        const int64_t push_seq = ++seq;
+        ++result.pushes;
+        const bool fetch_next = result.steps % options.n_fetch == 0 ||
+                                options.n_fetch == 1;
+        if (incoming_pull && fetch_next) {
+          // An earlier pull not used yet: take it now, as this exchange's
+          // pull will write over it.
+          DP_RETURN_IF_ERROR(load(incoming));
+          incoming_pull = false;
+        }
+        std::vector<int64_t> base = current.versions;
+        const PullOptions wait = pull_options(base);
+        incoming_pull = incoming_pull || fetch_next;
+        comm.Start([&, push_seq, base = std::move(base), wait, fetch_next]() {
+          DP_RETURN_IF_ERROR(client->Push(
+              push_seq, absl::MakeConstSpan(sending.data(), n), base));
+          if (!fetch_next) return absl::OkStatus();
+          return client->Pull(absl::MakeSpan(incoming.params.data(), n),
+                              &incoming.versions, wait);
+        });
+      }
       window.push += Lap(&t);
     }
 
@@ -153,11 +375,10 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
       window_begin = absl::Now();
     }
   }
-  if (accrued_steps > 0) {
-    t = absl::Now();
-    DP_RETURN_IF_ERROR(push());
-    window.push += Lap(&t);
-  }
+  t = absl::Now();
+  DP_RETURN_IF_ERROR(comm.Wait());
+  if (accrued_steps > 0) DP_RETURN_IF_ERROR(push_now());
+  window.push += Lap(&t);
   DP_RETURN_IF_ERROR(client->Leave());
   if (window_steps > 0 && (!logged_window || window_steps * 2 >= options.log_every)) {
     result.final_loss = static_cast<float>(window_loss / window_steps);

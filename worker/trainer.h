@@ -8,7 +8,21 @@
 //     if n_fetch > 1: parameters -= local_lr * g   (the replica's own step)
 //     if (step + 1) % n_push == 0: Push(accrued); accrued <- 0
 //
-// and the accrued remainder is pushed at the end. The loop sees the servers
+// and the accrued remainder is pushed at the end.
+//
+// Several replicas (one per GPU of a host, say) may act as one worker: each
+// computes a gradient on its own batches from the same parameters, in
+// parallel, and the worker pushes their mean once (BytePS-style local
+// aggregation; the sum runs on the host over the gradients each replica
+// copies out for the push anyway).
+//
+// With `overlap`, pushing step t's gradient and pulling the next parameters
+// run on a background thread while the replicas compute step t+1. In async
+// and ssp mode the replicas then compute from the newest parameters that have
+// arrived (one step older than without overlap); in sync mode they wait for
+// the step's parameters, so results are identical to no overlap.
+//
+// The loop sees the servers
 // only through ParameterClient, the maths only through Model/Backend, and the
 // data only through Batcher; it measures where each step's time goes (waiting
 // for data, compute, pull, push).
@@ -21,6 +35,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/host_allocator.h"
 #include "worker/data/data.h"
 #include "worker/nn/model.h"
 #include "worker/ps_client.h"
@@ -48,6 +64,17 @@ struct TrainerOptions {
   int64_t max_steps = 0;
   // Testing only: extra time per step, counted as compute (a straggler).
   absl::Duration debug_step_delay = absl::ZeroDuration();
+  // Push and pull in the background while computing (see above).
+  bool overlap = false;
+  // Host staging for pulled parameters and pushed gradients (pinned memory
+  // for a CUDA backend); null means DefaultHostAllocator(). Not owned.
+  HostAllocator* host_allocator = nullptr;
+};
+
+// One model replica and its input.
+struct Replica {
+  Model* model = nullptr;      // Not owned.
+  Batcher* batcher = nullptr;  // Not owned.
 };
 
 // Seconds spent in each phase.
@@ -98,6 +125,13 @@ absl::Status DeclareModel(ParameterClient* client, const Model& model,
 absl::StatusOr<TrainResult> RunDownpourWorker(
     const TrainerOptions& options, Model* model, ParameterClient* client,
     Batcher* batcher, const std::function<void(const Progress&)>& on_progress);
+
+// The same with one or more replicas acting as one worker (all models of the
+// same architecture). Stops when any replica's batcher is exhausted.
+absl::StatusOr<TrainResult> RunDownpourWorker(
+    const TrainerOptions& options, absl::Span<const Replica> replicas,
+    ParameterClient* client,
+    const std::function<void(const Progress&)>& on_progress);
 
 struct EvalResult {
   int64_t examples = 0;

@@ -176,7 +176,7 @@ TEST(TrainerTest, RejectsBadOptionsAndUndeclaredClient) {
 // W workers in threads against in-process stores in `mode`; returns the
 // final flat parameters.
 std::vector<float> TrainTogether(SyncMode mode, TrainMode tmode, int workers,
-                                 int staleness = 0) {
+                                 int staleness = 0, bool overlap = false) {
   Cluster cluster = MakeCluster(2, "momentum", 0.02f, mode, workers, staleness);
   Dataset train = Synthetic(96 * workers, 6);
   std::vector<std::unique_ptr<Backend>> backends;
@@ -201,6 +201,7 @@ std::vector<float> TrainTogether(SyncMode mode, TrainMode tmode, int workers,
   TrainerOptions to;
   to.mode = tmode;
   to.log_every = 0;
+  to.overlap = overlap;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       results[w] = RunDownpourWorker(to, models[w].get(), clients[w].get(),
@@ -227,6 +228,65 @@ TEST(TrainerTest, SyncModeIsBitIdenticalAcrossRuns) {
   std::vector<float> b = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+TEST(TrainerTest, OverlapOnAndOffGiveTheSameParametersInSyncMode) {
+  std::vector<float> off = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3);
+  std::vector<float> on = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3, 0,
+                                        /*overlap=*/true);
+  ASSERT_EQ(off.size(), on.size());
+  EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * sizeof(float)));
+}
+
+TEST(TrainerTest, OverlapInAsyncAndSspModeAppliesEveryPush) {
+  for (auto [mode, tmode] : {std::pair{SyncMode::kAsync, TrainMode::kAsync},
+                             std::pair{SyncMode::kSsp, TrainMode::kSsp}}) {
+    std::vector<float> p = TrainTogether(mode, tmode, 2, 1, /*overlap=*/true);
+    for (float x : p) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+// Two replicas fed the same batches push the same mean gradient as one
+// replica would: the local aggregation is exact.
+TEST(TrainerTest, ReplicasAggregateLocallyIntoOnePush) {
+  Dataset train = Synthetic(128, 8);
+  auto run = [&](int replicas, bool overlap) {
+    Cluster cluster = MakeCluster(2, "sgd", 0.05f);
+    std::vector<std::unique_ptr<Backend>> backends;
+    std::vector<std::unique_ptr<Model>> models;
+    std::vector<std::unique_ptr<Batcher>> batchers;
+    std::vector<Replica> group;
+    for (int r = 0; r < replicas; ++r) {
+      backends.push_back(NewCpuBackend(1));
+      models.push_back(std::move(*BuildModel("fashion_cnn", backends.back().get(), 16)));
+      BatcherOptions bo;
+      bo.batch_size = 16;
+      bo.seed = 3;
+      batchers.push_back(std::move(*Batcher::Create(&train, bo)));
+      group.push_back({models.back().get(), batchers.back().get()});
+    }
+    auto client = NewLocalParameterClient(cluster.raw, 0);
+    EXPECT_TRUE(DeclareModel(client.get(), *models[0], 5, 2, 1 << 20).ok());
+    TrainerOptions to;
+    to.log_every = 0;
+    to.overlap = overlap;
+    absl::StatusOr<TrainResult> r = RunDownpourWorker(to, group, client.get(), {});
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->pushes, 8);
+    EXPECT_EQ(r->examples, 128 * replicas);
+    std::vector<float> params(models[0]->num_parameters());
+    std::vector<int64_t> versions;
+    EXPECT_TRUE(client->Pull(absl::MakeSpan(params), &versions).ok());
+    return params;
+  };
+  const std::vector<float> one = run(1, false), two = run(2, false);
+  ASSERT_EQ(one.size(), two.size());
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+  // With one worker, overlap only delays the parameters; it still learns
+  // from every batch and ends finite and different from the start.
+  const std::vector<float> lapped = run(2, true);
+  for (float x : lapped) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_NE(0, std::memcmp(one.data(), lapped.data(), one.size() * sizeof(float)));
 }
 
 TEST(TrainerTest, SspModeFinishesWithEveryPushApplied) {

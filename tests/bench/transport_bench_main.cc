@@ -50,7 +50,6 @@
 #include "absl/time/time.h"
 #include "common/sharding.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits for (d).
 #include "proto/parameter_server.pb.h"
 #include "server/grpc_service.h"
 #include "server/optimizer.h"
@@ -58,6 +57,8 @@
 #include "tests/bench/inprocess_cluster.h"
 #include "tests/bench/loopback_tcp.h"
 #include "worker/grpc_ps_client.h"
+#include "common/malloc_tuning.h"
+#include "common/wire.h"
 
 // Every tunable of the benchmark. 0 / empty means "the profile's default"
 // (the full profile, or the --quick one).
@@ -74,6 +75,12 @@ ABSL_FLAG(int, min_rounds, 0, "Fewest timed rounds per cell. Default 2.");
 ABSL_FLAG(int, max_rounds, 0, "Most timed rounds per cell. Default 50.");
 ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20,
           "Layout max_chunk_bytes (ps_worker's default is 1 MiB).");
+ABSL_FLAG(int64_t, part_kb, 4096,
+          "Client part size (KiB): payload of one Pull/Push call.");
+ABSL_FLAG(int, connections_per_shard, 2, "Client TCP connections per shard.");
+ABSL_FLAG(std::string, wire_encoding, "f32",
+          "Payload encoding in (a): f32, fp16 or bf16 (goodput counts the "
+          "float32 bytes the worker moves).");
 ABSL_FLAG(bool, separate_connections, true,
           "Give each worker its own TCP connections (distinct loopback "
           "addresses); false lets gRPC share one connection per shard.");
@@ -100,6 +107,9 @@ struct BenchOptions {
   int min_rounds = 2;
   int max_rounds = 50;
   int64_t max_chunk_bytes = kMiB;
+  int64_t part_bytes = 4 * kMiB;
+  int connections_per_shard = 2;
+  wire::Encoding encoding = wire::Encoding::kRawF32;
   bool separate_connections = true;
   int latency_ops = 0;
   int64_t tcp_bytes = 0;
@@ -223,6 +233,10 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
       client_options.rpc_timeout = absl::Seconds(120);
       client_options.connect_timeout = absl::Seconds(10);
       client_options.max_attempts = 1;  // A benchmark reports, never retries.
+      client_options.part_bytes = o.part_bytes;
+      client_options.connections_per_shard = o.connections_per_shard;
+      client_options.push_encoding = o.encoding;
+      client_options.pull_encoding = o.encoding;
       absl::StatusOr<std::unique_ptr<ParameterClient>> client =
           NewGrpcParameterClient(client_options);
       absl::Status s = client.status();
@@ -488,92 +502,82 @@ std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds, std::string* err
         g_sink = fresh[bytes / 3];
       }));
 
-  // Every message below is a fresh object, as in the client and the server,
-  // which build or receive a new message per call; freeing the previous one
-  // is part of the time.
-  // Push, client side: copy the gradient into the request's strings.
-  proto::PushRequest req;
-  auto build_push = [&] {
-    proto::PushRequest fresh;
-    fresh.set_worker_id(0);
-    fresh.set_seq(1);
+  // The stages of the real path (server/grpc_service.cc,
+  // worker/grpc_ps_client.cc). A received message arrives as slices; cut it
+  // into 256 KiB pieces at odd offsets, as a TCP reader would.
+  std::string message;
+  {
+    wire::PutVarintField(1, 0, &message);
+    wire::PutVarintField(2, 1, &message);
     for (const Chunk& c : map->chunks) {
-      proto::ChunkGradient* g = fresh.add_gradients();
-      g->set_chunk_id(c.id);
-      g->mutable_data()->assign(
-          reinterpret_cast<const char*>(grads.data() + c.flat_offset),
-          c.num_elements * 4);
+      message += wire::ChunkHeader(3, c.id, 0, wire::Encoding::kRawF32,
+                                   c.num_elements * 4);
+      message.append(reinterpret_cast<const char*>(grads.data() + c.flat_offset),
+                     c.num_elements * 4);
     }
-    req.Swap(&fresh);
-  };
-  add("push: client builds PushRequest (bytes assign)",
-      MedianSeconds(rounds, build_push));
-  grpc::ByteBuffer wire;
-  bool own = false;
-  add("push: gRPC serializes request into ByteBuffer",
-      MedianSeconds(rounds, [&] {
-        wire.Clear();  // The writer needs an empty buffer.
-        grpc::SerializationTraits<proto::PushRequest>::Serialize(req, &wire, &own);
-      }));
-  // Parsing consumes the buffer: serialize again (untimed) before each parse.
-  std::vector<double> parse_t;
-  proto::PushRequest parsed;
-  for (int r = 0; r <= rounds; ++r) {
-    wire.Clear();
-    grpc::SerializationTraits<proto::PushRequest>::Serialize(req, &wire, &own);
-    const Clock::time_point t = Clock::now();
-    proto::PushRequest fresh;
-    grpc::SerializationTraits<proto::PushRequest>::Deserialize(&wire, &fresh);
-    parsed.Swap(&fresh);
-    if (r > 0) parse_t.push_back(SecondsSince(t));
   }
-  add("push: server parses ByteBuffer into PushRequest", Median(parse_t));
+  wire::Pieces pieces;
+  for (size_t at = 0; at < message.size(); at += (256 << 10) + 3) {
+    pieces.push_back(absl::string_view(message).substr(at, (256 << 10) + 3));
+  }
+  std::vector<float> scratch(n);
   std::vector<ChunkBytes> views;
-  for (const proto::ChunkGradient& g : parsed.gradients()) {
-    views.push_back({g.chunk_id(), 0, g.data().data(),
-                     static_cast<int64_t>(g.data().size())});
-  }
+  add("push: server parses slices, gathers payload to scratch",
+      MedianSeconds(rounds, [&] {
+        absl::StatusOr<wire::PushMessage> m = wire::ParsePushRequest(pieces);
+        views.clear();
+        std::string bytes_scratch;
+        int64_t used = 0;
+        for (const wire::WireChunk& c : m->chunks) {
+          const int64_t k = c.data.size / 4;
+          (void)wire::DecodeInto(pieces, c, scratch.data() + used, k,
+                                 &bytes_scratch);
+          views.push_back({c.chunk_id, 0, scratch.data() + used, c.data.size});
+          used += k;
+        }
+      }));
   int64_t seq = 1;
   add("push: ParameterStore::Push (validate + sgd apply)",
       MedianSeconds(rounds, [&] { (void)(*store)->Push(0, seq++, views); }));
 
-  // Pull, server side: copy every chunk into the response under its lock.
-  proto::PullResponse resp;
-  add("pull: server fills PullResponse (Pull + assign)",
+  // Pull, server side: each chunk copied under its lock into a buffer that
+  // gRPC sends and frees.
+  std::vector<std::pair<char*, int64_t>> out;
+  add("pull: server copies chunks into send buffers (Pull + malloc/copy)",
       MedianSeconds(rounds, [&] {
-        proto::PullResponse fresh;
+        for (auto& b : out) std::free(b.first);
+        out.clear();
         (void)(*store)->Pull({}, [&](const ChunkView& c) {
-          proto::ChunkValues* out = fresh.add_chunks();
-          out->set_chunk_id(c.chunk_id);
-          out->set_version(c.version);
-          out->mutable_data()->assign(reinterpret_cast<const char*>(c.data),
-                                      c.num_elements * 4);
+          char* buf = static_cast<char*>(std::malloc(c.num_elements * 4));
+          std::memcpy(buf, c.data, c.num_elements * 4);
+          out.push_back({buf, c.num_elements * 4});
         });
-        resp.Swap(&fresh);
       }));
-  add("pull: gRPC serializes response into ByteBuffer",
-      MedianSeconds(rounds, [&] {
-        wire.Clear();
-        grpc::SerializationTraits<proto::PullResponse>::Serialize(resp, &wire, &own);
-      }));
-  parse_t.clear();
-  proto::PullResponse client_resp;
-  for (int r = 0; r <= rounds; ++r) {
-    wire.Clear();
-    grpc::SerializationTraits<proto::PullResponse>::Serialize(resp, &wire, &own);
-    const Clock::time_point t = Clock::now();
-    proto::PullResponse fresh;
-    grpc::SerializationTraits<proto::PullResponse>::Deserialize(&wire, &fresh);
-    client_resp.Swap(&fresh);
-    if (r > 0) parse_t.push_back(SecondsSince(t));
-  }
-  add("pull: client parses ByteBuffer into PullResponse", Median(parse_t));
+  for (auto& b : out) std::free(b.first);
   std::vector<float> params(n);
-  add("pull: client copies chunks into the flat vector",
+  absl::StatusOr<std::vector<wire::WireChunk>> pulled;
+  {
+    std::string resp;
+    for (const Chunk& c : map->chunks) {
+      resp += wire::ChunkHeader(1, c.id, 0, wire::Encoding::kRawF32,
+                                c.num_elements * 4);
+      resp.append(reinterpret_cast<const char*>(init.data() + c.flat_offset),
+                  c.num_elements * 4);
+    }
+    message.swap(resp);
+    pieces.clear();
+    for (size_t at = 0; at < message.size(); at += (256 << 10) + 3) {
+      pieces.push_back(absl::string_view(message).substr(at, (256 << 10) + 3));
+    }
+  }
+  add("pull: client parses slices, gathers into the flat vector",
       MedianSeconds(rounds, [&] {
-        for (const proto::ChunkValues& c : client_resp.chunks()) {
-          std::memcpy(params.data() + map->chunks[c.chunk_id()].flat_offset,
-                      c.data().data(), c.data().size());
+        pulled = wire::ParsePullResponse(pieces);
+        std::string bytes_scratch;
+        for (const wire::WireChunk& c : *pulled) {
+          (void)wire::DecodeInto(pieces, c,
+                                 params.data() + map->chunks[c.chunk_id].flat_offset,
+                                 c.data.size / 4, &bytes_scratch);
         }
       }));
   return stages;
@@ -626,8 +630,11 @@ int Run(const BenchOptions& o) {
 
   // (a)
   std::printf("(a) push+pull goodput through gRPC (in-process servers, "
-              "max_chunk_bytes %lld, %s connections per worker)\n",
+              "max_chunk_bytes %lld, parts of %lld KiB, %d connections per "
+              "shard, %s payloads, %s connections per worker)\n",
               static_cast<long long>(o.max_chunk_bytes),
+              static_cast<long long>(o.part_bytes >> 10),
+              o.connections_per_shard, wire::EncodingName(o.encoding),
               o.separate_connections ? "separate" : "shared");
   std::printf("%8s %6s %7s %6s %10s %9s %8s %10s %10s %8s %6s %9s\n", "model",
               "shards", "workers", "rounds", "goodput", "", "vs TCP", "pull ms",
@@ -759,7 +766,9 @@ int Run(const BenchOptions& o) {
       "\"latency_4kb_pull_p50_us\":%.1f,\"latency_4kb_pull_p99_us\":%.1f,"
       "\"latency_4kb_push_p50_us\":%.1f,\"latency_4kb_push_p99_us\":%.1f,"
       "\"refused_cells\":[%s],\"units\":\"gbps = 1e9 bit/s\","
-      "\"separate_connections\":%s,\"quick\":%s,\"load_before\":\"%s\","
+      "\"separate_connections\":%s,\"part_kb\":%lld,"
+      "\"connections_per_shard\":%d,\"wire_encoding\":\"%s\","
+      "\"quick\":%s,\"load_before\":\"%s\","
       "\"load_after\":\"%s\",\"seconds\":%.1f}",
       ratio(key_goodput, tcp_bps), ratio(sgd_bps, memcpy_bps), Gbps(tcp_bps),
       Gbps(key_goodput), Gbps(memcpy_bps), Gbps(sgd_bps), Gbps(tcp_end_bps),
@@ -769,6 +778,8 @@ int Run(const BenchOptions& o) {
       best_cell, lat.pull_p50_us, lat.pull_p99_us, lat.push_p50_us,
       lat.push_p99_us, absl::StrJoin(refused, ","),
       o.separate_connections ? "true" : "false",
+      static_cast<long long>(o.part_bytes >> 10), o.connections_per_shard,
+      wire::EncodingName(o.encoding),
       o.quick ? "true" : "false", load_before, LoadAverage(),
       SecondsSince(t_begin));
   std::printf("\n%s\n", json.c_str());
@@ -794,6 +805,8 @@ int main(int argc, char** argv) {
       "Downpour transport benchmark: gRPC push/pull goodput vs raw loopback "
       "TCP, server apply rate vs memcpy. See the file comment.");
   absl::ParseCommandLine(argc, argv);
+  // As ps_server and ps_worker do.
+  downpour::TuneMallocForLargeBuffers();
   const bool quick = absl::GetFlag(FLAGS_quick);
   downpour::BenchOptions o;
   o.quick = quick;
@@ -817,6 +830,17 @@ int main(int argc, char** argv) {
   o.min_rounds = pick(absl::GetFlag(FLAGS_min_rounds), 2, 2, quick);
   o.max_rounds = pick(absl::GetFlag(FLAGS_max_rounds), 50, 50, quick);
   o.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  o.part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
+  o.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+  {
+    absl::StatusOr<downpour::wire::Encoding> e =
+        downpour::wire::ParseEncoding(absl::GetFlag(FLAGS_wire_encoding));
+    if (!e.ok()) {
+      std::fprintf(stderr, "transport_bench: %s\n", e.status().ToString().c_str());
+      return 2;
+    }
+    o.encoding = *e;
+  }
   o.separate_connections = absl::GetFlag(FLAGS_separate_connections);
   o.latency_ops = pick(absl::GetFlag(FLAGS_latency_ops), 2000, 300, quick);
   o.tcp_bytes = pick(absl::GetFlag(FLAGS_tcp_mb), int64_t{1024}, int64_t{256},
