@@ -26,6 +26,16 @@
 
 ABSL_FLAG(int, servers, 2, "Number of parameter-server shards (>= 1).");
 ABSL_FLAG(int, workers, 2, "Number of training worker processes (>= 1).");
+ABSL_FLAG(std::string, device, "auto",
+          "Workers' device: auto (CUDA when a GPU is usable, else CPU), cpu "
+          "or cuda.");
+ABSL_FLAG(std::string, gpus, "",
+          "GPUs of each worker process, one replica per entry: 0,1,2,3 on a "
+          "4-GPU host; 0,0 runs two replicas on GPU 0.");
+ABSL_FLAG(int, replicas, 1, "CPU replicas per worker process (no --gpus).");
+ABSL_FLAG(std::string, local_aggregation, "sum",
+          "Replicas of a process: sum (push their mean once) or none (each "
+          "pushes on its own).");
 ABSL_FLAG(std::string, mode, "async",
           "Training mode: async (Downpour), sync (synchronous steps) or ssp "
           "(stale-synchronous parallel, bounded by --staleness). Passed to "
@@ -138,6 +148,10 @@ int main(int argc, char** argv) {
   downpour::LaunchOptions o;
   o.servers = absl::GetFlag(FLAGS_servers);
   o.workers = absl::GetFlag(FLAGS_workers);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.gpus = absl::GetFlag(FLAGS_gpus);
+  o.replicas = absl::GetFlag(FLAGS_replicas);
+  o.local_aggregation = absl::GetFlag(FLAGS_local_aggregation);
   o.mode = absl::GetFlag(FLAGS_mode);
   o.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
   o.staleness = absl::GetFlag(FLAGS_staleness);

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -376,7 +377,7 @@ absl::Status Cluster::StartServersAndWaitForPorts() {
         absl::StrCat("--optimizer=", options_.optimizer),
         absl::StrCat("--lr=", options_.lr),
         absl::StrCat("--mode=", options_.mode),
-        absl::StrCat("--num_workers=", options_.workers),
+        absl::StrCat("--num_workers=", options_.ServerWorkers()),
         absl::StrCat("--replicas_to_aggregate=",
                      options_.replicas_to_aggregate),
         absl::StrCat("--staleness=", options_.staleness),
@@ -468,6 +469,10 @@ absl::Status Cluster::RunTraining() {
         absl::StrCat("--data_dir=", options_.data_dir),
         absl::StrCat("--n_fetch=", options_.n_fetch),
         absl::StrCat("--n_push=", options_.n_push),
+        absl::StrCat("--device=", options_.device),
+        absl::StrCat("--gpus=", options_.gpus),
+        absl::StrCat("--replicas=", options_.replicas),
+        absl::StrCat("--local_aggregation=", options_.local_aggregation),
     };
     if (options_.max_train_examples > 0) {
       argv.push_back(absl::StrCat("--max_train_examples=",
@@ -749,6 +754,19 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
   DP_RETURN_IF_ERROR(at_least_one("batch_size", o.batch_size));
   DP_RETURN_IF_ERROR(at_least_one("n_fetch", o.n_fetch));
   DP_RETURN_IF_ERROR(at_least_one("n_push", o.n_push));
+  DP_RETURN_IF_ERROR(at_least_one("replicas", o.replicas));
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu or cuda, got '", o.device, "'"));
+  }
+  if (o.local_aggregation != "sum" && o.local_aggregation != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--local_aggregation must be sum or none, got '", o.local_aggregation,
+        "'"));
+  }
+  if (!o.gpus.empty() && o.device == "cpu") {
+    return absl::InvalidArgumentError("--gpus needs --device=cuda or auto");
+  }
   if (o.replicas_to_aggregate < 0 || o.replicas_to_aggregate > o.workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--replicas_to_aggregate must be in [0, --workers=", o.workers,
@@ -875,6 +893,13 @@ absl::StatusOr<Summary> RunCluster(const LaunchOptions& options,
     DP_RETURN_IF_ERROR(WriteFileAtomically(options.curve_csv, csv));
   }
   return summary;
+}
+
+int LaunchOptions::ReplicasPerWorker() const {
+  if (gpus.empty()) return replicas;
+  return static_cast<int>(
+      std::vector<std::string>(absl::StrSplit(gpus, ',', absl::SkipEmpty()))
+          .size());
 }
 
 }  // namespace downpour

@@ -63,6 +63,22 @@ namespace downpour {
 struct LaunchOptions {
   int servers = 2;                 // Parameter-server shards, >= 1.
   int workers = 2;                 // Training worker processes, >= 1.
+  // Compute devices of each worker process: "auto", "cpu" or "cuda", and the
+  // GPUs it runs one replica on each (e.g. "0,1,2,3"; "0,0" runs two replicas
+  // on GPU 0). Empty gpus: one replica (or `replicas` CPU replicas).
+  std::string device = "auto";
+  std::string gpus;
+  int replicas = 1;
+  // Replicas of one process: "sum" (one push of their mean gradient) or
+  // "none" (each replica is a worker of its own, as far as servers know).
+  std::string local_aggregation = "sum";
+  // Replicas per worker process (from gpus or replicas).
+  int ReplicasPerWorker() const;
+  // Workers the servers see: workers, times the replicas when each replica
+  // pushes on its own.
+  int ServerWorkers() const {
+    return local_aggregation == "none" ? workers * ReplicasPerWorker() : workers;
+  }
   // "async" (Downpour), "sync" (the servers aggregate a step's gradients
   // from replicas_to_aggregate workers before applying them) or "ssp"
   // (stale-synchronous: no worker runs more than `staleness` steps ahead of

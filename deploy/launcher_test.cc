@@ -166,6 +166,19 @@ class LauncherTest : public ::testing::Test {
   LaunchOptions options_;
 };
 
+TEST(LaunchOptionsTest, ServersCountReplicasThatPushOnTheirOwn) {
+  LaunchOptions o;
+  o.workers = 2;
+  o.gpus = "0,0,1";
+  EXPECT_EQ(o.ReplicasPerWorker(), 3);
+  EXPECT_EQ(o.ServerWorkers(), 2);
+  o.local_aggregation = "none";
+  EXPECT_EQ(o.ServerWorkers(), 6);
+  o.gpus.clear();
+  o.replicas = 2;
+  EXPECT_EQ(o.ServerWorkers(), 4);
+}
+
 TEST_F(LauncherTest, SuccessfulRun) {
   Setup(/*fail_worker=*/-1);
   options_.summary_json = dir_ + "/summary.json";
@@ -241,8 +254,9 @@ TEST_F(LauncherTest, SuccessfulRun) {
                          "--worker_index=1 --num_workers=2 --task=train "
                          "--mode=async --epochs=2 --batch_size=32 --seed=7 --data_dir=",
                          dir_,
-                         " --n_fetch=1 --n_push=1 --max_train_examples=640 "
-                         "--extra_worker=2\n"));
+                         " --n_fetch=1 --n_push=1 --device=auto --gpus= "
+                         "--replicas=1 --local_aggregation=sum "
+                         "--max_train_examples=640 --extra_worker=2\n"));
   EXPECT_EQ(ReadFile(dir_ + "/eval.args"),
             absl::StrCat("--task=eval --mode=async "
                          "--ps_hosts=127.0.0.1:7000,127.0.0.1:7001"

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
+#include "common/malloc_tuning.h"
 #include "server/grpc_service.h"
 #include "server/parameter_store.h"
 
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Downpour parameter-server shard. See README.md for the flags.");
   absl::ParseCommandLine(argc, argv);
+  downpour::TuneMallocForLargeBuffers();
 
   downpour::ParameterStoreOptions options;
   options.shard_index = absl::GetFlag(FLAGS_shard_index);

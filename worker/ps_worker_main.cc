@@ -7,8 +7,10 @@
 //
 // Every flag is read here and turned into options structs; nothing below main
 // reads a flag.
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -16,14 +18,18 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/malloc_tuning.h"
 #include "common/safetensors.h"
 #include "common/shard_stats.h"
 #include "common/status_macros.h"
 #include "worker/data/data.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
 #include "worker/trainer.h"
 
@@ -37,8 +43,32 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Folder with the IDX files (train-images-idx3-ubyte.gz, ...).");
 ABSL_FLAG(std::string, model, "fashion_cnn", "Model architecture.");
 ABSL_FLAG(std::string, device, "auto",
-          "auto, cpu or cuda. auto uses the CPU backend while no CUDA backend "
-          "is built in.");
+          "auto, cpu or cuda. auto: CUDA when a GPU is usable, else the CPU "
+          "(the log says which and why). cuda refuses to run without a GPU.");
+ABSL_FLAG(std::string, gpus, "",
+          "Comma-separated GPU ordinals, one replica per entry (0,0 runs two "
+          "replicas on GPU 0). Empty: one replica on GPU 0 for --device=cuda.");
+ABSL_FLAG(int, replicas, 1,
+          "CPU replicas in this process (with --device=cpu; --gpus sets the "
+          "count on GPUs).");
+ABSL_FLAG(std::string, local_aggregation, "sum",
+          "With several replicas: sum (average their gradients here and push "
+          "once, one worker id) or none (each replica is its own worker, ids "
+          "worker_index*R + r of num_workers*R; the servers must be told "
+          "num_workers*R).");
+ABSL_FLAG(bool, overlap, true,
+          "Push and pull in the background while computing the next step.");
+ABSL_FLAG(int64_t, part_kb, 4096, "Largest payload of one pull/push call, KiB.");
+ABSL_FLAG(int, connections_per_shard, 2, "TCP connections to each shard.");
+ABSL_FLAG(std::string, push_dtype, "f32",
+          "Gradient encoding on the wire: f32, fp16 or bf16.");
+ABSL_FLAG(std::string, pull_dtype, "f32",
+          "Parameter encoding on the wire: f32, fp16 or bf16.");
+ABSL_FLAG(std::string, dataset, "fashion_mnist",
+          "fashion_mnist (IDX files) or cifar10 (binary batches) in --data_dir.");
+ABSL_FLAG(int, data_threads, 2, "CPU threads decoding/augmenting batches.");
+ABSL_FLAG(bool, augment, false,
+          "Random crop (padding 4) and horizontal flip of training images.");
 ABSL_FLAG(std::string, mode, "async",
           "async, sync or ssp: how this worker waits (match the servers).");
 ABSL_FLAG(int, epochs, 1, "Passes over this worker's shard of the data.");
@@ -70,7 +100,10 @@ namespace {
 struct WorkerFlags {
   GrpcClientOptions client;
   int num_workers = 1;
-  std::string task, data_dir, model, device, save_params;
+  std::string task, data_dir, model, device, save_params, dataset;
+  std::vector<int> gpus;
+  int replicas = 1, data_threads = 2;
+  bool local_sum = true, augment = false;
   int batch_size = 64, epochs = 1, cpu_threads = 1, prefetch = 4;
   uint64_t seed = 1;
   int64_t max_train_examples = 0, max_test_examples = 0, max_chunk_bytes = 0;
@@ -106,6 +139,41 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
   f.trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
   f.trainer.debug_step_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_debug_step_delay_ms));
+  f.trainer.overlap = absl::GetFlag(FLAGS_overlap);
+  f.client.part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
+  f.client.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+  DP_ASSIGN_OR_RETURN(f.client.push_encoding,
+                      wire::ParseEncoding(absl::GetFlag(FLAGS_push_dtype)));
+  DP_ASSIGN_OR_RETURN(f.client.pull_encoding,
+                      wire::ParseEncoding(absl::GetFlag(FLAGS_pull_dtype)));
+  f.dataset = absl::GetFlag(FLAGS_dataset);
+  if (f.dataset != "fashion_mnist" && f.dataset != "cifar10") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dataset must be fashion_mnist or cifar10, got '", f.dataset, "'"));
+  }
+  f.data_threads = absl::GetFlag(FLAGS_data_threads);
+  f.augment = absl::GetFlag(FLAGS_augment);
+  f.replicas = absl::GetFlag(FLAGS_replicas);
+  const std::string agg = absl::GetFlag(FLAGS_local_aggregation);
+  if (agg != "sum" && agg != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--local_aggregation must be sum or none, got '", agg, "'"));
+  }
+  f.local_sum = agg == "sum";
+  for (absl::string_view g :
+       absl::StrSplit(absl::GetFlag(FLAGS_gpus), ',', absl::SkipEmpty())) {
+    int ordinal;
+    if (!absl::SimpleAtoi(g, &ordinal) || ordinal < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpus must be a comma-separated list of GPU ordinals, got '",
+          absl::GetFlag(FLAGS_gpus), "'"));
+    }
+    f.gpus.push_back(ordinal);
+  }
+  if (f.replicas < 1 || f.replicas > 64 || f.data_threads < 1) {
+    return absl::InvalidArgumentError(
+        "--replicas must be in [1, 64] and --data_threads >= 1");
+  }
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "async") {
@@ -134,48 +202,34 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
         "--batch_size, --n_fetch, --n_push, --prefetch must be >= 1, "
         "--epochs >= 0, --max_chunk_bytes >= 4");
   }
-  if (f.device == "cuda") {
-    return absl::UnimplementedError(
-        "--device=cuda: this build has no CUDA backend yet; use --device=cpu "
-        "or auto");
+  if (f.device == "cpu" && !f.gpus.empty()) {
+    return absl::InvalidArgumentError("--gpus needs --device=cuda or auto");
   }
-  if (f.device != "auto" && f.device != "cpu") {
+  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device must be auto, cpu or cuda, got '", f.device, "'"));
   }
   return f;
 }
 
-absl::Status Train(const WorkerFlags& f, Model* model, ParameterClient* client) {
-  const int w = f.client.worker_id;
-  DP_ASSIGN_OR_RETURN(Dataset train,
-                      LoadMnistSplit(f.data_dir, true, f.max_train_examples));
-  BatcherOptions bo;
-  bo.worker_index = w;
-  bo.num_workers = f.num_workers;
-  bo.batch_size = f.batch_size;
-  bo.epochs = f.epochs;
-  bo.seed = f.seed;
-  bo.prefetch = f.prefetch;
-  DP_ASSIGN_OR_RETURN(std::unique_ptr<Batcher> batcher, Batcher::Create(&train, bo));
-  std::printf("worker %d: shard %d of %d over %lld training examples, "
-              "%lld batches/epoch, backend %s\n", w, w, f.num_workers,
-              static_cast<long long>(train.size),
-              static_cast<long long>(batcher->BatchesPerEpoch()),
-              model->backend()->Name().c_str());
-  std::fflush(stdout);
-  DP_ASSIGN_OR_RETURN(
-      TrainResult r,
-      RunDownpourWorker(f.trainer, model, client, batcher.get(),
-                        [w](const Progress& p) {
-                          std::printf(
-                              "worker %d: step %lld, loss = %.3f (%.1f "
-                              "examples/sec; %.3f sec/batch) %s\n",
-                              w, static_cast<long long>(p.step), p.loss,
-                              p.examples_per_sec, p.sec_per_batch,
-                              p.window.Shares().c_str());
-                          std::fflush(stdout);
-                        }));
+// The replicas of this process: a backend and a model each, on the devices
+// chosen in Run.
+struct ReplicaSet {
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::unique_ptr<Model>> models;
+  std::unique_ptr<HostAllocator> pinned;  // Null on the CPU.
+  HostAllocator* allocator() const {
+    return pinned != nullptr ? pinned.get() : DefaultHostAllocator();
+  }
+};
+
+absl::StatusOr<Dataset> LoadSplit(const WorkerFlags& f, bool train) {
+  const int64_t max = train ? f.max_train_examples : f.max_test_examples;
+  if (f.dataset == "cifar10") return LoadCifar10Split(f.data_dir, train, max);
+  return LoadMnistSplit(f.data_dir, train, max);
+}
+
+void PrintDone(int w, const TrainResult& r) {
   std::printf("worker %d: finished %lld steps (%lld examples) in %.1f s; "
               "time %s: %s\n", w, static_cast<long long>(r.steps),
               static_cast<long long>(r.examples), r.seconds,
@@ -189,12 +243,93 @@ absl::Status Train(const WorkerFlags& f, Model* model, ParameterClient* client) 
       static_cast<long long>(r.pushes), r.final_loss, r.seconds, r.total.data,
       r.total.compute, r.total.pull, r.total.push, r.total.Verdict().c_str());
   std::fflush(stdout);
+}
+
+absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
+                   std::vector<std::unique_ptr<ParameterClient>>& clients) {
+  const int w = f.client.worker_id;
+  const int R = static_cast<int>(set.models.size());
+  DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true));
+  // Replica r of worker w reads data shard w*R + r of num_workers*R.
+  std::vector<std::unique_ptr<Batcher>> batchers;
+  for (int r = 0; r < R; ++r) {
+    BatcherOptions bo;
+    bo.worker_index = w * R + r;
+    bo.num_workers = f.num_workers * R;
+    bo.batch_size = f.batch_size;
+    bo.epochs = f.epochs;
+    bo.seed = f.seed;
+    bo.prefetch = f.prefetch;
+    bo.num_threads = f.data_threads;
+    bo.allocator = set.allocator();
+    if (f.augment) {
+      bo.augment.random_crop_padding = 4;
+      bo.augment.horizontal_flip = true;
+    }
+    if (f.dataset == "cifar10") {
+      bo.normalize_mean.assign(kCifar10Mean, kCifar10Mean + 3);
+      bo.normalize_std.assign(kCifar10Std, kCifar10Std + 3);
+    }
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<Batcher> b, Batcher::Create(&train, bo));
+    batchers.push_back(std::move(b));
+  }
+  std::printf("worker %d: %d replica%s (%s) over %lld training examples, "
+              "%lld batches/epoch each, backend %s\n", w, R, R == 1 ? "" : "s",
+              R == 1 ? "one worker"
+                     : (f.local_sum ? "gradients summed here, one push"
+                                    : "each its own worker"),
+              static_cast<long long>(train.size),
+              static_cast<long long>(batchers[0]->BatchesPerEpoch()),
+              set.models[0]->backend()->Name().c_str());
+  std::fflush(stdout);
+  TrainerOptions to = f.trainer;
+  to.host_allocator = set.allocator();
+  auto progress = [](int id) {
+    return [id](const Progress& p) {
+      std::printf("worker %d: step %lld, loss = %.3f (%.1f examples/sec; %.3f "
+                  "sec/batch) %s\n",
+                  id, static_cast<long long>(p.step), p.loss,
+                  p.examples_per_sec, p.sec_per_batch, p.window.Shares().c_str());
+      std::fflush(stdout);
+    };
+  };
+  if (f.local_sum || R == 1) {
+    std::vector<Replica> group;
+    for (int r = 0; r < R; ++r) {
+      group.push_back({set.models[r].get(), batchers[r].get()});
+    }
+    DP_ASSIGN_OR_RETURN(TrainResult r, RunDownpourWorker(to, group,
+                                                         clients[0].get(),
+                                                         progress(w)));
+    PrintDone(w, r);
+    return absl::OkStatus();
+  }
+  // Independent replicas: R Downpour workers in this process.
+  std::vector<absl::StatusOr<TrainResult>> results(R);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < R; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = RunDownpourWorker(to, set.models[r].get(), clients[r].get(),
+                                     batchers[r].get(), progress(w * R + r));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  TrainResult all;
+  for (int r = 0; r < R; ++r) {
+    if (!results[r].ok()) return results[r].status();
+    all.steps += results[r]->steps;
+    all.examples += results[r]->examples;
+    all.pushes += results[r]->pushes;
+    all.final_loss += results[r]->final_loss / R;
+    all.seconds = std::max(all.seconds, results[r]->seconds);
+    all.total += results[r]->total;
+  }
+  PrintDone(w, all);
   return absl::OkStatus();
 }
 
 absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client) {
-  DP_ASSIGN_OR_RETURN(Dataset test,
-                      LoadMnistSplit(f.data_dir, false, f.max_test_examples));
+  DP_ASSIGN_OR_RETURN(Dataset test, LoadSplit(f, false));
   std::vector<float> params(model->num_parameters());
   std::vector<int64_t> versions;
   DP_RETURN_IF_ERROR(client->Pull(absl::MakeSpan(params), &versions));
@@ -227,22 +362,68 @@ absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client) {
 
 absl::Status Run() {
   DP_ASSIGN_OR_RETURN(WorkerFlags f, ReadFlags());
-  // The device is chosen here, in main, and passed down.
-  std::unique_ptr<Backend> backend = NewCpuBackend(f.cpu_threads);
-  if (f.device == "auto") {
-    std::printf("worker %d: --device=auto: using the CPU backend (no CUDA "
-                "backend in this build)\n", f.client.worker_id);
+  const int w = f.client.worker_id;
+  // The devices are chosen here, in main, and passed down.
+  bool cuda = false;
+  if (f.device != "cpu") {
+    const CudaProbe probe = ProbeCuda();
+    if (probe.device_count > 0) {
+      cuda = true;
+      for (int g : f.gpus) {
+        if (g >= probe.device_count) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--gpus lists GPU ", g, " but this host has ",
+              probe.device_count));
+        }
+      }
+      if (f.device == "auto") {
+        std::printf("worker %d: --device=auto: using CUDA (%d GPU%s: %s)\n", w,
+                    probe.device_count, probe.device_count == 1 ? "" : "s",
+                    absl::StrJoin(probe.names, ", ").c_str());
+      }
+    } else if (f.device == "cuda" || !f.gpus.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          f.device == "cuda" ? "--device=cuda" : "--gpus",
+          " was requested but no CUDA device is usable: ", probe.reason));
+    } else {
+      std::printf("worker %d: --device=auto: using the CPU backend (no usable "
+                  "CUDA device: %s)\n", w, probe.reason.c_str());
+    }
   }
+  std::vector<int> devices = f.gpus;
+  if (cuda && devices.empty()) devices = {0};
+  const int R = f.task == "eval" ? 1 : (cuda ? static_cast<int>(devices.size())
+                                             : f.replicas);
   const int max_batch = f.task == "eval" ? 500 : f.batch_size;
-  DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                      BuildModel(f.model, backend.get(), max_batch));
-  DP_ASSIGN_OR_RETURN(std::unique_ptr<ParameterClient> client,
-                      NewGrpcParameterClient(f.client));
-  DP_RETURN_IF_ERROR(DeclareModel(client.get(), *model, f.seed,
-                                  static_cast<int>(f.client.hosts.size()),
-                                  f.max_chunk_bytes));
-  return f.task == "train" ? Train(f, model.get(), client.get())
-                           : Eval(f, model.get(), client.get());
+  ReplicaSet set;
+  if (cuda) set.pinned = NewCudaPinnedHostAllocator();
+  for (int r = 0; r < R; ++r) {
+    if (cuda) {
+      DP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b,
+                          NewCudaBackend(devices[r], CudaBackendOptions()));
+      set.backends.push_back(std::move(b));
+    } else {
+      set.backends.push_back(NewCpuBackend(f.cpu_threads));
+    }
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
+                        BuildModel(f.model, set.backends.back().get(), max_batch));
+    set.models.push_back(std::move(m));
+  }
+  // One client, or one per replica when each replica is its own worker.
+  std::vector<std::unique_ptr<ParameterClient>> clients;
+  const int num_clients = f.task == "train" && !f.local_sum ? R : 1;
+  for (int c = 0; c < num_clients; ++c) {
+    GrpcClientOptions co = f.client;
+    if (num_clients > 1) co.worker_id = w * R + c;
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<ParameterClient> client,
+                        NewGrpcParameterClient(co));
+    DP_RETURN_IF_ERROR(DeclareModel(client.get(), *set.models[0], f.seed,
+                                    static_cast<int>(f.client.hosts.size()),
+                                    f.max_chunk_bytes));
+    clients.push_back(std::move(client));
+  }
+  return f.task == "train" ? Train(f, set, clients)
+                           : Eval(f, set.models[0].get(), clients[0].get());
 }
 
 }  // namespace
@@ -252,6 +433,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Downpour worker replica (or --task=eval). See README.md.");
   absl::ParseCommandLine(argc, argv);
+  downpour::TuneMallocForLargeBuffers();
   const absl::Status s = downpour::Run();
   if (!s.ok()) {
     std::fprintf(stderr, "ps_worker %d: error: %s\n",
