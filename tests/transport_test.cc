@@ -1,0 +1,185 @@
+// The transport through real ps_server processes on loopback: chunking into
+// parts round-trips odd sizes exactly, fp16/bf16 stay within their format's
+// bound, and an oversize request is refused cleanly while the server keeps
+// serving.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/sharding.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "server/grpc_service.h"
+#include "tests/test_cluster.h"
+#include "worker/grpc_ps_client.h"
+
+namespace downpour {
+namespace {
+
+// Tensors whose sizes straddle chunk and part boundaries: with 64-byte
+// chunks (16 floats) and 4 KiB parts, one float past a chunk boundary,
+// an empty tensor, a single element, and enough to need many parts.
+ModelLayout OddLayout(int shards) {
+  ModelLayout l;
+  l.tensors = {{"a", {17}},  {"empty", {0}}, {"one", {1}},
+               {"b", {16}},  {"c", {3, 5}},  {"big", {4099}}};
+  l.num_shards = shards;
+  l.max_chunk_bytes = 64;
+  return l;
+}
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 2);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+struct Case {
+  int shards;
+  int connections;
+};
+
+class TransportTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
+  const Case c = GetParam();
+  TestClusterOptions co;
+  co.num_shards = c.shards;
+  co.server_flags = {"--optimizer=sgd", "--lr=1"};
+  auto cluster = TestCluster::Start(co);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GrpcClientOptions o;
+  o.hosts = (*cluster)->hosts();
+  o.part_bytes = 4096;
+  o.connections_per_shard = c.connections;
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const ModelLayout layout = OddLayout(c.shards);
+  const int64_t n = layout.NumElements();
+  const std::vector<float> init = Random(n, 1);
+  ASSERT_TRUE((*client)->Declare(layout, init).ok());
+  // Several requests per shard: the declaration itself went in parts.
+  const ShardMap& map = (*client)->shard_map();
+  int64_t shard0_bytes = 0;
+  for (int32_t id : map.shard_chunks[0]) shard0_bytes += map.chunks[id].num_elements * 4;
+  ASSERT_GT(shard0_bytes, 2 * o.part_bytes);
+
+  std::vector<float> got(n, -1), versions_unused;
+  std::vector<int64_t> versions;
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  EXPECT_EQ(got, init);
+  // A push of g with sgd lr 1 gives init - g exactly (both are f32 sums of
+  // one term); then pull again.
+  const std::vector<float> g = Random(n, 2);
+  ASSERT_TRUE((*client)->Push(1, g, versions).ok());
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], init[i] - g[i]) << i;
+  for (int64_t v : versions) EXPECT_EQ(v, 1);
+  // A retry of the same push (every part) is not applied again.
+  ASSERT_TRUE((*client)->Push(1, g, std::vector<int64_t>(versions.size(), 0)).ok());
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], init[i] - g[i]) << i;
+  EXPECT_TRUE((*cluster)->AllRunning());
+}
+
+INSTANTIATE_TEST_SUITE_P(ShardsAndConnections, TransportTest,
+                         ::testing::Values(Case{1, 1}, Case{2, 3}));
+
+TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
+  for (const char* name : {"fp16", "bf16"}) {
+    TestClusterOptions co;
+    co.server_flags = {"--optimizer=sgd", "--lr=1"};
+    auto cluster = TestCluster::Start(co);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    GrpcClientOptions o;
+    o.hosts = (*cluster)->hosts();
+    o.part_bytes = 4096;
+    o.push_encoding = *wire::ParseEncoding(name);
+    o.pull_encoding = o.push_encoding;
+    auto client = NewGrpcParameterClient(o);
+    ASSERT_TRUE(client.ok());
+    const ModelLayout layout = OddLayout(1);
+    const int64_t n = layout.NumElements();
+    const std::vector<float> init = Random(n, 3);
+    ASSERT_TRUE((*client)->Declare(layout, init).ok());  // Declared exactly.
+    std::vector<float> got(n);
+    std::vector<int64_t> versions;
+    ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+    const double rel = std::string(name) == "fp16" ? std::ldexp(1.0, -11)
+                                                   : std::ldexp(1.0, -8);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_LE(std::abs(got[i] - init[i]), rel * std::abs(init[i]) + 1e-7)
+          << name << " pulled element " << i;
+    }
+    // Push zeros but one value: only its (encoded) step applies.
+    std::vector<float> g(n, 0.0f);
+    g[5] = 0.1f;
+    ASSERT_TRUE((*client)->Push(1, g, versions).ok());
+    ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+    const double want = init[5] - 0.1;
+    EXPECT_LE(std::abs(got[5] - want), rel * (std::abs(init[5]) + 0.1) * 2 + 1e-7)
+        << name;
+  }
+}
+
+TEST(TransportLimitsTest, OversizeRequestIsRefusedAndServerKeepsServing) {
+  auto cluster = TestCluster::Start(TestClusterOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GrpcClientOptions o;
+  o.hosts = (*cluster)->hosts();
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok());
+  ModelLayout layout;
+  layout.tensors = {{"w", {1000}}};
+  layout.num_shards = 1;
+  layout.max_chunk_bytes = 1 << 20;
+  ASSERT_TRUE((*client)->Declare(layout, std::vector<float>(1000, 1.0f)).ok());
+
+  // A raw push message above kMaxMessageBytes, sent with a client that
+  // allows sending it: the server refuses it with RESOURCE_EXHAUSTED.
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(
+      o.hosts[0], grpc::InsecureChannelCredentials(), args);
+  grpc::GenericStub stub(channel);
+  std::string big(static_cast<size_t>(kMaxMessageBytes) + 1024, '\0');
+  grpc::Slice slice(big);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/downpour.proto.ParameterServer/Push",
+                 grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+
+  // A layout whose single chunk could never fit a message is refused by the
+  // client before anything is sent.
+  ModelLayout huge;
+  huge.tensors = {{"w", {int64_t{kMaxMessageBytes} / 4 + 1}}};
+  huge.num_shards = 1;
+  huge.max_chunk_bytes = int64_t{1} << 30;
+  auto other = NewGrpcParameterClient(o);
+  absl::Status s = (*other)->Declare(
+      huge, std::vector<float>(static_cast<size_t>(kMaxMessageBytes / 4 + 1)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+
+  // Still serving.
+  std::vector<float> got(1000);
+  std::vector<int64_t> versions;
+  EXPECT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  EXPECT_EQ(got[999], 1.0f);
+  EXPECT_TRUE((*cluster)->AllRunning());
+}
+
+}  // namespace
+}  // namespace downpour
