@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Test of deploy/make_bundle.sh on the real binaries (the sh_test's data
+# deps; Bazel cannot run inside Bazel, so this is make_bundle.sh without
+# bundle.sh's build step):
+#   1. pack a bundle and its tarball; the layout and what is (not) packed;
+#   2. unpack the tarball elsewhere and delete the original (relocatable);
+#   3. with `env -i PATH=/usr/bin:/bin` (no LD_LIBRARY_PATH from outside):
+#      bin/ps_server --help, bin/check_libs (every library resolves, the
+#      packed ones from the bundle), ldd of ps_worker shows libgrpc++,
+#      libprotobuf, libabsl_*, libopenblas and libz inside the bundle, and
+#      LD_DEBUG of a real start shows them loaded from there;
+#   4. in a private mount namespace where the system's copies of every packed
+#      library (gRPC, protobuf, abseil, OpenBLAS, zlib, OpenSSL, libstdc++,
+#      ...) and /usr/share/datasets/fashion-mnist are covered by empty files,
+#      so only the bundle can provide them: the unbundled ps_server fails to
+#      start, and a 1-server, 1-worker cluster from the bundle trains on the
+#      packed data and prints its SUMMARY line (without mount namespaces, the
+#      same run without hiding);
+#   5. downpour_env.sh's CUDA library search: the toolkit folder, PyTorch's
+#      nvidia wheels (cuDNN as a namespace and as a regular package, cuBLAS in
+#      nvidia/cu13/lib), DOWNPOUR_CUDA_LIB_DIRS first, a clear message and
+#      status 127 for a missing library;
+#   6. bin/gpu_bench --device=cuda on a machine without a GPU: exit 3 and a
+#      message (the benchmark itself is not run here).
+#
+# Usage (deploy/BUILD passes runfiles paths):
+#   bundle_test.sh MAKE_BUNDLE PS_SERVER PS_WORKER LAUNCH GPU_BENCH
+set -uo pipefail
+
+MAKE_BUNDLE="$1" PS_SERVER="$2" PS_WORKER="$3" LAUNCH="$4" GPU_BENCH="$5"
+T="${TEST_TMPDIR:-$(mktemp -d)}/bundle_test"
+rm -rf "$T"
+mkdir -p "$T"
+DATA=/usr/share/datasets/fashion-mnist
+
+failures=0
+check() {  # DESCRIPTION COMMAND...: runs COMMAND, counts a failure
+  local what="$1"
+  shift
+  if "$@"; then
+    echo "ok: $what"
+  else
+    echo "FAIL: $what"
+    failures=$((failures + 1))
+  fi
+}
+contains() { grep -qE -- "$2" "$1"; }
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+
+# ---- 1. Pack ---------------------------------------------------------------
+echo "== 1. make_bundle"
+if ! "$MAKE_BUNDLE" --out="$T/build/downpour-bundle" \
+    --binary=server/ps_server="$(abs "$PS_SERVER")" \
+    --binary=worker/ps_worker="$(abs "$PS_WORKER")" \
+    --binary=deploy/launch="$(abs "$LAUNCH")" \
+    --binary=tests/bench/gpu_bench="$(abs "$GPU_BENCH")" \
+    --data_dir="$DATA" --version=test --quiet > "$T/make_bundle.log" 2>&1; then
+  cat "$T/make_bundle.log"
+  echo "FAIL: make_bundle.sh"
+  exit 1
+fi
+cat "$T/make_bundle.log"
+S="$T/build/downpour-bundle"
+for f in bin/ps_server bin/ps_worker bin/launch bin/gpu_bench bin/check_libs \
+         libexec/server/ps_server libexec/worker/ps_worker \
+         libexec/deploy/launch libexec/tests/bench/gpu_bench run_gpu_checks.sh; do
+  check "$f is executable" test -x "$S/$f"
+done
+for pat in 'libgrpc\+\+\.so\.' 'libprotobuf\.so\.' 'libabsl_flags_parse\.so\.' \
+           'libopenblas\.so\.' 'libz\.so\.1$' 'libcrypto\.so\.'; do
+  check "lib/ has $pat" bash -c "ls '$S/lib' | grep -qE '$pat'"
+done
+check "lib/cxx/ has libstdc++ and libgcc_s" \
+  test -f "$S/lib/cxx/libstdc++.so.6" -a -f "$S/lib/cxx/libgcc_s.so.1"
+check "no glibc, loader or driver library is packed" \
+  bash -c "! ls -R '$S/lib' | grep -qE '^(libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libcuda\.so|libnvidia)'"
+check "the 4 Fashion-MNIST files are packed" \
+  bash -c "[[ \$(ls '$S/data/fashion-mnist' | grep -c 'ubyte.gz$') == 4 ]]"
+lib_mb="$(du -sm "$S/lib" | cut -f1)"
+check "lib/ is tens of MiB, not hundreds ($lib_mb MiB)" test "$lib_mb" -lt 150
+check "the tarball exists" test -s "$T/build/downpour-bundle.tar.gz"
+
+# ---- 2. Relocate -------------------------------------------------------------
+echo "== 2. unpack elsewhere"
+mkdir -p "$T/moved"
+tar -C "$T/moved" -xzf "$T/build/downpour-bundle.tar.gz"
+rm -rf "$T/build/downpour-bundle"
+B="$T/moved/downpour-bundle"
+check "unpacked bundle has bin/launch" test -x "$B/bin/launch"
+
+# ---- 3. Clean environment -----------------------------------------------------
+echo "== 3. env -i"
+RUN=(env -i PATH=/usr/bin:/bin HOME="$T" TMPDIR="$T")
+"${RUN[@]}" "$B/bin/ps_server" --help > "$T/help.log" 2>&1
+check "bin/ps_server --help runs" contains "$T/help.log" 'ps_server_main.cc'
+"${RUN[@]}" "$B/bin/check_libs" > "$T/check_libs.log" 2>&1
+rc=$?
+check "bin/check_libs passes (exit $rc)" test "$rc" -eq 0
+[[ $rc == 0 ]] || cat "$T/check_libs.log"
+# ldd of ps_worker under the bundle's environment, as check_libs printed it.
+sed -n '/^== worker\/ps_worker$/,/^check_libs: worker\/ps_worker:/p' \
+  "$T/check_libs.log" > "$T/ldd_worker.log"
+for so in 'libgrpc\+\+\.so\.[0-9.]+' 'libprotobuf\.so\.[0-9]+' \
+          'libabsl_status\.so\.[0-9]+' 'libopenblas\.so\.0' 'libz\.so\.1'; do
+  check "ldd: $so resolves inside the bundle" \
+    contains "$T/ldd_worker.log" "^[[:space:]]*$so => $B/lib/"
+done
+
+# What the loader really opened when ps_worker started.
+"${RUN[@]}" LD_DEBUG=libs LD_DEBUG_OUTPUT="$T/lddebug" "$B/bin/ps_worker" --help \
+  > /dev/null 2>&1
+cat "$T"/lddebug.* > "$T/lddebug.log" 2>/dev/null
+check "LD_DEBUG: libgrpc++ initialised from the bundle" \
+  contains "$T/lddebug.log" "calling init: $B/lib/libgrpc\+\+\.so"
+check "LD_DEBUG: libopenblas initialised from the bundle" \
+  contains "$T/lddebug.log" "calling init: $B/lib/libopenblas\.so"
+leaks="$(grep -oE 'calling init: /[^ ]+' "$T/lddebug.log" | sed 's/calling init: //' |
+  while read -r p; do
+    if [[ -e "$B/lib/$(basename "$p")" && "$p" != "$B/lib/"* ]]; then echo "$p"; fi
+  done | sort -u)"
+check "LD_DEBUG: no packed library was loaded from the system${leaks:+ ($leaks)}" \
+  test -z "$leaks"
+
+# ---- 4. System libraries hidden ------------------------------------------------
+echo "== 4. hidden system libraries"
+hide_list="$T/hide.txt"
+: > "$hide_list"
+for f in "$B"/lib/* "$B"/lib/cxx/*; do
+  [[ -f "$f" ]] || continue
+  so="$(basename "$f")"
+  for d in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /lib64 /usr/lib64 \
+           /usr/local/lib; do
+    [[ -e "$d/$so" ]] && readlink -f "$d/$so" >> "$hide_list"
+  done
+done
+sort -u -o "$hide_list" "$hide_list"
+cat > "$T/hidden.sh" <<EOF
+set -u
+while read -r f; do mount --bind /dev/null "\$f" || exit 90; done < "$hide_list"
+if [[ -d "$DATA" ]]; then
+  mkdir -p "$T/empty"
+  mount --bind "$T/empty" "$DATA" || exit 90
+fi
+echo "hidden: \$(wc -l < "$hide_list") system library files, $DATA"
+echo "-- the unbundled ps_server, expected to fail:"
+"$(abs "$PS_SERVER")" --help > "$T/unbundled.log" 2>&1 && exit 91
+head -n 2 "$T/unbundled.log"
+echo "-- bin/check_libs"
+env -i PATH=/usr/bin:/bin HOME="$T" "$B/bin/check_libs" > "$T/check_libs_hidden.log" 2>&1 || exit 92
+echo "-- bin/launch, 1 server, 1 worker, on the packed data"
+exec env -i PATH=/usr/bin:/bin HOME="$T" TMPDIR="$T" "$B/bin/launch" \
+  --servers=1 --workers=1 --epochs=1 --max_train_examples=1024 --batch_size=64 \
+  --worker_args="--device=cpu --max_test_examples=1000" --log_dir="$T/logs"
+EOF
+if unshare --mount --propagation private true 2>/dev/null; then
+  unshare --mount --propagation private bash "$T/hidden.sh" > "$T/cluster.log" 2>&1
+  rc=$?
+  cat "$T/cluster.log" | grep -vE '^(worker 0: step|ps 0: |eval: SERVER_STATS)' | tail -n 25
+  check "system copies hidden and the unbundled ps_server fails (exit $rc)" \
+    test "$rc" -ne 90 -a "$rc" -ne 91
+  check "bin/check_libs passes with the system copies hidden (exit $rc)" test "$rc" -ne 92
+  [[ $rc == 92 ]] && cat "$T/check_libs_hidden.log"
+  check "check_libs chose the packed libstdc++ with the system one hidden" \
+    contains "$T/check_libs_hidden.log" 'libstdc\+\+\.so\.6 libgcc_s\.so\.1 bundle'
+else
+  echo "NOTE: no private mount namespace here: the cluster runs without hiding the system libraries"
+  env -i PATH=/usr/bin:/bin HOME="$T" TMPDIR="$T" "$B/bin/launch" \
+    --servers=1 --workers=1 --epochs=1 --max_train_examples=1024 --batch_size=64 \
+    --worker_args="--device=cpu --max_test_examples=1000" --log_dir="$T/logs" \
+    > "$T/cluster.log" 2>&1
+  rc=$?
+  tail -n 5 "$T/cluster.log"
+fi
+check "bundled launch exits 0 (exit $rc)" test "$rc" -eq 0
+check "bundled launch prints its SUMMARY line" \
+  contains "$T/cluster.log" '^SUMMARY \{.*"examples":1024.*"test_accuracy":'
+check "the worker prints its DONE line" \
+  contains "$T/logs/worker_0.log" '^DONE \{"worker":0,"steps":16,'
+
+# ---- 5. CUDA library search -----------------------------------------------------
+echo "== 5. downpour_env.sh CUDA search"
+resolve() {  # prints LD_LIBRARY_PATH, or the error; env from the caller
+  env -i PATH=/usr/bin:/bin HOME="$T" "$@" bash -c '
+    DOWNPOUR_BUNDLE="'"$B"'" DOWNPOUR_BINARY=probe
+    source "$DOWNPOUR_BUNDLE/libexec/downpour_env.sh" && echo "LD=$LD_LIBRARY_PATH"' 2>&1
+}
+mk() { mkdir -p "$(dirname "$1")" && : > "$1"; }
+F="$T/fake"
+mk "$F/cuda/lib64/libfakecudart.so.13"
+mk "$F/site_ns/nvidia/cudnn/lib/libfakecudnn.so.9"      # namespace packages
+mk "$F/site_ns/nvidia/cu13/lib/libfakecublas.so.13"
+mk "$F/site_pkg/nvidia/cudnn/__init__.py"               # regular package
+mk "$F/site_pkg/nvidia/cudnn/lib/libfakecudnn.so.9"
+mk "$F/override/libfakecudnn.so.9"
+needs="libfakecudart.so.13 libfakecudnn.so.9 libfakecublas.so.13"
+out="$(resolve DOWNPOUR_NEEDS="$needs" DOWNPOUR_CUDA_HOME="$F/cuda" \
+        PYTHONPATH="$F/site_ns")"
+check "toolkit + namespace wheels: $out" \
+  test "$out" == "LD=$B/lib:$F/cuda/lib64:$F/site_ns/nvidia/cudnn/lib:$F/site_ns/nvidia/cu13/lib"
+out="$(resolve DOWNPOUR_NEEDS="libfakecudnn.so.9" DOWNPOUR_CUDA_HOME="$F/none" \
+        PYTHONPATH="$F/site_pkg")"
+check "regular nvidia.cudnn package: $out" \
+  test "$out" == "LD=$B/lib:$F/site_pkg/nvidia/cudnn/lib"
+out="$(resolve DOWNPOUR_NEEDS="libfakecudnn.so.9" DOWNPOUR_CUDA_HOME="$F/none" \
+        PYTHONPATH="$F/site_pkg" DOWNPOUR_CUDA_LIB_DIRS="$F/override" \
+        LD_LIBRARY_PATH="/x:$B/lib")"
+check "DOWNPOUR_CUDA_LIB_DIRS first, caller's LD_LIBRARY_PATH kept last: $out" \
+  test "$out" == "LD=$B/lib:$F/override:/x"
+out="$(resolve DOWNPOUR_NEEDS="libfakecudnn.so.9 libfakemissing.so.1" \
+        DOWNPOUR_CUDA_HOME="$F/cuda" PYTHONPATH="$F/site_ns"; echo "status=$?")"
+check "a missing library: message and status 127" \
+  bash -c '[[ "$1" == *"cannot find libfakemissing.so.1"* && "$1" == *"status=127"* ]]' _ "$out"
+out="$(resolve DOWNPOUR_WANTS="libfakemissing.so.1")"
+check "a missing optional library is skipped: $out" test "$out" == "LD=$B/lib"
+
+# ---- 6. GPU bench without a GPU --------------------------------------------------
+echo "== 6. gpu_bench without a GPU"
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+  echo "NOTE: this machine has a GPU; the no-GPU message is not checked"
+else
+  "${RUN[@]}" "$B/bin/gpu_bench" --device=cuda > "$T/bench.log" 2>&1
+  rc=$?
+  cat "$T/bench.log"
+  check "gpu_bench --device=cuda exits 3 without a GPU (exit $rc)" test "$rc" -eq 3
+  check "gpu_bench says why" contains "$T/bench.log" '^gpu_bench: --device=cuda: '
+fi
+
+if ((failures > 0)); then
+  echo "bundle_test: $failures check(s) failed"
+  exit 1
+fi
+echo "bundle_test: all checks passed"

@@ -1,0 +1,348 @@
+// gpu_bench: examples/sec of one Downpour worker's compute step on the
+// fashion_cnn model, without the network.
+//
+//   bazel run -c opt //tests/bench:gpu_bench -- --device=cuda --gpu=0
+//   bazel run -c opt //tests/bench:gpu_bench -- --device=cpu --batch_sizes=64
+//
+// Two figures per batch size, each the mean over the timed steps after
+// --warmup_steps untimed ones:
+//   step     what worker/trainer.cc does per step with n_fetch = n_push = 1,
+//            less the RPCs: copy the parameters host -> device
+//            (Model::SetParameters), copy the batch host -> device, forward,
+//            backward (Model::ComputeGradients), accrue the gradients
+//            (Axpy), copy them device -> host (CopyToHost), zero the accrual
+//            (Fill).
+//   compute  Model::ComputeGradients alone (batch host -> device, forward,
+//            backward), then Synchronize.
+// All host buffers (parameters, gradients, a pool of --pool_batches input
+// batches) come from the device's host allocator: page-locked for CUDA. The
+// input is synthetic (uniform [0, 1) pixels, uniform labels): the kernels do
+// the same work on any data. tests/bench/pytorch_fashion_cnn.py measures the
+// same two figures in PyTorch; tests/bench/gpu_bench.sh runs both.
+//
+// Prints a table, then one JSON line (last line of stdout, also written to
+// --json_out):
+//   {"bench":"fashion_cnn_worker_step","impl":"downpour","device":...,
+//    "host_buffers":...,"tf32":false,"input":"synthetic","parameters":N,
+//    "results":[{"batch_size":64,"step_ms":..,"step_examples_per_sec":..,
+//                "compute_ms":..,"compute_examples_per_sec":..,"steps":..,
+//                "compute_steps":..,"loss":..},...]}
+//
+// Exit status: 0 ok; 2 bad flags; 3 the device is not available (no GPU or
+// no driver); 1 anything else.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/types/span.h"
+#include "common/host_allocator.h"
+#include "common/status_macros.h"
+#include "tests/bench/bench_device.h"
+#include "worker/nn/backend.h"
+#include "worker/nn/model.h"
+
+ABSL_FLAG(std::string, device, "cuda", "cuda or cpu.");
+ABSL_FLAG(int, gpu, 0, "CUDA device ordinal (--device=cuda).");
+ABSL_FLAG(std::string, batch_sizes, "64,256,1024",
+          "Comma-separated batch sizes to measure.");
+ABSL_FLAG(int, warmup_steps, 20,
+          "Untimed steps before each measurement (cuDNN algorithm choice, "
+          "caches, clocks).");
+ABSL_FLAG(int, steps, 0,
+          "Timed steps per measurement; 0 = as many as fit in --min_seconds "
+          "(at least --min_steps).");
+ABSL_FLAG(double, min_seconds, 2.0, "With --steps=0: time per measurement.");
+ABSL_FLAG(int, min_steps, 10, "With --steps=0: fewest timed steps.");
+ABSL_FLAG(int, pool_batches, 8,
+          "Distinct input batches cycled through (host memory).");
+ABSL_FLAG(int, cpu_threads, 0,
+          "--device=cpu: OpenBLAS threads; 0 = OpenBLAS's default.");
+ABSL_FLAG(int64_t, workspace_limit_mb, -1,
+          "--device=cuda: cuDNN workspace limit in MiB; < 0 = the backend's "
+          "default.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the parameters and the synthetic input.");
+ABSL_FLAG(std::string, json_out, "", "Also write the JSON line here.");
+
+namespace downpour {
+namespace {
+
+constexpr char kModel[] = "fashion_cnn";
+
+struct Options {
+  std::string device;
+  CudaBenchOptions cuda;
+  int cpu_threads = 0;
+  std::vector<int> batch_sizes;
+  int warmup_steps = 20;
+  int steps = 0;
+  double min_seconds = 2.0;
+  int min_steps = 10;
+  int pool_batches = 8;
+  uint64_t seed = 1;
+  std::string json_out;
+};
+
+struct Measurement {
+  int steps = 0;
+  double seconds = 0;
+  float last_loss = 0;
+};
+
+struct Row {
+  int batch_size = 0;
+  Measurement step;
+  Measurement compute;
+};
+
+absl::StatusOr<Options> ReadFlags() {
+  Options o;
+  o.device = absl::GetFlag(FLAGS_device);
+  if (o.device != "cuda" && o.device != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cuda or cpu, got '", o.device, "'"));
+  }
+  o.cuda.device_ordinal = absl::GetFlag(FLAGS_gpu);
+  const int64_t ws_mb = absl::GetFlag(FLAGS_workspace_limit_mb);
+  o.cuda.workspace_limit_bytes = ws_mb < 0 ? -1 : ws_mb << 20;
+  o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  for (absl::string_view s :
+       absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',', absl::SkipEmpty())) {
+    int b = 0;
+    if (!absl::SimpleAtoi(s, &b) || b < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--batch_sizes: '", s, "' is not a positive integer"));
+    }
+    o.batch_sizes.push_back(b);
+  }
+  if (o.batch_sizes.empty()) {
+    return absl::InvalidArgumentError("--batch_sizes is empty");
+  }
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.min_seconds = absl::GetFlag(FLAGS_min_seconds);
+  o.min_steps = absl::GetFlag(FLAGS_min_steps);
+  o.pool_batches = absl::GetFlag(FLAGS_pool_batches);
+  if (o.warmup_steps < 0 || o.steps < 0 || o.min_steps < 1 ||
+      o.pool_batches < 1 || !(o.min_seconds >= 0)) {
+    return absl::InvalidArgumentError(
+        "need --warmup_steps >= 0, --steps >= 0, --min_steps >= 1, "
+        "--pool_batches >= 1, --min_seconds >= 0");
+  }
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.json_out = absl::GetFlag(FLAGS_json_out);
+  return o;
+}
+
+// Runs `step(i)` warmup_steps times, then times it as Options says. The clock
+// stops after a final Synchronize, so queued device work is counted.
+absl::StatusOr<Measurement> Measure(
+    const Options& o, Backend* backend,
+    const std::function<absl::StatusOr<StepResult>(int)>& step) {
+  using Clock = std::chrono::steady_clock;
+  int i = 0;
+  for (; i < o.warmup_steps; ++i) {
+    DP_RETURN_IF_ERROR(step(i).status());
+  }
+  DP_RETURN_IF_ERROR(backend->Synchronize());
+  Measurement m;
+  const Clock::time_point begin = Clock::now();
+  while (true) {
+    if (o.steps > 0) {
+      if (m.steps >= o.steps) break;
+    } else if (m.steps >= o.min_steps &&
+               std::chrono::duration<double>(Clock::now() - begin).count() >=
+                   o.min_seconds) {
+      break;
+    }
+    DP_ASSIGN_OR_RETURN(StepResult r, step(i++));
+    m.last_loss = r.loss;
+    ++m.steps;
+  }
+  DP_RETURN_IF_ERROR(backend->Synchronize());
+  m.seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  if (!std::isfinite(m.last_loss)) {
+    return absl::InternalError(
+        absl::StrCat("loss is ", m.last_loss, ": the computation is broken"));
+  }
+  return m;
+}
+
+absl::StatusOr<Row> MeasureBatchSize(const Options& o, const BenchDevice& dev,
+                                     int batch) {
+  Backend* const backend = dev.backend.get();
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                      BuildModel(kModel, backend, batch));
+  const int64_t n = model->num_parameters();
+  const int64_t example = model->input_dims().Size();
+  const int classes = model->num_classes();
+
+  // Host staging memory, as a worker holds it.
+  HostArray<float> params(dev.host_allocator, n);
+  HostArray<float> grads(dev.host_allocator, n);
+  HostArray<float> images(dev.host_allocator,
+                          static_cast<size_t>(o.pool_batches) * batch * example);
+  HostArray<int32_t> labels(dev.host_allocator,
+                            static_cast<size_t>(o.pool_batches) * batch);
+  const std::vector<float> init = model->InitialParameters(o.seed);
+  std::copy(init.begin(), init.end(), params.begin());
+  std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ull);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> label(0, classes - 1);
+  for (float& v : images) v = pixel(rng);
+  for (int32_t& v : labels) v = label(rng);
+  DP_ASSIGN_OR_RETURN(DeviceBuffer accrued, DeviceBuffer::Create(backend, n));
+
+  auto batch_x = [&](int i) {
+    return images.data() + static_cast<size_t>(i % o.pool_batches) * batch * example;
+  };
+  auto batch_y = [&](int i) {
+    return labels.data() + static_cast<size_t>(i % o.pool_batches) * batch;
+  };
+
+  // trainer.cc's step with n_fetch = n_push = 1, the RPCs left out.
+  auto worker_step = [&](int i) -> absl::StatusOr<StepResult> {
+    DP_RETURN_IF_ERROR(
+        model->SetParameters(absl::MakeConstSpan(params.data(), n)));
+    DP_ASSIGN_OR_RETURN(StepResult r,
+                        model->ComputeGradients(batch_x(i), batch_y(i), batch));
+    DP_RETURN_IF_ERROR(
+        backend->Axpy(n, 1.0f, model->gradients(), accrued.data()));
+    DP_RETURN_IF_ERROR(backend->CopyToHost(accrued.data(), grads.data(), n));
+    DP_RETURN_IF_ERROR(backend->Fill(accrued.data(), n, 0.0f));
+    return r;
+  };
+  auto compute_step = [&](int i) -> absl::StatusOr<StepResult> {
+    DP_ASSIGN_OR_RETURN(StepResult r,
+                        model->ComputeGradients(batch_x(i), batch_y(i), batch));
+    DP_RETURN_IF_ERROR(backend->Synchronize());
+    return r;
+  };
+
+  DP_RETURN_IF_ERROR(model->SetParameters(absl::MakeConstSpan(params.data(), n)));
+  Row row;
+  row.batch_size = batch;
+  DP_ASSIGN_OR_RETURN(row.step, Measure(o, backend, worker_step));
+  DP_ASSIGN_OR_RETURN(row.compute, Measure(o, backend, compute_step));
+  return row;
+}
+
+double Ms(const Measurement& m) { return 1e3 * m.seconds / m.steps; }
+double Rate(const Measurement& m, int batch) {
+  return static_cast<double>(batch) * m.steps / m.seconds;
+}
+
+absl::Status Run(const Options& o, int* exit_code) {
+  BenchDevice dev;
+  if (o.device == "cuda") {
+    absl::StatusOr<BenchDevice> opened = OpenCudaBenchDevice(o.cuda);
+    if (!opened.ok()) {
+      const absl::StatusCode c = opened.status().code();
+      if (c == absl::StatusCode::kFailedPrecondition) *exit_code = 3;
+      return absl::Status(
+          c, absl::StrCat("--device=cuda: ", opened.status().message()));
+    }
+    dev = *std::move(opened);
+  } else {
+    dev = OpenCpuBenchDevice(o.cpu_threads);
+  }
+  int64_t parameters = 0;
+  {
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> probe,
+                        BuildModel(kModel, dev.backend.get(), 1));
+    parameters = probe->num_parameters();
+  }
+  std::printf(
+      "gpu_bench: %s on %s, host buffers: %s, %lld parameters, synthetic "
+      "input, fp32\n"
+      "  step    = parameters H2D + batch H2D + forward + backward + accrue + "
+      "gradients D2H (a worker's step, n_fetch = n_push = 1, no RPCs)\n"
+      "  compute = batch H2D + forward + backward\n",
+      kModel, dev.backend->Name().c_str(), dev.host_allocator->Name(),
+      static_cast<long long>(parameters));
+  std::printf("%6s | %9s | %12s | %10s | %12s | %8s\n", "batch", "step ms",
+              "step ex/s", "compute ms", "compute ex/s", "copies %");
+  std::fflush(stdout);
+
+  std::vector<std::string> results;
+  for (int batch : o.batch_sizes) {
+    DP_ASSIGN_OR_RETURN(Row r, MeasureBatchSize(o, dev, batch));
+    const double step_ms = Ms(r.step), compute_ms = Ms(r.compute);
+    std::printf("%6d | %9.3f | %12.1f | %10.3f | %12.1f | %8.1f\n", batch,
+                step_ms, Rate(r.step, batch), compute_ms,
+                Rate(r.compute, batch),
+                100.0 * std::max(0.0, step_ms - compute_ms) / step_ms);
+    std::fflush(stdout);
+    results.push_back(absl::StrFormat(
+        "{\"batch_size\":%d,\"step_ms\":%.5f,\"step_examples_per_sec\":%.2f,"
+        "\"compute_ms\":%.5f,\"compute_examples_per_sec\":%.2f,\"steps\":%d,"
+        "\"compute_steps\":%d,\"loss\":%.5f}",
+        batch, step_ms, Rate(r.step, batch), compute_ms,
+        Rate(r.compute, batch), r.step.steps, r.compute.steps,
+        r.step.last_loss));
+  }
+  // The CUDA backend runs plain fp32 (no TF32) by contract
+  // (worker/nn/cuda_backend.h); the CPU backend has no TF32.
+  const std::string json = absl::StrFormat(
+      "{\"bench\":\"fashion_cnn_worker_step\",\"impl\":\"downpour\","
+      "\"device\":\"%s\",\"host_buffers\":\"%s\",\"tf32\":false,"
+      "\"input\":\"synthetic\",\"parameters\":%d,\"results\":[%s]}",
+      dev.backend->Name(), dev.host_allocator->Name(), parameters,
+      absl::StrJoin(results, ","));
+  std::printf("%s\n", json.c_str());
+  std::fflush(stdout);
+  if (!o.json_out.empty()) {
+    std::ofstream f(o.json_out);
+    f << json << "\n";
+    if (!f.good()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write --json_out=", o.json_out));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace downpour
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Examples/sec of a Downpour worker's compute step (fashion_cnn), "
+      "without the network.\n  gpu_bench --device=cuda --gpu=0 "
+      "--batch_sizes=64,256,1024");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "gpu_bench: unexpected argument '%s'\n", positional[1]);
+    return 2;
+  }
+  absl::StatusOr<downpour::Options> options = downpour::ReadFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n",
+                 std::string(options.status().message()).c_str());
+    return 2;
+  }
+  int exit_code = 1;
+  absl::Status s = downpour::Run(*options, &exit_code);
+  if (!s.ok()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpu_bench: %s\n", std::string(s.message()).c_str());
+    return exit_code;
+  }
+  return 0;
+}

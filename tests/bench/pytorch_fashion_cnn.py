@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""PyTorch reference for tests/bench:gpu_bench: the same fashion_cnn, the same
+per-step work, the same table and JSON line.
+
+    python3 tests/bench/pytorch_fashion_cnn.py --device=cuda --gpu=0
+    python3 tests/bench/pytorch_fashion_cnn.py --device=cpu --batch_sizes=64
+
+Model (README "Saved parameters"; worker/nn/model.h): conv 3x3x32 valid +
+ReLU + 2x2 max-pool, conv 3x3x64 valid + ReLU + 2x2 max-pool, flatten 1600,
+dense 128 + ReLU, dense 10, softmax cross-entropy (mean). 225,034 float32
+parameters in the order conv1.weight, conv1.bias, conv2.weight, conv2.bias,
+fc1.weight, fc1.bias, fc2.weight, fc2.bias, which is Downpour's flat layout.
+
+Settings, to be comparable with Downpour's CUDA backend (plain fp32):
+eager mode (no torch.compile, no CUDA graphs), float32, TF32 OFF for both
+matmul and cuDNN (unless --tf32), torch.backends.cudnn.benchmark = True.
+
+Per batch size, after --warmup_steps untimed steps:
+  step     what a Downpour worker does per step (n_fetch = n_push = 1, no
+           RPCs): parameters host -> device (one copy into a flat device
+           buffer that the modules' parameters are views of), batch
+           host -> device, forward, backward (into a flat gradient buffer
+           that the .grad tensors are views of, zeroed first: PyTorch
+           accumulates, Downpour overwrites), gradients device -> host (one
+           copy), loss.item() and a synchronize (the worker needs the
+           gradients on the host before it pushes, and checks the loss).
+  compute  the same without the two parameter/gradient copies: batch
+           host -> device, forward, backward, loss.item(), synchronize.
+Host buffers (parameters, gradients, a pool of input batches) are pinned on
+CUDA. The input is synthetic: uniform [0, 1) pixels, uniform labels.
+
+The last line of stdout is the JSON (also written to --json_out):
+  {"bench":"fashion_cnn_worker_step","impl":"pytorch","device":...,
+   "host_buffers":...,"tf32":false,"input":"synthetic","parameters":N,
+   "torch":...,"cudnn":...,"results":[{"batch_size":64,"step_ms":..,
+   "step_examples_per_sec":..,"compute_ms":..,"compute_examples_per_sec":..,
+   "steps":..,"compute_steps":..,"loss":..},...]}
+Exit status: 0 ok; 2 bad arguments; 3 the device is not available (no
+PyTorch, no CUDA); 1 anything else.
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--gpu", type=int, default=0, help="CUDA device ordinal")
+    p.add_argument("--batch_sizes", default="64,256,1024")
+    p.add_argument("--warmup_steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=0,
+                   help="timed steps; 0 = as many as fit in --min_seconds")
+    p.add_argument("--min_seconds", type=float, default=2.0)
+    p.add_argument("--min_steps", type=int, default=10)
+    p.add_argument("--pool_batches", type=int, default=8)
+    p.add_argument("--cpu_threads", type=int, default=0,
+                   help="--device=cpu: torch.set_num_threads; 0 = default")
+    p.add_argument("--tf32", action="store_true",
+                   help="allow TF32 (default: off, like Downpour)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json_out", default="")
+    a = p.parse_args(argv)
+    try:
+        a.batch_sizes = [int(b) for b in a.batch_sizes.split(",") if b]
+    except ValueError:
+        p.error("--batch_sizes: comma-separated positive integers")
+    if not a.batch_sizes or min(a.batch_sizes) < 1:
+        p.error("--batch_sizes: comma-separated positive integers")
+    if (a.warmup_steps < 0 or a.steps < 0 or a.min_steps < 1 or
+            a.pool_batches < 1 or a.min_seconds < 0):
+        p.error("need --warmup_steps >= 0, --steps >= 0, --min_steps >= 1, "
+                "--pool_batches >= 1, --min_seconds >= 0")
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    try:
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+    except ImportError as e:
+        print("pytorch_fashion_cnn: cannot import torch: %s" % e,
+              file=sys.stderr)
+        return 3
+
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print("pytorch_fashion_cnn: --device=cuda: torch.cuda.is_available()"
+                  " is False (torch %s, built for CUDA %s)"
+                  % (torch.__version__, torch.version.cuda), file=sys.stderr)
+            return 3
+        if not 0 <= args.gpu < torch.cuda.device_count():
+            print("pytorch_fashion_cnn: --gpu=%d but there are %d CUDA devices"
+                  % (args.gpu, torch.cuda.device_count()), file=sys.stderr)
+            return 2
+        dev = torch.device("cuda", args.gpu)
+        torch.cuda.set_device(dev)
+        device_name = "cuda:%d (%s)" % (args.gpu,
+                                        torch.cuda.get_device_name(dev))
+        pin = True
+    else:
+        dev = torch.device("cpu")
+        device_name = "cpu"
+        pin = False
+        if args.cpu_threads > 0:
+            torch.set_num_threads(args.cpu_threads)
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
+    torch.manual_seed(args.seed)
+
+    class FashionCnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 32, 3)
+            self.conv2 = nn.Conv2d(32, 64, 3)
+            self.fc1 = nn.Linear(1600, 128)
+            self.fc2 = nn.Linear(128, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+            x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+            x = torch.flatten(x, 1)
+            x = F.relu(self.fc1(x))
+            return self.fc2(x)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    def measure(step):
+        i = 0
+        for i in range(args.warmup_steps):
+            step(i)
+        sync()
+        steps, loss = 0, float("nan")
+        begin = time.perf_counter()
+        while True:
+            if args.steps > 0:
+                if steps >= args.steps:
+                    break
+            elif (steps >= args.min_steps and
+                  time.perf_counter() - begin >= args.min_seconds):
+                break
+            i += 1
+            loss = step(i)
+            steps += 1
+        sync()
+        seconds = time.perf_counter() - begin
+        if not math.isfinite(loss):
+            raise RuntimeError("loss is %r: the computation is broken" % loss)
+        return steps, seconds, loss
+
+    def measure_batch_size(batch):
+        model = FashionCnn().to(dev)
+        params = list(model.parameters())
+        n = sum(p.numel() for p in params)
+        # Flat parameter and gradient buffers with the modules' tensors as
+        # views, as in Downpour's Model: one copy each way per step.
+        flat_p = torch.empty(n, device=dev)
+        flat_g = torch.zeros(n, device=dev)
+        off = 0
+        with torch.no_grad():
+            for p in params:
+                k = p.numel()
+                flat_p[off:off + k].copy_(p.reshape(-1))
+                p.data = flat_p[off:off + k].view_as(p)
+                p.grad = flat_g[off:off + k].view_as(p)
+                off += k
+        grad_ptrs = [p.grad.data_ptr() for p in params]
+        host_p = torch.empty(n, pin_memory=pin)
+        host_p.copy_(flat_p)
+        host_g = torch.empty(n, pin_memory=pin)
+        xs = torch.rand(args.pool_batches, batch, 1, 28, 28).pin_memory() \
+            if pin else torch.rand(args.pool_batches, batch, 1, 28, 28)
+        ys = torch.randint(0, 10, (args.pool_batches, batch))
+        if pin:
+            ys = ys.pin_memory()
+
+        def forward_backward(i):
+            x = xs[i % args.pool_batches].to(dev, non_blocking=True)
+            y = ys[i % args.pool_batches].to(dev, non_blocking=True)
+            flat_g.zero_()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+
+        def worker_step(i):
+            flat_p.copy_(host_p, non_blocking=True)
+            loss = forward_backward(i)
+            host_g.copy_(flat_g, non_blocking=True)
+            value = loss.item()
+            sync()
+            return value
+
+        def compute_step(i):
+            loss = forward_backward(i)
+            value = loss.item()
+            sync()
+            return value
+
+        step = measure(worker_step)
+        # Autograd must have accumulated into the flat buffer's views, or the
+        # gradient copy above copied zeros.
+        if [p.grad.data_ptr() for p in params] != grad_ptrs:
+            raise RuntimeError("autograd replaced the .grad views; the "
+                               "gradient copy would be wrong")
+        if not float(host_g.abs().sum()) > 0:
+            raise RuntimeError("gradients copied to the host are all zero")
+        compute = measure(compute_step)
+        return n, step, compute
+
+    results = []
+    n_params = 0
+    print("pytorch_fashion_cnn: fashion_cnn on %s, host buffers: %s, torch %s,"
+          " cuDNN %s, TF32 %s, cudnn.benchmark, eager, synthetic input"
+          % (device_name, "pinned" if pin else "pageable", torch.__version__,
+             torch.backends.cudnn.version() if dev.type == "cuda" else "-",
+             "on" if args.tf32 else "off"))
+    print("  step    = parameters H2D + batch H2D + forward + backward + "
+          "gradients D2H + loss.item()\n"
+          "  compute = batch H2D + forward + backward + loss.item()")
+    print("%6s | %9s | %12s | %10s | %12s | %8s"
+          % ("batch", "step ms", "step ex/s", "compute ms", "compute ex/s",
+             "copies %"))
+    sys.stdout.flush()
+    for batch in args.batch_sizes:
+        n_params, (s_steps, s_sec, loss), (c_steps, c_sec, _) = \
+            measure_batch_size(batch)
+        step_ms = 1e3 * s_sec / s_steps
+        compute_ms = 1e3 * c_sec / c_steps
+        row = {
+            "batch_size": batch,
+            "step_ms": round(step_ms, 5),
+            "step_examples_per_sec": round(batch * s_steps / s_sec, 2),
+            "compute_ms": round(compute_ms, 5),
+            "compute_examples_per_sec": round(batch * c_steps / c_sec, 2),
+            "steps": s_steps,
+            "compute_steps": c_steps,
+            "loss": round(loss, 5),
+        }
+        results.append(row)
+        print("%6d | %9.3f | %12.1f | %10.3f | %12.1f | %8.1f"
+              % (batch, step_ms, row["step_examples_per_sec"], compute_ms,
+                 row["compute_examples_per_sec"],
+                 100.0 * max(0.0, step_ms - compute_ms) / step_ms))
+        sys.stdout.flush()
+
+    out = {
+        "bench": "fashion_cnn_worker_step",
+        "impl": "pytorch",
+        "device": device_name,
+        "host_buffers": "pinned" if pin else "pageable",
+        "tf32": bool(args.tf32),
+        "input": "synthetic",
+        "parameters": n_params,
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version() if dev.type == "cuda" else None,
+        "results": results,
+    }
+    line = json.dumps(out, separators=(",", ":"))
+    print(line)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
