@@ -130,30 +130,32 @@ _dp_find_lib() {
       return 0
     fi
   done
-  local ldconfig
-  ldconfig="$(command -v ldconfig || true)"
-  [[ -z "$ldconfig" && -x /sbin/ldconfig ]] && ldconfig=/sbin/ldconfig
-  [[ -z "$ldconfig" && -x /usr/sbin/ldconfig ]] && ldconfig=/usr/sbin/ldconfig
-  if [[ -n "$ldconfig" ]] && "$ldconfig" -p 2>/dev/null |
-       grep -q "^[[:space:]]*$so "; then
-    printf '%s\t%s\n' "-" "ld.so cache"
+  # The cache may be stale: only a file that exists counts.
+  d="$(_dp_cached_lib "$so")"
+  if [[ -n "$d" && -e "$d" ]]; then
+    printf '%s\t%s\n' "-" "ld.so cache ($d)"
     return 0
   fi
   return 1
 }
 
-# The host's copy of soname $1 (x86-64), from the ld.so cache or the usual
-# folders; empty when there is none.
-_dp_host_lib() {
-  local so="$1" ldconfig d
+# The path the ld.so cache gives for soname $1 (x86-64), or nothing.
+_dp_cached_lib() {
+  local ldconfig
   ldconfig="$(command -v ldconfig || true)"
   [[ -z "$ldconfig" && -x /sbin/ldconfig ]] && ldconfig=/sbin/ldconfig
   [[ -z "$ldconfig" && -x /usr/sbin/ldconfig ]] && ldconfig=/usr/sbin/ldconfig
-  if [[ -n "$ldconfig" ]]; then
-    d="$("$ldconfig" -p 2>/dev/null |
-         awk -v so="$so" '$1 == so && /x86-64/ { print $NF; exit }')"
-    [[ -n "$d" ]] && { echo "$d"; return 0; }
-  fi
+  [[ -n "$ldconfig" ]] || return 0
+  "$ldconfig" -p 2>/dev/null |
+    awk -v so="$1" '$1 == so && /x86-64/ { print $NF; exit }'
+}
+
+# The host's copy of soname $1 (x86-64), from the ld.so cache or the usual
+# folders; empty when there is none.
+_dp_host_lib() {
+  local so="$1" d
+  d="$(_dp_cached_lib "$so")"
+  [[ -n "$d" && -e "$d" ]] && { echo "$d"; return 0; }
   for d in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /lib64 /usr/lib64; do
     [[ -e "$d/$so" ]] && { echo "$d/$so"; return 0; }
   done
