@@ -1,9 +1,12 @@
 // File: worker/nn/backend.cc
 //
-// Backend-independent pieces of backend.h: the DeviceBuffer RAII owner.
+// Backend-independent pieces of backend.h: the DeviceBuffer RAII owner and
+// the descriptor checks every backend shares.
 #include "worker/nn/backend.h"
 
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace downpour {
 
@@ -36,6 +39,35 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr && backend_ != nullptr) backend_->Free(data_);
+}
+
+absl::Status ValidateConv(const ConvDesc& d, const char* op) {
+  if (d.batch < 0 || d.in_channels < 1 || d.in_h < 1 || d.in_w < 1 ||
+      d.out_channels < 1 || d.kernel_h < 1 || d.kernel_w < 1 || d.stride < 1 ||
+      d.pad < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bad ConvDesc (batch=", d.batch, " in=", d.in_channels, "x",
+        d.in_h, "x", d.in_w, " out_channels=", d.out_channels,
+        " kernel=", d.kernel_h, "x", d.kernel_w, " stride=", d.stride,
+        " pad=", d.pad, ")"));
+  }
+  if (d.in_h + 2 * d.pad < d.kernel_h || d.in_w + 2 * d.pad < d.kernel_w) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": kernel ", d.kernel_h, "x", d.kernel_w,
+                     " larger than padded input ", d.in_h + 2 * d.pad, "x",
+                     d.in_w + 2 * d.pad));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePool(const PoolDesc& d, const char* op) {
+  if (d.batch < 0 || d.channels < 1 || d.window < 1 || d.in_h < d.window ||
+      d.in_w < d.window) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bad PoolDesc (batch=", d.batch, " channels=", d.channels,
+        " in=", d.in_h, "x", d.in_w, " window=", d.window, ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace downpour

@@ -125,6 +125,11 @@ class Backend {
                                            int64_t* host_correct) = 0;
 };
 
+// The argument checks every backend applies to a descriptor:
+// InvalidArgument naming `op` and the bad fields.
+absl::Status ValidateConv(const ConvDesc& d, const char* op);
+absl::Status ValidatePool(const PoolDesc& d, const char* op);
+
 // The CPU backend: OpenBLAS GEMM (im2col for convolutions), vectorizable
 // loops for the rest. `num_threads` <= 0 keeps OpenBLAS's default.
 std::unique_ptr<Backend> NewCpuBackend(int num_threads);

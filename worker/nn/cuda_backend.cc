@@ -246,37 +246,6 @@ absl::Status SetTensor4d(cudnnTensorDescriptor_t d, int n, int c, int h,
   return absl::OkStatus();
 }
 
-// ---- Validation (the CPU backend's rules) -----------------------------------
-
-absl::Status ValidateConv(const ConvDesc& d, const char* op) {
-  if (d.batch < 0 || d.in_channels < 1 || d.in_h < 1 || d.in_w < 1 ||
-      d.out_channels < 1 || d.kernel_h < 1 || d.kernel_w < 1 || d.stride < 1 ||
-      d.pad < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": bad ConvDesc (batch=", d.batch, " in=", d.in_channels, "x",
-        d.in_h, "x", d.in_w, " out_channels=", d.out_channels,
-        " kernel=", d.kernel_h, "x", d.kernel_w, " stride=", d.stride,
-        " pad=", d.pad, ")"));
-  }
-  if (d.in_h + 2 * d.pad < d.kernel_h || d.in_w + 2 * d.pad < d.kernel_w) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": kernel ", d.kernel_h, "x", d.kernel_w,
-                     " larger than padded input ", d.in_h + 2 * d.pad, "x",
-                     d.in_w + 2 * d.pad));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidatePool(const PoolDesc& d, const char* op) {
-  if (d.batch < 0 || d.channels < 1 || d.window < 1 || d.in_h < d.window ||
-      d.in_w < d.window) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": bad PoolDesc (batch=", d.batch, " channels=", d.channels,
-        " in=", d.in_h, "x", d.in_w, " window=", d.window, ")"));
-  }
-  return absl::OkStatus();
-}
-
 std::string ConvShape(const ConvDesc& d) {
   return absl::StrCat("x ", d.batch, "x", d.in_channels, "x", d.in_h, "x",
                       d.in_w, ", w ", d.out_channels, "x", d.in_channels, "x",
