@@ -99,6 +99,41 @@ TEST(ClusterTrainTest, TwoServersTwoWorkersLearnFashionMnistSubset) {
   EXPECT_NEAR(eval->accuracy, summary->at("test_accuracy"), 1e-4);
 }
 
+// The single-host multi-replica mode on CPU replicas (GPU replicas take the
+// same path with --gpus): two replicas in one worker process sum their
+// gradients and push once; the model saves as from any other mode.
+TEST(ClusterTrainTest, TwoReplicasInOneWorkerAggregateLocallyAndSave) {
+  if (!std::ifstream(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  }
+  const std::string params = TmpDir() + "/replicas.safetensors";
+  LaunchRun run = RunLaunch(
+      {"--servers=1", "--workers=1", "--replicas=2", "--device=cpu",
+       "--mode=async", "--epochs=1", "--max_train_examples=6000",
+       "--batch_size=64", "--seed=5", "--eval_examples=2000",
+       absl::StrCat("--save_params=", params)});
+  std::string out;
+  for (const std::string& l : run.lines) absl::StrAppend(&out, l, "\n");
+  ASSERT_TRUE(run.exit.success()) << run.exit.ToString() << "\n" << out;
+  EXPECT_TRUE(absl::StrContains(out, "2 replicas (gradients summed here, one push)"))
+      << out;
+  std::optional<JsonNumbers> summary;
+  for (const std::string& l : run.lines) {
+    if (auto s = ParseTaggedJson(l, "SUMMARY")) summary = s;
+  }
+  ASSERT_TRUE(summary.has_value()) << out;
+  // 3000 examples per replica: 47 batches, one push per pair of batches.
+  EXPECT_EQ(summary->at("examples"), 6000);
+  EXPECT_EQ(summary->at("steps"), 47);
+  EXPECT_GE(summary->at("test_accuracy"), 0.65) << out;
+  auto file = ReadSafetensors(params);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto backend = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", backend.get(), 500);
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(file->tensors, (*model)->param_specs());
+}
+
 TEST(ClusterTrainTest, FailingWorkerStopsTheClusterWithItsName) {
   LaunchRun run = RunLaunch({"--servers=1", "--workers=2", "--epochs=1",
                              "--worker_args=--model=no_such_model",
