@@ -70,4 +70,21 @@ absl::Status ValidatePool(const PoolDesc& d, const char* op) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateGemm(int m, int n, int k) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: negative dimension m=", m, " n=", n, " k=", k));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSoftmaxShape(int batch, int classes) {
+  if (batch < 1 || classes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SoftmaxCrossEntropy: bad shape batch=", batch,
+                     " classes=", classes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace downpour

@@ -129,6 +129,8 @@ class Backend {
 // InvalidArgument naming `op` and the bad fields.
 absl::Status ValidateConv(const ConvDesc& d, const char* op);
 absl::Status ValidatePool(const PoolDesc& d, const char* op);
+absl::Status ValidateGemm(int m, int n, int k);
+absl::Status ValidateSoftmaxShape(int batch, int classes);
 
 // The CPU backend: OpenBLAS GEMM (im2col for convolutions), vectorizable
 // loops for the rest. `num_threads` <= 0 keeps OpenBLAS's default.

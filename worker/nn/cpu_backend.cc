@@ -293,10 +293,7 @@ class CpuBackend : public Backend {
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                     float alpha, const float* a, const float* b, float beta,
                     float* c) override {
-    if (m < 0 || n < 0 || k < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Gemm: negative dimension m=", m, " n=", n, " k=", k));
-    }
+    if (absl::Status s = ValidateGemm(m, n, k); !s.ok()) return s;
     if (m == 0 || n == 0) return absl::OkStatus();
     const int lda = std::max(1, trans_a ? m : k);
     const int ldb = std::max(1, trans_b ? k : n);
@@ -566,10 +563,8 @@ class CpuBackend : public Backend {
                                    const float* labels, float* dlogits,
                                    float* host_loss,
                                    int64_t* host_correct) override {
-    if (batch < 1 || classes < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SoftmaxCrossEntropy: bad shape batch=", batch,
-                       " classes=", classes));
+    if (absl::Status s = ValidateSoftmaxShape(batch, classes); !s.ok()) {
+      return s;
     }
     for (int r = 0; r < batch; ++r) {
       const float l = labels[r];

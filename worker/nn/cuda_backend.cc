@@ -498,10 +498,7 @@ class CudaBackend final : public Backend {
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                     float alpha, const float* a, const float* b, float beta,
                     float* c) override {
-    if (m < 0 || n < 0 || k < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Gemm: negative dimension m=", m, " n=", n, " k=", k));
-    }
+    DP_RETURN_IF_ERROR(ValidateGemm(m, n, k));
     if (m == 0 || n == 0) return absl::OkStatus();
     DP_RETURN_IF_ERROR(UseDevice());
     const int64_t mn = int64_t{m} * n;
@@ -675,11 +672,7 @@ class CudaBackend final : public Backend {
                                    const float* labels, float* dlogits,
                                    float* host_loss,
                                    int64_t* host_correct) override {
-    if (batch < 1 || classes < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SoftmaxCrossEntropy: bad shape batch=", batch,
-                       " classes=", classes));
-    }
+    DP_RETURN_IF_ERROR(ValidateSoftmaxShape(batch, classes));
     DP_RETURN_IF_ERROR(UseDevice());
     DP_CUDA_RETURN_IF_ERROR(cuda_kernels::SoftmaxCrossEntropy(
         batch, classes, logits, labels, dlogits, dev_result_, stream_));
