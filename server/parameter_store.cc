@@ -169,7 +169,7 @@ class ParameterStoreImpl final : public ParameterStore {
   }
   absl::StatusOr<PushResult> PushSync(const PushId& id,
                                       absl::Span<const ChunkBytes> grads,
-                                      bool completes_push, int64_t bytes);
+                                      bool completes_push);
   // Index into chunks_ of an owned chunk id, or -1.
   int LocalIndex(int32_t chunk_id) const {
     if (chunk_id < 0 || chunk_id >= static_cast<int32_t>(local_index_.size())) {
@@ -525,7 +525,7 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
   bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
 
   if (options_.mode == SyncMode::kSync) {
-    return PushSync(id, grads, completes_push, bytes);
+    return PushSync(id, grads, completes_push);
   }
 
   PushResult result;
@@ -561,8 +561,8 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
 }
 
 absl::StatusOr<PushResult> ParameterStoreImpl::PushSync(
-    const PushId& id, absl::Span<const ChunkBytes> grads, bool completes_push,
-    int64_t bytes) {
+    const PushId& id, absl::Span<const ChunkBytes> grads,
+    bool completes_push) {
   const int32_t worker_id = id.worker_id;
   PushResult result;
   std::list<Waiter> ready;

@@ -69,7 +69,7 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
   for (int32_t id : map.shard_chunks[0]) shard0_bytes += map.chunks[id].num_elements * 4;
   ASSERT_GT(shard0_bytes, 2 * o.part_bytes);
 
-  std::vector<float> got(n, -1), versions_unused;
+  std::vector<float> got(n, -1);
   std::vector<int64_t> versions;
   ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
   EXPECT_EQ(got, init);

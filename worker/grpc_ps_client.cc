@@ -140,7 +140,6 @@ class GrpcParameterClient final : public ParameterClient {
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> generic_;
   ShardMap map_;
-  ModelLayout layout_;
   std::vector<Part> parts_;
   // Push buffers reused across pushes: chunk headers and encoded payloads.
   std::vector<std::string> push_heads_;
@@ -262,7 +261,6 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
     }
   }
   map_ = std::move(map);
-  layout_ = layout;
   parts_ = std::move(parts);
   return absl::OkStatus();
 }

@@ -82,10 +82,6 @@ class JobThread {
     absl::MutexLock l(&mu_);
     return busy_ && done_;
   }
-  bool Busy() {
-    absl::MutexLock l(&mu_);
-    return busy_;
-  }
 
  private:
   void Loop() {
