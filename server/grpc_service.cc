@@ -94,9 +94,9 @@ class ParameterServerService final : public ServiceBase {
   }
 
   // May complete later (sync steps, ssp bound): the reactor is finished from
-  // whichever thread makes the pull ready, never by blocking this one. Each
-  // chunk is encoded straight from the store (under its lock) into a buffer
-  // that gRPC sends without copying and frees when sent.
+  // whichever thread makes the pull ready, never by blocking this one. The
+  // store hands out references to its copy-on-write value buffers, so
+  // float32 values go from the store to the socket with no copy.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
@@ -115,25 +115,44 @@ class ParameterServerService final : public ServiceBase {
     spec.min_version = req.min_version();
     spec.worker_clock =
         req.worker_id() >= 0 && req.worker_clock() > 0 ? req.worker_clock() : -1;
-    auto slices = std::make_shared<std::vector<grpc::Slice>>();
+    auto pulled = std::make_shared<std::vector<ChunkView>>();
     store_->PullWhenReady(
         std::move(spec),
-        [slices, encoding](const ChunkView& c) {
-          const int64_t bytes = c.num_elements * wire::BytesPerValue(encoding);
-          slices->emplace_back(wire::ChunkHeader(1, c.chunk_id, c.version,
-                                                 encoding, bytes));
-          if (bytes == 0) return;
-          void* buf = std::malloc(static_cast<size_t>(bytes));
-          wire::EncodeValues(encoding, c.data, c.num_elements,
-                             static_cast<char*>(buf));
-          slices->emplace_back(buf, static_cast<size_t>(bytes), &std::free);
-        },
-        [slices, response, reactor](absl::Status s) {
-          if (s.ok()) *response = grpc::ByteBuffer(slices->data(), slices->size());
-          slices->clear();
+        // Under the chunk's lock: only takes a reference to the values.
+        [pulled](const ChunkView& c) { pulled->push_back(c); },
+        [pulled, encoding, response, reactor](absl::Status s) {
+          if (s.ok()) *response = EncodePull(*pulled, encoding);
+          pulled->clear();
           reactor->Finish(ToGrpcStatus(s));
         });
     return reactor;
+  }
+
+  // The PullResponse bytes: float32 values are sent straight from the
+  // store's buffers (each slice keeps its buffer alive until gRPC has sent
+  // it); fp16/bf16 are encoded into buffers that gRPC frees when sent.
+  static grpc::ByteBuffer EncodePull(const std::vector<ChunkView>& chunks,
+                                     wire::Encoding encoding) {
+    std::vector<grpc::Slice> slices;
+    slices.reserve(2 * chunks.size());
+    for (const ChunkView& c : chunks) {
+      const int64_t bytes = c.num_elements * wire::BytesPerValue(encoding);
+      slices.emplace_back(
+          wire::ChunkHeader(1, c.chunk_id, c.version, encoding, bytes));
+      if (bytes == 0) continue;
+      if (encoding == wire::Encoding::kRawF32) {
+        auto* keep = new std::shared_ptr<const void>(c.owner);
+        slices.emplace_back(
+            const_cast<float*>(c.data), static_cast<size_t>(bytes),
+            [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); },
+            keep);
+        continue;
+      }
+      void* buf = std::malloc(static_cast<size_t>(bytes));
+      wire::EncodeValues(encoding, c.data, c.num_elements, static_cast<char*>(buf));
+      slices.emplace_back(buf, static_cast<size_t>(bytes), &std::free);
+    }
+    return grpc::ByteBuffer(slices.data(), slices.size());
   }
 
   // Payloads are used in place when a chunk lies in one received slice (and

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <memory>
 #include <string>
 #include <limits>
 #include <thread>
@@ -24,13 +25,45 @@
 namespace downpour {
 namespace {
 
+using ValuesBuffer = std::vector<float>;
+
 // Values, version and optimizer state of one chunk.
+//
+// Values are copy-on-write: a pull takes a reference to the current buffer
+// (no copy, the lock is held only for that), and a push writes in place when
+// no reader holds the buffer, else into a spare buffer that then becomes
+// current. So each chunk holds at most two value buffers, and only while
+// pulls and pushes of it overlap.
 struct ChunkState {
   explicit ChunkState(const Chunk& c) : info(c) {}
   const Chunk info;
   mutable absl::Mutex mu;
-  std::vector<float> values ABSL_GUARDED_BY(mu);
+  std::shared_ptr<ValuesBuffer> values ABSL_GUARDED_BY(mu);
+  // A retired buffer kept for the next copy-on-write (may still be read).
+  std::shared_ptr<ValuesBuffer> spare ABSL_GUARDED_BY(mu);
   std::vector<float> opt_state ABSL_GUARDED_BY(mu);
+
+  // The current values, writable: copies them first if a reader holds them.
+  float* MutableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    // New references are only taken under mu, so a count of 1 stays 1; the
+    // fence orders the last reader's reads (its release decrement) before
+    // our writes.
+    if (values.use_count() == 1) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      return values->data();
+    }
+    std::shared_ptr<ValuesBuffer> next;
+    if (spare != nullptr && spare.use_count() == 1) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      next = std::move(spare);
+    } else {
+      next = std::make_shared<ValuesBuffer>(values->size());
+    }
+    std::memcpy(next->data(), values->data(), values->size() * sizeof(float));
+    spare = std::move(values);
+    values = std::move(next);
+    return values->data();
+  }
   // Set once when initial values arrive (under the store's declare_mu_).
   bool has_values = false;
   // Written under mu; read without it for validation and stats.
@@ -368,8 +401,8 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
     ChunkState& st = *chunks_[LocalIndex(c.chunk_id)];
     if (st.has_values) continue;
     absl::MutexLock l(&st.mu);
-    st.values.resize(st.info.num_elements);
-    if (c.num_bytes > 0) std::memcpy(st.values.data(), c.data, c.num_bytes);
+    st.values = std::make_shared<ValuesBuffer>(st.info.num_elements);
+    if (c.num_bytes > 0) std::memcpy(st.values->data(), c.data, c.num_bytes);
     st.opt_state.assign(st.info.num_elements * optimizer_->StateSize(),
                         optimizer_->InitialState());
     st.has_values = true;
@@ -397,7 +430,7 @@ absl::Status ParameterStoreImpl::Read(
   auto read = [&](const ChunkState& st) {
     absl::MutexLock l(&st.mu);
     sink(ChunkView{st.info.id, st.version.load(std::memory_order_relaxed),
-                   st.values.data(), st.info.num_elements});
+                   st.values->data(), st.info.num_elements, st.values});
     bytes += st.info.num_elements * 4;
   };
   if (spec.chunk_ids.empty()) {
@@ -641,7 +674,7 @@ void ParameterStoreImpl::ApplyToChunk(ChunkState& st, const float* grad,
   const float scale = options_.staleness_aware
                           ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness))
                           : 1.0f;
-  optimizer_->Apply(st.info.num_elements, grad, scale, st.values.data(),
+  optimizer_->Apply(st.info.num_elements, grad, scale, st.MutableValues(),
                     st.opt_state.data());
   st.version.store(version + 1, std::memory_order_relaxed);
   RecordStaleness(staleness);
@@ -701,7 +734,7 @@ void ParameterStoreImpl::CompleteStep() {
       for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
     }
     absl::MutexLock l(&st.mu);
-    optimizer_->Apply(n, sum.data(), scale, st.values.data(),
+    optimizer_->Apply(n, sum.data(), scale, st.MutableValues(),
                       st.opt_state.data());
     st.version.store(step_ + 1, std::memory_order_relaxed);
   }

@@ -106,13 +106,17 @@ struct ChunkBytes {
   int64_t num_bytes = 0;
 };
 
-// What a pull sink sees: valid only during the callback, which runs under the
-// chunk's lock (copy the data out, do nothing slow).
+// What a pull sink sees. The callback runs under the chunk's lock: do nothing
+// slow in it. `data` stays valid and unchanged for as long as a copy of
+// `owner` is kept (the store never writes to values a reader holds; a push
+// meanwhile writes a new buffer), so a sink may keep `owner` and read or send
+// the values after the callback, without copying them.
 struct ChunkView {
   int32_t chunk_id = 0;
   int64_t version = 0;
   const float* data = nullptr;
   int64_t num_elements = 0;
+  std::shared_ptr<const void> owner;
 };
 
 // Which push a request belongs to. A push (seq) may be cut into num_parts

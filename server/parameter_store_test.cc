@@ -1,5 +1,6 @@
 #include "server/parameter_store.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -312,6 +313,91 @@ TEST(ParameterStoreTest, ConcurrentPushesLoseNothing) {
   EXPECT_EQ(s.pushes_applied, kWorkers * kPushes);
   EXPECT_EQ(s.pushes_duplicate, kWorkers * kPushes);
   EXPECT_GT(s.staleness_max, 0);
+}
+
+// A pull may keep a chunk's values (ChunkView::owner) and read them after
+// the callback: pushes meanwhile write other buffers, never the held one.
+TEST(ParameterStoreTest, HeldPullValuesStayUnchangedAcrossPushes) {
+  Fixture f = MakeFixture(1);
+  auto store = NewStore(0, 1, "sgd", 1.0f);
+  ASSERT_TRUE(store->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  struct Held {
+    ChunkView view;
+    std::vector<float> copy;  // What the view showed during the callback.
+  };
+  auto hold = [&] {
+    std::vector<Held> held;
+    EXPECT_TRUE(store
+                    ->Pull({},
+                           [&](const ChunkView& c) {
+                             held.push_back(
+                                 {c, std::vector<float>(c.data, c.data + c.num_elements)});
+                           })
+                    .ok());
+    return held;
+  };
+  std::vector<float> grad(f.flat.size(), 1.0f);
+  std::vector<Held> first = hold();  // Values v0.
+  ASSERT_TRUE(store->Push(0, 1, ChunksOf(f, 0, grad)).ok());
+  std::vector<Held> second = hold();  // Values v1; v0 still held.
+  ASSERT_TRUE(store->Push(0, 2, ChunksOf(f, 0, grad)).ok());
+  ASSERT_TRUE(store->Push(0, 3, ChunksOf(f, 0, grad)).ok());
+  for (const std::vector<Held>* h : {&first, &second}) {
+    for (const Held& c : *h) {
+      ASSERT_NE(c.view.owner, nullptr);
+      for (int64_t i = 0; i < c.view.num_elements; ++i) {
+        ASSERT_EQ(c.view.data[i], c.copy[i]) << "chunk " << c.view.chunk_id;
+      }
+    }
+  }
+  // The updates all landed: v3 = v0 - 3, and the held v1 = v0 - 1.
+  std::vector<int64_t> versions;
+  std::vector<float> now = Snapshot(*store, f, &versions);
+  for (const Held& c : second) {
+    const Chunk& info = f.map.chunks[c.view.chunk_id];
+    EXPECT_EQ(c.view.version, 1);
+    for (int64_t i = 0; i < info.num_elements; ++i) {
+      ASSERT_FLOAT_EQ(c.view.data[i], f.flat[info.flat_offset + i] - 1.0f);
+      ASSERT_FLOAT_EQ(now[info.flat_offset + i], f.flat[info.flat_offset + i] - 3.0f);
+    }
+  }
+  for (int64_t v : versions) EXPECT_EQ(v, 3);
+  // Released, then pushed again: still exact (the spare buffers are reused).
+  first.clear();
+  second.clear();
+  ASSERT_TRUE(store->Push(0, 4, ChunksOf(f, 0, grad)).ok());
+  now = Snapshot(*store, f);
+  for (size_t i = 0; i < now.size(); ++i) ASSERT_FLOAT_EQ(now[i], f.flat[i] - 4.0f);
+}
+
+// Readers that keep values while writers push: every held chunk is one
+// consistent version (all its elements from the same update), never torn.
+TEST(ParameterStoreTest, HeldValuesAreNeverTornByConcurrentPushes) {
+  Fixture f = MakeFixture(1);
+  auto store = NewStore(0, 1, "sgd", 1.0f);
+  std::vector<float> zeros(f.flat.size(), 0.0f);
+  ASSERT_TRUE(store->Declare(f.layout, ChunksOf(f, 0, zeros)).ok());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    std::vector<float> grad(f.flat.size(), -1.0f);
+    for (int p = 1; p <= 300; ++p) ASSERT_TRUE(store->Push(0, p, ChunksOf(f, 0, grad)).ok());
+    stop = true;
+  });
+  int64_t checked = 0;
+  while (!stop) {
+    std::vector<ChunkView> held;
+    ASSERT_TRUE(store->Pull({}, [&](const ChunkView& c) { held.push_back(c); }).ok());
+    std::this_thread::yield();  // Let pushes land while we hold the values.
+    for (const ChunkView& c : held) {
+      // Each push adds 1 to every element: a chunk at version v is all v.
+      for (int64_t i = 0; i < c.num_elements; ++i) {
+        ASSERT_EQ(c.data[i], static_cast<float>(c.version)) << "chunk " << c.chunk_id;
+      }
+      ++checked;
+    }
+  }
+  writer.join();
+  EXPECT_GT(checked, 0);
 }
 
 TEST(ParameterStoreTest, CreateRejectsBadOptions) {
