@@ -296,6 +296,21 @@ void Gather(const Pieces& pieces, const DataRef& ref, char* dst) {
   }
 }
 
+void AppendRanges(const Pieces& pieces, const DataRef& ref,
+                  std::vector<absl::string_view>* out) {
+  int64_t left = ref.size;
+  size_t piece = ref.piece, offset = ref.offset;
+  while (left > 0) {
+    const absl::string_view p = pieces[piece];
+    const int64_t n =
+        std::min<int64_t>(left, static_cast<int64_t>(p.size() - offset));
+    if (n > 0) out->push_back(p.substr(offset, static_cast<size_t>(n)));
+    left -= n;
+    ++piece;
+    offset = 0;
+  }
+}
+
 absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,
                         int64_t n, std::string* scratch) {
   const int64_t want = n * BytesPerValue(c.encoding);

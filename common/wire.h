@@ -91,6 +91,11 @@ absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces);
 // Copies the payload bytes of `ref` to `dst` (ref.size bytes).
 void Gather(const Pieces& pieces, const DataRef& ref, char* dst);
 
+// Appends the non-empty byte ranges of `ref`, in order, to *out (no copy):
+// the views point into `pieces`' memory.
+void AppendRanges(const Pieces& pieces, const DataRef& ref,
+                  std::vector<absl::string_view>* out);
+
 // Decodes chunk `c`'s payload into `n` floats at `dst`: a gather for
 // RAW_F32, a gather-and-convert for FP16/BF16 (`scratch` holds the encoded
 // bytes of a payload that spans pieces). InvalidArgument when the payload is

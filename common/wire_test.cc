@@ -71,6 +71,16 @@ TEST(WireTest, ParsesWhatProtobufWritesAcrossAnyCut) {
       ASSERT_TRUE(DecodeInto(pieces, m->chunks[i], out.data(), sizes[i],
                              &scratch).ok());
       EXPECT_EQ(out, data[i]);
+      // The same payload as ranges of the pieces (no copy), concatenated.
+      std::vector<absl::string_view> ranges;
+      AppendRanges(pieces, m->chunks[i].data, &ranges);
+      std::string joined;
+      for (absl::string_view r : ranges) {
+        EXPECT_FALSE(r.empty());
+        joined.append(r.data(), r.size());
+      }
+      EXPECT_EQ(joined, std::string(reinterpret_cast<const char*>(data[i].data()),
+                                    data[i].size() * 4));
     }
   }
 }

@@ -155,9 +155,8 @@ class ParameterServerService final : public ServiceBase {
     return grpc::ByteBuffer(slices.data(), slices.size());
   }
 
-  // Payloads are used in place when a chunk lies in one received slice (and
-  // is aligned); otherwise gathered, or decoded from fp16/bf16, into this
-  // thread's scratch buffer. The store validates and applies them.
+  // float32 payloads are validated and applied by the store straight from
+  // the received slices (no gather); fp16/bf16 ones are decoded first.
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
@@ -177,7 +176,8 @@ class ParameterServerService final : public ServiceBase {
       if (s.ok()) SerializeSmall(proto::PushResponse(), response);
       return Finish(ctx, s);
     }
-    absl::StatusOr<std::vector<ChunkBytes>> grads = Payloads(pieces, *msg);
+    std::vector<absl::string_view> ranges;
+    absl::StatusOr<std::vector<ChunkBytes>> grads = Payloads(pieces, *msg, &ranges);
     if (!grads.ok()) return Finish(ctx, grads.status());
     const PushId id{msg->worker_id, msg->seq, msg->part,
                     msg->num_parts == 0 ? 1 : msg->num_parts};
@@ -207,21 +207,30 @@ class ParameterServerService final : public ServiceBase {
     return reactor;
   }
 
+  // The gradients of a parsed push as the store takes them. float32
+  // payloads are not copied: each is a list of ranges of the received slices
+  // (stored in *ranges, which must outlive the result). fp16/bf16 payloads
+  // are decoded into this thread's scratch buffer.
   static absl::StatusOr<std::vector<ChunkBytes>> Payloads(
-      const wire::Pieces& pieces, const wire::PushMessage& msg) {
+      const wire::Pieces& pieces, const wire::PushMessage& msg,
+      std::vector<absl::string_view>* ranges) {
     std::vector<ChunkBytes> grads(msg.chunks.size());
+    std::vector<size_t> first_range(msg.chunks.size(), 0);
+    std::vector<size_t> range_count(msg.chunks.size(), 0);
     int64_t scratch_floats = 0;
-    std::vector<bool> in_place(msg.chunks.size(), false);
+    ranges->clear();
     for (size_t i = 0; i < msg.chunks.size(); ++i) {
       const wire::WireChunk& c = msg.chunks[i];
       const int bpv = wire::BytesPerValue(c.encoding);
       grads[i].chunk_id = c.chunk_id;
       grads[i].base_version = c.version;
-      if (c.encoding == wire::Encoding::kRawF32 && c.data.size % 4 != 0) {
-        // Not whole floats: the store refuses it by size (and counts it).
-        grads[i].data = pieces[c.data.piece].data();
+      if (c.encoding == wire::Encoding::kRawF32) {
+        // Any size: the store checks it against the chunk (and counts a
+        // wrong one).
         grads[i].num_bytes = c.data.size;
-        in_place[i] = true;
+        first_range[i] = ranges->size();
+        wire::AppendRanges(pieces, c.data, ranges);
+        range_count[i] = ranges->size() - first_range[i];
         continue;
       }
       if (c.data.size % bpv != 0) {
@@ -230,18 +239,14 @@ class ParameterServerService final : public ServiceBase {
             "whole number of ", wire::EncodingName(c.encoding), " values"));
       }
       grads[i].num_bytes = c.data.size / bpv * 4;
-      if (c.encoding == wire::Encoding::kRawF32 && c.data.size > 0) {
-        const absl::string_view p = pieces[c.data.piece];
-        const char* at = p.data() + c.data.offset;
-        if (static_cast<int64_t>(p.size() - c.data.offset) >= c.data.size &&
-            reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
-          grads[i].data = at;
-          in_place[i] = true;
-          continue;
-        }
-      }
       scratch_floats += c.data.size / bpv;
     }
+    // Spans into *ranges only now that it has stopped growing.
+    for (size_t i = 0; i < msg.chunks.size(); ++i) {
+      grads[i].pieces = absl::MakeConstSpan(*ranges).subspan(first_range[i],
+                                                             range_count[i]);
+    }
+    if (scratch_floats == 0) return grads;
     std::vector<float>& scratch = ThreadScratch();
     if (static_cast<int64_t>(scratch.size()) < scratch_floats) {
       scratch.resize(static_cast<size_t>(scratch_floats));
@@ -249,7 +254,7 @@ class ParameterServerService final : public ServiceBase {
     std::string bytes_scratch;
     int64_t used = 0;
     for (size_t i = 0; i < msg.chunks.size(); ++i) {
-      if (in_place[i]) continue;
+      if (msg.chunks[i].encoding == wire::Encoding::kRawF32) continue;
       const int64_t n = grads[i].num_bytes / 4;
       float* dst = scratch.data() + used;
       absl::Status s =

@@ -1,6 +1,7 @@
 #include "server/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -8,16 +9,25 @@
 namespace downpour {
 namespace {
 
+// Value i of a float32 array at any alignment; compiles to a plain
+// (unaligned) vector load in the loops below.
+inline float Load(const char* __restrict p, int64_t i) {
+  float v;
+  std::memcpy(&v, p + 4 * i, sizeof v);
+  return v;
+}
+
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(float lr) : lr_(lr) {}
   const std::string& name() const override { return name_; }
   int StateSize() const override { return 0; }
   float InitialState() const override { return 0; }
-  void Apply(int64_t n, const float* __restrict grad, float scale,
+  void Apply(int64_t n, const void* grad_bytes, float scale,
              float* __restrict params, float*) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const float step = lr_ * scale;
-    for (int64_t i = 0; i < n; ++i) params[i] -= step * grad[i];
+    for (int64_t i = 0; i < n; ++i) params[i] -= step * Load(grad, i);
   }
 
  private:
@@ -32,10 +42,11 @@ class Momentum final : public Optimizer {
   int StateSize() const override { return 1; }
   float InitialState() const override { return 0; }
   // v = mu * v + g; w -= lr * v  (PyTorch's SGD-with-momentum form).
-  void Apply(int64_t n, const float* __restrict grad, float scale,
+  void Apply(int64_t n, const void* grad_bytes, float scale,
              float* __restrict params, float* __restrict v) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     for (int64_t i = 0; i < n; ++i) {
-      v[i] = mu_ * v[i] + scale * grad[i];
+      v[i] = mu_ * v[i] + scale * Load(grad, i);
       params[i] -= lr_ * v[i];
     }
   }
@@ -52,10 +63,11 @@ class Adagrad final : public Optimizer {
   int StateSize() const override { return 1; }
   float InitialState() const override { return init_; }
   // a += g^2; w -= lr * g / sqrt(a).
-  void Apply(int64_t n, const float* __restrict grad, float scale,
+  void Apply(int64_t n, const void* grad_bytes, float scale,
              float* __restrict params, float* __restrict acc) const override {
+    const char* __restrict grad = static_cast<const char*>(grad_bytes);
     for (int64_t i = 0; i < n; ++i) {
-      const float g = scale * grad[i];
+      const float g = scale * Load(grad, i);
       acc[i] += g * g;
       params[i] -= lr_ * g / std::sqrt(acc[i]);
     }

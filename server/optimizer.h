@@ -39,8 +39,10 @@ class Optimizer {
   // Initial value of every state float.
   virtual float InitialState() const = 0;
   // One update of `n` parameters with gradient `grad * scale`; `state` holds
-  // n * StateSize() floats. A single vectorizable pass; no allocation.
-  virtual void Apply(int64_t n, const float* grad, float scale, float* params,
+  // n * StateSize() floats. `grad` is n float32 values at any alignment (so
+  // a gradient can be applied straight from a received message's bytes).
+  // A single vectorizable pass; no allocation.
+  virtual void Apply(int64_t n, const void* grad, float scale, float* params,
                      float* state) const = 0;
 };
 

@@ -83,15 +83,60 @@ struct WorkerState {
 
 // True when no value is Inf or NaN (exponent bits all ones). Counting with
 // integer compares lets the compiler vectorize the pass, unlike a float
-// reduction, so validation runs at memory speed.
-bool AllFinite(const float* p, int64_t n) {
-  typedef uint32_t __attribute__((may_alias)) AliasU32;
-  const AliasU32* u = reinterpret_cast<const AliasU32*>(p);
+// reduction, so validation runs at memory speed. Any alignment.
+bool AllFinite(const char* p, int64_t n) {
   uint32_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
-    bad += (u[i] & 0x7f800000u) == 0x7f800000u;
+    uint32_t u;
+    std::memcpy(&u, p + 4 * i, sizeof u);
+    bad += (u & 0x7f800000u) == 0x7f800000u;
   }
   return bad == 0;
+}
+
+// Calls fn(bytes, count, first) for consecutive runs of whole float32 values
+// of `c`, in order: `count` values at `bytes` (any alignment), the first of
+// which is value number `first` of the chunk. A value straddling two pieces
+// is assembled and passed as a run of one. `c.num_bytes` must be a multiple
+// of 4 and equal to the pieces' total.
+template <typename Fn>
+void ForEachRun(const ChunkBytes& c, Fn&& fn) {
+  if (c.pieces.empty()) {
+    if (c.num_bytes >= 4) {
+      fn(static_cast<const char*>(c.data), c.num_bytes / 4, int64_t{0});
+    }
+    return;
+  }
+  int64_t done = 0;  // Values passed so far.
+  char partial[4];
+  int have = 0;      // Bytes of a straddling value gathered in `partial`.
+  for (absl::string_view piece : c.pieces) {
+    const char* p = piece.data();
+    int64_t left = static_cast<int64_t>(piece.size());
+    if (have > 0) {
+      const int take = static_cast<int>(std::min<int64_t>(4 - have, left));
+      std::memcpy(partial + have, p, take);
+      have += take;
+      p += take;
+      left -= take;
+      if (have < 4) continue;
+      fn(static_cast<const char*>(partial), int64_t{1}, done);
+      ++done;
+      have = 0;
+    }
+    const int64_t whole = left / 4;
+    if (whole > 0) fn(p, whole, done);
+    done += whole;
+    have = static_cast<int>(left - whole * 4);
+    std::memcpy(partial, p + whole * 4, have);
+  }
+}
+
+int64_t PiecesBytes(const ChunkBytes& c) {
+  if (c.pieces.empty()) return c.num_bytes;
+  int64_t total = 0;
+  for (absl::string_view piece : c.pieces) total += piece.size();
+  return total;
 }
 
 // Sync mode: one worker's gradient for the current step, as its parts come.
@@ -224,8 +269,7 @@ class ParameterStoreImpl final : public ParameterStore {
   }
 
   // ---- Sync / ssp coordination (all under coord_mu_) ----
-  void ApplyToChunk(ChunkState& st, const float* grad, int64_t base_version,
-                    bool* dropped);
+  void ApplyToChunk(ChunkState& st, const ChunkBytes& grad, bool* dropped);
   // Counts one applied chunk update of the given staleness in the stats.
   void RecordStaleness(int64_t staleness);
   bool Ready(const PullSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(coord_mu_);
@@ -307,15 +351,19 @@ absl::Status ParameterStoreImpl::CheckChunkBytes(const ChunkBytes& c,
                       " chunks)")));
   }
   const Chunk& info = chunks_[idx]->info;
-  if (c.num_bytes != info.num_elements * 4) {
+  if (c.num_bytes != info.num_elements * 4 || PiecesBytes(c) != c.num_bytes) {
     return Reject("wrong_size",
                   absl::InvalidArgumentError(absl::StrCat(
                       what, ": chunk ", c.chunk_id, " of tensor '",
                       layout_.tensors[info.tensor_index].name, "' needs ",
                       info.num_elements * 4, " bytes (", info.num_elements,
-                      " float32), got ", c.num_bytes)));
+                      " float32), got ", PiecesBytes(c))));
   }
-  if (!AllFinite(static_cast<const float*>(c.data), info.num_elements)) {
+  bool finite = true;
+  ForEachRun(c, [&](const char* p, int64_t n, int64_t) {
+    finite = finite && AllFinite(p, n);
+  });
+  if (!finite) {
     return Reject("non_finite",
                   absl::InvalidArgumentError(absl::StrCat(
                       what, ": chunk ", c.chunk_id, " of tensor '",
@@ -402,7 +450,9 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
     if (st.has_values) continue;
     absl::MutexLock l(&st.mu);
     st.values = std::make_shared<ValuesBuffer>(st.info.num_elements);
-    if (c.num_bytes > 0) std::memcpy(st.values->data(), c.data, c.num_bytes);
+    ForEachRun(c, [&](const char* p, int64_t n, int64_t first) {
+      std::memcpy(st.values->data() + first, p, n * 4);
+    });
     st.opt_state.assign(st.info.num_elements * optimizer_->StateSize(),
                         optimizer_->InitialState());
     st.has_values = true;
@@ -569,8 +619,7 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
   result.versions.reserve(grads.size());
   for (const ChunkBytes& g : grads) {
     ChunkState& st = *chunks_[LocalIndex(g.chunk_id)];
-    ApplyToChunk(st, static_cast<const float*>(g.data), g.base_version,
-                 &result.dropped);
+    ApplyToChunk(st, g, &result.dropped);
     result.versions.push_back(st.version.load(std::memory_order_relaxed));
   }
   if (result.dropped) dropped_stale_.fetch_add(1, std::memory_order_relaxed);
@@ -638,7 +687,10 @@ absl::StatusOr<PushResult> ParameterStoreImpl::PushSync(
         const int idx = LocalIndex(g.chunk_id);
         p.have[idx] = true;
         ++p.chunks_in;
-        std::memcpy(p.grad.data() + shard_offset_[idx], g.data, g.num_bytes);
+        float* dst = p.grad.data() + shard_offset_[idx];
+        ForEachRun(g, [&](const char* bytes, int64_t n, int64_t first) {
+          std::memcpy(dst + first, bytes, n * 4);
+        });
       }
       ++p.parts_in;
       if (p.complete() && p.chunks_in != static_cast<int64_t>(chunks_.size())) {
@@ -661,11 +713,11 @@ absl::StatusOr<PushResult> ParameterStoreImpl::PushSync(
   return result;
 }
 
-void ParameterStoreImpl::ApplyToChunk(ChunkState& st, const float* grad,
-                                      int64_t base_version, bool* dropped) {
+void ParameterStoreImpl::ApplyToChunk(ChunkState& st, const ChunkBytes& grad,
+                                      bool* dropped) {
   absl::MutexLock l(&st.mu);
   const int64_t version = st.version.load(std::memory_order_relaxed);
-  const int64_t staleness = version - base_version;
+  const int64_t staleness = version - grad.base_version;
   if (options_.drop_stale_threshold > 0 &&
       staleness > options_.drop_stale_threshold) {
     *dropped = true;
@@ -674,8 +726,14 @@ void ParameterStoreImpl::ApplyToChunk(ChunkState& st, const float* grad,
   const float scale = options_.staleness_aware
                           ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness))
                           : 1.0f;
-  optimizer_->Apply(st.info.num_elements, grad, scale, st.MutableValues(),
-                    st.opt_state.data());
+  float* params = st.MutableValues();
+  const int state_size = optimizer_->StateSize();
+  // Elementwise rules: the update may go run by run over the pieces.
+  ForEachRun(grad, [&](const char* g, int64_t n, int64_t first) {
+    optimizer_->Apply(n, g, scale, params + first,
+                      state_size > 0 ? st.opt_state.data() + first * state_size
+                                     : nullptr);
+  });
   st.version.store(version + 1, std::memory_order_relaxed);
   RecordStaleness(staleness);
 }

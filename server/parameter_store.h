@@ -97,13 +97,18 @@ struct PullSpec {
   int64_t worker_clock = -1;
 };
 
-// Raw little-endian float32 bytes of one chunk, as they arrive off the wire.
+// Raw little-endian float32 bytes of one chunk, as they arrive off the wire:
+// `data` (contiguous), or, when `pieces` is not empty, the concatenation of
+// `pieces` (the slices a message arrived in, used without gathering them; a
+// value may straddle two pieces). Nothing needs to be aligned. num_bytes is
+// the total either way.
 struct ChunkBytes {
   int32_t chunk_id = 0;
   // For pushes: the version the gradient was computed from.
   int64_t base_version = 0;
   const void* data = nullptr;
   int64_t num_bytes = 0;
+  absl::Span<const absl::string_view> pieces;
 };
 
 // What a pull sink sees. The callback runs under the chunk's lock: do nothing

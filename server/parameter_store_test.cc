@@ -378,13 +378,16 @@ TEST(ParameterStoreTest, HeldValuesAreNeverTornByConcurrentPushes) {
   std::vector<float> zeros(f.flat.size(), 0.0f);
   ASSERT_TRUE(store->Declare(f.layout, ChunksOf(f, 0, zeros)).ok());
   std::atomic<bool> stop{false};
+  absl::Notification reading;
   std::thread writer([&] {
+    reading.WaitForNotification();
     std::vector<float> grad(f.flat.size(), -1.0f);
-    for (int p = 1; p <= 300; ++p) ASSERT_TRUE(store->Push(0, p, ChunksOf(f, 0, grad)).ok());
+    for (int p = 1; p <= 300; ++p) EXPECT_TRUE(store->Push(0, p, ChunksOf(f, 0, grad)).ok());
     stop = true;
   });
   int64_t checked = 0;
   while (!stop) {
+    if (!reading.HasBeenNotified()) reading.Notify();
     std::vector<ChunkView> held;
     ASSERT_TRUE(store->Pull({}, [&](const ChunkView& c) { held.push_back(c); }).ok());
     std::this_thread::yield();  // Let pushes land while we hold the values.
@@ -398,6 +401,94 @@ TEST(ParameterStoreTest, HeldValuesAreNeverTornByConcurrentPushes) {
   }
   writer.join();
   EXPECT_GT(checked, 0);
+}
+
+// Cuts each chunk's bytes into pieces of the given sizes (cycled), at odd
+// offsets, so values straddle pieces; `storage` keeps the views.
+std::vector<ChunkBytes> InPieces(const std::vector<ChunkBytes>& whole,
+                                 const std::vector<size_t>& sizes,
+                                 std::vector<std::vector<absl::string_view>>* storage) {
+  storage->assign(whole.size(), {});
+  std::vector<ChunkBytes> out = whole;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    const absl::string_view all(static_cast<const char*>(whole[i].data),
+                                static_cast<size_t>(whole[i].num_bytes));
+    for (size_t at = 0, k = 0; at < all.size(); ++k) {
+      const size_t n = std::min(sizes[k % sizes.size()], all.size() - at);
+      (*storage)[i].push_back(all.substr(at, n));
+      at += n;
+    }
+    out[i].data = nullptr;
+    out[i].pieces = (*storage)[i];
+  }
+  return out;
+}
+
+// A gradient given as pieces (as the gRPC adapter passes a received
+// message's slices) is applied exactly like the same bytes in one buffer,
+// whatever the cut, in async and sync mode.
+TEST(ParameterStoreTest, PushInPiecesEqualsContiguousPush) {
+  Fixture f = MakeFixture(1);
+  std::vector<float> grad(f.flat.size());
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = std::sin(0.37f * i);
+  for (const char* opt : {"sgd", "momentum", "adagrad"}) {
+    for (const std::vector<size_t>& cut :
+         {std::vector<size_t>{1}, {3, 5, 7}, {4096 + 1}, {2, 16384}}) {
+      auto a = NewStore(0, 1, opt, 0.1f);
+      auto b = NewStore(0, 1, opt, 0.1f);
+      ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+      std::vector<std::vector<absl::string_view>> storage;
+      // Declared in pieces too.
+      ASSERT_TRUE(b->Declare(f.layout, InPieces(ChunksOf(f, 0, f.flat), cut, &storage)).ok());
+      for (int p = 1; p <= 2; ++p) {
+        ASSERT_TRUE(a->Push(0, p, ChunksOf(f, 0, grad)).ok());
+        auto r = b->Push(0, p, InPieces(ChunksOf(f, 0, grad), cut, &storage));
+        ASSERT_TRUE(r.ok()) << r.status();
+      }
+      EXPECT_EQ(Snapshot(*a, f), Snapshot(*b, f)) << opt << " cut " << cut[0];
+    }
+  }
+  // Sync mode keeps the step's gradient until all workers sent theirs.
+  ParameterStoreOptions o;
+  o.optimizer.name = "sgd";
+  o.optimizer.learning_rate = 0.1f;
+  o.mode = SyncMode::kSync;
+  o.num_workers = 2;
+  auto a = *ParameterStore::Create(o);
+  auto b = *ParameterStore::Create(o);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  ASSERT_TRUE(b->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  std::vector<std::vector<absl::string_view>> storage0, storage1;
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(a->Push(w, 1, ChunksOf(f, 0, grad)).ok());
+  ASSERT_TRUE(b->Push(0, 1, InPieces(ChunksOf(f, 0, grad), {7}, &storage0)).ok());
+  ASSERT_TRUE(b->Push(1, 1, InPieces(ChunksOf(f, 0, grad), {9, 2}, &storage1)).ok());
+  std::vector<int64_t> va, vb;
+  EXPECT_EQ(Snapshot(*a, f, &va), Snapshot(*b, f, &vb));
+  EXPECT_EQ(va, vb);
+  for (int64_t v : vb) EXPECT_EQ(v, 1);
+}
+
+TEST(ParameterStoreTest, BadPushInPiecesIsRejectedAndChangesNothing) {
+  Fixture f = MakeFixture(1);
+  auto store = NewStore(0, 1, "sgd", 1.0f);
+  ASSERT_TRUE(store->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  const std::vector<float> before = Snapshot(*store, f);
+  std::vector<std::vector<absl::string_view>> storage;
+  // A NaN whose bytes straddle two pieces, in the last chunk.
+  std::vector<float> grad(f.flat.size(), 1.0f);
+  const Chunk& last = f.map.chunks[f.map.shard_chunks[0].back()];
+  grad[last.flat_offset + last.num_elements / 2] = std::nanf("");
+  auto r = store->Push(0, 1, InPieces(ChunksOf(f, 0, grad), {5}, &storage));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("NaN"), std::string::npos) << r.status();
+  // Pieces that add up to fewer bytes than num_bytes says.
+  grad.assign(f.flat.size(), 1.0f);
+  std::vector<ChunkBytes> short_pieces = InPieces(ChunksOf(f, 0, grad), {8}, &storage);
+  storage[0].pop_back();
+  short_pieces[0].pieces = storage[0];
+  r = store->Push(0, 2, short_pieces);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_EQ(Snapshot(*store, f), before);
 }
 
 TEST(ParameterStoreTest, CreateRejectsBadOptions) {
