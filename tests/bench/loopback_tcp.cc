@@ -43,9 +43,11 @@ absl::Status Errno(const char* call) {
 
 absl::StatusOr<LoopbackTcpResult> MeasureLoopbackTcp(
     const LoopbackTcpOptions& options) {
-  if (options.total_bytes <= 0 || options.write_bytes <= 0) {
+  if (options.total_bytes <= 0 || options.write_bytes <= 0 ||
+      options.span_bytes < 0) {
     return absl::InvalidArgumentError("loopback TCP: sizes must be positive");
   }
+  const int64_t span = std::max(options.span_bytes, options.write_bytes);
   Fd listener(::socket(AF_INET, SOCK_STREAM, 0));
   if (listener.get() < 0) return Errno("socket");
   sockaddr_in addr{};
@@ -65,15 +67,20 @@ absl::StatusOr<LoopbackTcpResult> MeasureLoopbackTcp(
   int64_t received = 0;
   absl::Status recv_status;
   std::chrono::steady_clock::time_point recv_done;
+  // Both buffers are allocated and touched before the clock starts.
+  std::vector<char> recv_buf(span, '\x01');
   std::thread receiver([&] {
     Fd conn(::accept(listener.get(), nullptr, nullptr));
     if (conn.get() < 0) {
       recv_status = Errno("accept");
       return;
     }
-    std::vector<char> buf(options.write_bytes);
+    std::vector<char>& buf = recv_buf;
+    int64_t at = 0;
     while (received < options.total_bytes) {
-      const ssize_t r = ::recv(conn.get(), buf.data(), buf.size(), 0);
+      if (at + options.write_bytes > span) at = 0;
+      const ssize_t r = ::recv(conn.get(), buf.data() + at,
+                               static_cast<size_t>(options.write_bytes), 0);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) {
         recv_status = Errno("recv");
@@ -81,6 +88,7 @@ absl::StatusOr<LoopbackTcpResult> MeasureLoopbackTcp(
       }
       if (r == 0) break;
       received += r;
+      at += r;
     }
     recv_done = std::chrono::steady_clock::now();
   });
@@ -96,19 +104,22 @@ absl::StatusOr<LoopbackTcpResult> MeasureLoopbackTcp(
       send_status = Errno("connect");
     } else {
       // Touch the buffer so page faults are not timed.
-      std::vector<char> buf(options.write_bytes, '\x42');
+      std::vector<char> buf(span, '\x42');  // Touched: no faults timed.
       start = std::chrono::steady_clock::now();
-      int64_t sent = 0;
+      int64_t sent = 0, at = 0;
       while (sent < options.total_bytes) {
+        if (at + options.write_bytes > span) at = 0;
         const size_t want = static_cast<size_t>(
-            std::min<int64_t>(buf.size(), options.total_bytes - sent));
-        const ssize_t w = ::send(sender.get(), buf.data(), want, MSG_NOSIGNAL);
+            std::min<int64_t>(options.write_bytes, options.total_bytes - sent));
+        const ssize_t w =
+            ::send(sender.get(), buf.data() + at, want, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
           send_status = Errno("send");
           break;
         }
         sent += w;
+        at += w;
       }
     }
     // Closing the sender ends the receiver's loop in every case.

@@ -22,6 +22,11 @@ namespace downpour {
 struct LoopbackTcpOptions {
   int64_t total_bytes = int64_t{1} << 30;
   int64_t write_bytes = int64_t{4} << 20;
+  // Size of the memory each end walks through (send() and recv() move along
+  // it write_bytes at a time and wrap). 0: write_bytes, the usual iperf-style
+  // test, whose buffers stay in the CPU cache; a model-sized span makes both
+  // ends stream from and to main memory, as moving a model does.
+  int64_t span_bytes = 0;
 };
 
 struct LoopbackTcpResult {
