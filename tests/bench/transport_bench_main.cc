@@ -18,9 +18,10 @@
 //      the best TCP trial of the whole run (median over median printed too).
 //  (c) server apply rate: ParameterStore::Push in-process (validation + the
 //      optimizer), and Optimizer::Apply alone, vs memcpy of the same bytes.
-//  (d) where a 64 MB push/pull spends its time outside the network: proto
-//      building (string copies), gRPC serialization into a ByteBuffer,
-//      parsing, store apply, client-side copy-out; each stage timed alone.
+//  (d) where a 64 MB push/pull spends its time outside the network: the
+//      server's parse into payload ranges and its apply from them, the
+//      pull's references to the store's buffers, and the client's copy into
+//      the flat vector; each stage timed alone.
 // Ends with one line of JSON (bandwidths in Gbit/s = 1e9 bit/s).
 // Order of a run: (b), (h), (a), (c), (d), (b) once more.
 //
