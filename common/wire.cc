@@ -281,34 +281,36 @@ absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces) {
   return chunks;
 }
 
-void Gather(const Pieces& pieces, const DataRef& ref, char* dst) {
+namespace {
+
+// Calls fn(range) for each non-empty byte range of `ref`, in order.
+template <typename Fn>
+void ForEachRange(const Pieces& pieces, const DataRef& ref, Fn&& fn) {
   int64_t left = ref.size;
   size_t piece = ref.piece, offset = ref.offset;
   while (left > 0) {
     const absl::string_view p = pieces[piece];
     const int64_t n =
         std::min<int64_t>(left, static_cast<int64_t>(p.size() - offset));
-    std::memcpy(dst, p.data() + offset, static_cast<size_t>(n));
-    dst += n;
+    if (n > 0) fn(p.substr(offset, static_cast<size_t>(n)));
     left -= n;
     ++piece;
     offset = 0;
   }
 }
 
+}  // namespace
+
+void Gather(const Pieces& pieces, const DataRef& ref, char* dst) {
+  ForEachRange(pieces, ref, [&](absl::string_view r) {
+    std::memcpy(dst, r.data(), r.size());
+    dst += r.size();
+  });
+}
+
 void AppendRanges(const Pieces& pieces, const DataRef& ref,
                   std::vector<absl::string_view>* out) {
-  int64_t left = ref.size;
-  size_t piece = ref.piece, offset = ref.offset;
-  while (left > 0) {
-    const absl::string_view p = pieces[piece];
-    const int64_t n =
-        std::min<int64_t>(left, static_cast<int64_t>(p.size() - offset));
-    if (n > 0) out->push_back(p.substr(offset, static_cast<size_t>(n)));
-    left -= n;
-    ++piece;
-    offset = 0;
-  }
+  ForEachRange(pieces, ref, [&](absl::string_view r) { out->push_back(r); });
 }
 
 absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,
