@@ -34,14 +34,18 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual const std::string& name() const = 0;
-  // Floats of state per parameter element (0 for SGD).
+  // Floats of state per parameter element (0 for SGD). The state of element
+  // i is state[i * StateSize() .. (i + 1) * StateSize()), interleaved.
   virtual int StateSize() const = 0;
   // Initial value of every state float.
   virtual float InitialState() const = 0;
   // One update of `n` parameters with gradient `grad * scale`; `state` holds
   // n * StateSize() floats. `grad` is n float32 values at any alignment (so
   // a gradient can be applied straight from a received message's bytes).
-  // A single vectorizable pass; no allocation.
+  // A single vectorizable pass; no allocation. Rules are elementwise: one
+  // Apply over n elements equals Applys over consecutive runs of them (with
+  // params offset by the run's start and state by start * StateSize()),
+  // which the store relies on to apply a gradient piece by piece.
   virtual void Apply(int64_t n, const void* grad, float scale, float* params,
                      float* state) const = 0;
 };

@@ -32,8 +32,10 @@ using ValuesBuffer = std::vector<float>;
 // Values are copy-on-write: a pull takes a reference to the current buffer
 // (no copy, the lock is held only for that), and a push writes in place when
 // no reader holds the buffer, else into a spare buffer that then becomes
-// current. So each chunk holds at most two value buffers, and only while
-// pulls and pushes of it overlap.
+// current. Once a push has overlapped a pull of a chunk, the chunk keeps its
+// spare for reuse (no allocation or page faults on later overlaps): a busy
+// shard holds up to twice its values in memory, plus buffers that slow
+// readers still hold.
 struct ChunkState {
   explicit ChunkState(const Chunk& c) : info(c) {}
   const Chunk info;
@@ -111,6 +113,7 @@ void ForEachRun(const ChunkBytes& c, Fn&& fn) {
   char partial[4];
   int have = 0;      // Bytes of a straddling value gathered in `partial`.
   for (absl::string_view piece : c.pieces) {
+    if (piece.empty()) continue;
     const char* p = piece.data();
     int64_t left = static_cast<int64_t>(piece.size());
     if (have > 0) {

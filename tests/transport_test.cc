@@ -1,10 +1,14 @@
 // The transport through real ps_server processes on loopback: chunking into
 // parts round-trips odd sizes exactly, fp16/bf16 stay within their format's
-// bound, and an oversize request is refused cleanly while the server keeps
+// bound, pulls sent from the store's buffers are never torn by concurrent
+// pushes, and an oversize request is refused cleanly while the server keeps
 // serving.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -125,6 +129,79 @@ TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
     EXPECT_LE(std::abs(got[5] - want), rel * (std::abs(init[5]) + 0.1) * 2 + 1e-7)
         << name;
   }
+}
+
+// Pulls are sent straight from the store's value buffers while pushes land:
+// over real servers, every pulled chunk must still be one whole version.
+// With sgd at rate 1, zero initial values and a gradient of -1 everywhere,
+// a chunk at version v holds v in every element; a torn chunk would mix two.
+TEST(TransportZeroCopyTest, PullsDuringPushesAreNeverTorn) {
+  TestClusterOptions co;
+  co.num_shards = 2;
+  co.server_flags = {"--optimizer=sgd", "--lr=1"};
+  auto cluster = TestCluster::Start(co);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ModelLayout layout;
+  layout.tensors = {{"w", {1 << 20}}};  // 4 MiB in 256 KiB chunks.
+  layout.num_shards = 2;
+  layout.max_chunk_bytes = 256 << 10;
+  const int64_t n = layout.NumElements();
+  auto make_client = [&](int worker) {
+    GrpcClientOptions o;
+    o.hosts = (*cluster)->hosts();
+    o.worker_id = worker;
+    o.part_bytes = 1 << 20;
+    return NewGrpcParameterClient(o);
+  };
+  auto pusher = make_client(0);
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  ASSERT_TRUE((*pusher)->Declare(layout, std::vector<float>(n, 0.0f)).ok());
+  constexpr int kPushes = 30;
+  std::atomic<bool> pushing{true};
+  std::thread push_thread([&] {
+    const std::vector<float> minus_one(n, -1.0f);
+    std::vector<float> params(n);
+    std::vector<int64_t> versions;
+    for (int seq = 1; seq <= kPushes; ++seq) {
+      EXPECT_TRUE((*pusher)->Pull(absl::MakeSpan(params), &versions).ok());
+      EXPECT_TRUE((*pusher)->Push(seq, minus_one, versions).ok());
+    }
+    pushing = false;
+  });
+  std::vector<std::thread> pullers;
+  std::atomic<int64_t> chunks_checked{0};
+  for (int w = 1; w <= 2; ++w) {
+    pullers.emplace_back([&, w] {
+      auto client = make_client(w);
+      ASSERT_TRUE(client.ok());
+      ASSERT_TRUE((*client)->Declare(layout, std::vector<float>(n, 0.0f)).ok());
+      const ShardMap& map = (*client)->shard_map();
+      std::vector<float> got(n);
+      std::vector<int64_t> versions;
+      do {
+        ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+        for (const Chunk& c : map.chunks) {
+          const float want = static_cast<float>(versions[c.id]);
+          const float* v = got.data() + c.flat_offset;
+          const int64_t bad =
+              std::find_if(v, v + c.num_elements,
+                           [want](float x) { return x != want; }) - v;
+          ASSERT_EQ(bad, c.num_elements)
+              << "chunk " << c.id << " at version " << versions[c.id]
+              << " has " << v[bad] << " at element " << bad;
+          ++chunks_checked;
+        }
+      } while (pushing);
+    });
+  }
+  push_thread.join();
+  for (std::thread& t : pullers) t.join();
+  EXPECT_GT(chunks_checked.load(), 0);
+  std::vector<float> final_values(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE((*pusher)->Pull(absl::MakeSpan(final_values), &versions).ok());
+  for (float x : final_values) ASSERT_EQ(x, static_cast<float>(kPushes));
+  EXPECT_TRUE((*cluster)->AllRunning());
 }
 
 TEST(TransportLimitsTest, OversizeRequestIsRefusedAndServerKeepsServing) {
