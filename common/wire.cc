@@ -308,9 +308,23 @@ void Gather(const Pieces& pieces, const DataRef& ref, char* dst) {
   });
 }
 
-void AppendRanges(const Pieces& pieces, const DataRef& ref,
-                  std::vector<absl::string_view>* out) {
-  ForEachRange(pieces, ref, [&](absl::string_view r) { out->push_back(r); });
+std::vector<absl::Span<const absl::string_view>> PayloadRanges(
+    const Pieces& pieces, absl::Span<const WireChunk> chunks,
+    std::vector<absl::string_view>* storage) {
+  storage->clear();
+  std::vector<size_t> first(chunks.size() + 1, 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    first[i] = storage->size();
+    ForEachRange(pieces, chunks[i].data,
+                 [&](absl::string_view r) { storage->push_back(r); });
+  }
+  first[chunks.size()] = storage->size();
+  // Spans only now that *storage has stopped growing.
+  std::vector<absl::Span<const absl::string_view>> out(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    out[i] = absl::MakeConstSpan(*storage).subspan(first[i], first[i + 1] - first[i]);
+  }
+  return out;
 }
 
 absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,

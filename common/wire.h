@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace downpour {
 namespace wire {
@@ -91,10 +92,13 @@ absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces);
 // Copies the payload bytes of `ref` to `dst` (ref.size bytes).
 void Gather(const Pieces& pieces, const DataRef& ref, char* dst);
 
-// Appends the non-empty byte ranges of `ref`, in order, to *out (no copy):
-// the views point into `pieces`' memory.
-void AppendRanges(const Pieces& pieces, const DataRef& ref,
-                  std::vector<absl::string_view>* out);
+// The payload of each of `chunks` as byte ranges of `pieces`, without
+// copying: result[i] lists chunk i's non-empty ranges, in order. The views
+// are kept in *storage (cleared and refilled here), which must outlive the
+// result and not change while it is used.
+std::vector<absl::Span<const absl::string_view>> PayloadRanges(
+    const Pieces& pieces, absl::Span<const WireChunk> chunks,
+    std::vector<absl::string_view>* storage);
 
 // Decodes chunk `c`'s payload into `n` floats at `dst`: a gather for
 // RAW_F32, a gather-and-convert for FP16/BF16 (`scratch` holds the encoded

@@ -64,6 +64,10 @@ TEST(WireTest, ParsesWhatProtobufWritesAcrossAnyCut) {
     EXPECT_EQ(m->num_parts, 5);
     ASSERT_EQ(m->chunks.size(), sizes.size());
     std::string scratch;
+    std::vector<absl::string_view> storage;
+    const std::vector<absl::Span<const absl::string_view>> payload =
+        PayloadRanges(pieces, m->chunks, &storage);
+    ASSERT_EQ(payload.size(), sizes.size());
     for (size_t i = 0; i < sizes.size(); ++i) {
       EXPECT_EQ(m->chunks[i].chunk_id, static_cast<int>(10 + i));
       EXPECT_EQ(m->chunks[i].version, static_cast<int64_t>(i * 7));
@@ -72,10 +76,8 @@ TEST(WireTest, ParsesWhatProtobufWritesAcrossAnyCut) {
                              &scratch).ok());
       EXPECT_EQ(out, data[i]);
       // The same payload as ranges of the pieces (no copy), concatenated.
-      std::vector<absl::string_view> ranges;
-      AppendRanges(pieces, m->chunks[i].data, &ranges);
       std::string joined;
-      for (absl::string_view r : ranges) {
+      for (absl::string_view r : payload[i]) {
         EXPECT_FALSE(r.empty());
         joined.append(r.data(), r.size());
       }

@@ -209,16 +209,15 @@ class ParameterServerService final : public ServiceBase {
 
   // The gradients of a parsed push as the store takes them. float32
   // payloads are not copied: each is a list of ranges of the received slices
-  // (stored in *ranges, which must outlive the result). fp16/bf16 payloads
+  // (kept in *ranges, which must outlive the result). fp16/bf16 payloads
   // are decoded into this thread's scratch buffer.
   static absl::StatusOr<std::vector<ChunkBytes>> Payloads(
       const wire::Pieces& pieces, const wire::PushMessage& msg,
       std::vector<absl::string_view>* ranges) {
+    const std::vector<absl::Span<const absl::string_view>> payload =
+        wire::PayloadRanges(pieces, msg.chunks, ranges);
     std::vector<ChunkBytes> grads(msg.chunks.size());
-    std::vector<size_t> first_range(msg.chunks.size(), 0);
-    std::vector<size_t> range_count(msg.chunks.size(), 0);
     int64_t scratch_floats = 0;
-    ranges->clear();
     for (size_t i = 0; i < msg.chunks.size(); ++i) {
       const wire::WireChunk& c = msg.chunks[i];
       const int bpv = wire::BytesPerValue(c.encoding);
@@ -228,9 +227,7 @@ class ParameterServerService final : public ServiceBase {
         // Any size: the store checks it against the chunk (and counts a
         // wrong one).
         grads[i].num_bytes = c.data.size;
-        first_range[i] = ranges->size();
-        wire::AppendRanges(pieces, c.data, ranges);
-        range_count[i] = ranges->size() - first_range[i];
+        grads[i].pieces = payload[i];
         continue;
       }
       if (c.data.size % bpv != 0) {
@@ -240,11 +237,6 @@ class ParameterServerService final : public ServiceBase {
       }
       grads[i].num_bytes = c.data.size / bpv * 4;
       scratch_floats += c.data.size / bpv;
-    }
-    // Spans into *ranges only now that it has stopped growing.
-    for (size_t i = 0; i < msg.chunks.size(); ++i) {
-      grads[i].pieces = absl::MakeConstSpan(*ranges).subspan(first_range[i],
-                                                             range_count[i]);
     }
     if (scratch_floats == 0) return grads;
     std::vector<float>& scratch = ThreadScratch();

@@ -47,16 +47,9 @@ struct ChunkState {
 
   // The current values, writable: copies them first if a reader holds them.
   float* MutableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    // New references are only taken under mu, so a count of 1 stays 1; the
-    // fence orders the last reader's reads (its release decrement) before
-    // our writes.
-    if (values.use_count() == 1) {
-      std::atomic_thread_fence(std::memory_order_acquire);
-      return values->data();
-    }
+    if (Unshared(values)) return values->data();
     std::shared_ptr<ValuesBuffer> next;
-    if (spare != nullptr && spare.use_count() == 1) {
-      std::atomic_thread_fence(std::memory_order_acquire);
+    if (spare != nullptr && Unshared(spare)) {
       next = std::move(spare);
     } else {
       next = std::make_shared<ValuesBuffer>(values->size());
@@ -66,6 +59,15 @@ struct ChunkState {
     values = std::move(next);
     return values->data();
   }
+  // True when no reader holds `buf`, so it may be written. New references
+  // are only taken under mu, so a count of 1 stays 1; the fence orders the
+  // last reader's reads (its release decrement) before our writes.
+  static bool Unshared(const std::shared_ptr<ValuesBuffer>& buf) {
+    if (buf.use_count() != 1) return false;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return true;
+  }
+
   // Set once when initial values arrive (under the store's declare_mu_).
   bool has_values = false;
   // Written under mu; read without it for validation and stats.
@@ -133,6 +135,13 @@ void ForEachRun(const ChunkBytes& c, Fn&& fn) {
     have = static_cast<int>(left - whole * 4);
     std::memcpy(partial, p + whole * 4, have);
   }
+}
+
+// Copies the values of `c` to dst[0 .. c.num_bytes / 4).
+void CopyValues(const ChunkBytes& c, float* dst) {
+  ForEachRun(c, [&](const char* p, int64_t n, int64_t first) {
+    std::memcpy(dst + first, p, static_cast<size_t>(n) * 4);
+  });
 }
 
 int64_t PiecesBytes(const ChunkBytes& c) {
@@ -453,9 +462,7 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
     if (st.has_values) continue;
     absl::MutexLock l(&st.mu);
     st.values = std::make_shared<ValuesBuffer>(st.info.num_elements);
-    ForEachRun(c, [&](const char* p, int64_t n, int64_t first) {
-      std::memcpy(st.values->data() + first, p, n * 4);
-    });
+    CopyValues(c, st.values->data());
     st.opt_state.assign(st.info.num_elements * optimizer_->StateSize(),
                         optimizer_->InitialState());
     st.has_values = true;
@@ -690,10 +697,7 @@ absl::StatusOr<PushResult> ParameterStoreImpl::PushSync(
         const int idx = LocalIndex(g.chunk_id);
         p.have[idx] = true;
         ++p.chunks_in;
-        float* dst = p.grad.data() + shard_offset_[idx];
-        ForEachRun(g, [&](const char* bytes, int64_t n, int64_t first) {
-          std::memcpy(dst + first, bytes, n * 4);
-        });
+        CopyValues(g, p.grad.data() + shard_offset_[idx]);
       }
       ++p.parts_in;
       if (p.complete() && p.chunks_in != static_cast<int64_t>(chunks_.size())) {

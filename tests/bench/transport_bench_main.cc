@@ -52,8 +52,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/blocking_counter.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/sharding.h"
 #include "grpcpp/grpcpp.h"
@@ -168,6 +166,13 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
+
+// "4.81, 3.95, ..." in GB/s.
+std::string JoinGBps(const std::vector<double>& bytes_per_second) {
+  return absl::StrJoin(bytes_per_second, ", ", [](std::string* out, double b) {
+    absl::StrAppendFormat(out, "%.2f", GBps(b));
+  });
+}
 
 std::string LoadAverage() {
   double load[3] = {0, 0, 0};
@@ -559,18 +564,12 @@ std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds, std::string* err
   add("push: server parses slices into payload ranges (no gather)",
       MedianSeconds(rounds, [&] {
         absl::StatusOr<wire::PushMessage> m = wire::ParsePushRequest(pieces);
+        const std::vector<absl::Span<const absl::string_view>> payload =
+            wire::PayloadRanges(pieces, m->chunks, &ranges);
         views.clear();
-        ranges.clear();
-        std::vector<std::pair<size_t, size_t>> at;
-        for (const wire::WireChunk& c : m->chunks) {
-          const size_t first = ranges.size();
-          wire::AppendRanges(pieces, c.data, &ranges);
-          at.push_back({first, ranges.size() - first});
-          views.push_back({c.chunk_id, 0, nullptr, c.data.size});
-        }
-        for (size_t i = 0; i < views.size(); ++i) {
-          views[i].pieces =
-              absl::MakeConstSpan(ranges).subspan(at[i].first, at[i].second);
+        for (size_t i = 0; i < m->chunks.size(); ++i) {
+          views.push_back({m->chunks[i].chunk_id, 0, nullptr,
+                           m->chunks[i].data.size, payload[i]});
         }
       }));
   int64_t seq = 1;
@@ -673,12 +672,6 @@ int Run(const BenchOptions& o) {
                           [&] { head_tcp.push_back(tcp_trial()); });
     head_tcp.push_back(tcp_trial());  // One after the last gRPC trial too.
   }
-  std::vector<std::string> head_trials;
-  for (double g : head.trial_goodput) {
-    head_trials.push_back(absl::StrFormat("%.2f", GBps(g)));
-  }
-  std::vector<std::string> head_tcp_text;
-  for (double t : head_tcp) head_tcp_text.push_back(absl::StrFormat("%.2f", GBps(t)));
   const double head_best =
       head.trial_goodput.empty()
           ? 0
@@ -693,9 +686,9 @@ int Run(const BenchOptions& o) {
                 "    best gRPC / best TCP of the whole run (%.2f GB/s): %.3f; "
                 "median / median: %.3f\n",
                 o.headline_trials, head.rounds,
-                absl::StrJoin(head_trials, ", ").c_str(), GBps(head_best),
+                JoinGBps(head.trial_goodput).c_str(), GBps(head_best),
                 GBps(head_median), head.cpu_s_per_gb,
-                absl::StrJoin(head_tcp_text, ", ").c_str(), GBps(head_tcp_median),
+                JoinGBps(head_tcp).c_str(), GBps(head_tcp_median),
                 GBps(tcp_bps), tcp_bps > 0 ? head_best / tcp_bps : 0.0,
                 head_tcp_median > 0 ? head_median / head_tcp_median : 0.0);
   } else {
