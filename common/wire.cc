@@ -1,7 +1,12 @@
 #include "common/wire.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
@@ -301,9 +306,37 @@ void ForEachRange(const Pieces& pieces, const DataRef& ref, Fn&& fn) {
 
 }  // namespace
 
-void Gather(const Pieces& pieces, const DataRef& ref, char* dst) {
+void CopyBytes(char* dst, const char* src, size_t n, Store store) {
+#if defined(__SSE2__)
+  if (store == Store::kStreaming && n >= 256) {
+    // Plain copy up to a 16-byte aligned destination, stream the middle,
+    // plain copy of the tail; the fence orders the streamed stores before
+    // whatever the caller publishes next (e.g. "this pull is done").
+    const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+    std::memcpy(dst, src, head);
+    size_t i = head;
+    for (; i + 64 <= n; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + i, src + i, n - i);
+    _mm_sfence();
+    return;
+  }
+#endif
+  (void)store;
+  std::memcpy(dst, src, n);
+}
+
+void Gather(const Pieces& pieces, const DataRef& ref, char* dst, Store store) {
   ForEachRange(pieces, ref, [&](absl::string_view r) {
-    std::memcpy(dst, r.data(), r.size());
+    CopyBytes(dst, r.data(), r.size(), store);
     dst += r.size();
   });
 }
@@ -328,7 +361,7 @@ std::vector<absl::Span<const absl::string_view>> PayloadRanges(
 }
 
 absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,
-                        int64_t n, std::string* scratch) {
+                        int64_t n, std::string* scratch, Store store) {
   const int64_t want = n * BytesPerValue(c.encoding);
   if (c.data.size != want) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -336,7 +369,7 @@ absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,
         EncodingName(c.encoding), "), got ", c.data.size));
   }
   if (c.encoding == Encoding::kRawF32) {
-    Gather(pieces, c.data, reinterpret_cast<char*>(dst));
+    Gather(pieces, c.data, reinterpret_cast<char*>(dst), store);
     return absl::OkStatus();
   }
   const char* src;

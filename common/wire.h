@@ -89,8 +89,19 @@ std::string ChunkHeader(int outer_field, int32_t chunk_id, int64_t version,
 absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces);
 absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces);
 
+// How a copy writes its destination. kStreaming uses non-temporal stores,
+// which skip reading each destination cache line before overwriting it and
+// leave the cache to data still in use: the right choice for a destination
+// far larger than the last-level cache (a big pull). Same bytes either way.
+enum class Store { kCached, kStreaming };
+
+// memcpy, or with non-temporal stores for Store::kStreaming (plain memcpy on
+// targets without them). Any alignment, any n.
+void CopyBytes(char* dst, const char* src, size_t n, Store store);
+
 // Copies the payload bytes of `ref` to `dst` (ref.size bytes).
-void Gather(const Pieces& pieces, const DataRef& ref, char* dst);
+void Gather(const Pieces& pieces, const DataRef& ref, char* dst,
+            Store store = Store::kCached);
 
 // The payload of each of `chunks` as byte ranges of `pieces`, without
 // copying: result[i] lists chunk i's non-empty ranges, in order. The views
@@ -103,9 +114,10 @@ std::vector<absl::Span<const absl::string_view>> PayloadRanges(
 // Decodes chunk `c`'s payload into `n` floats at `dst`: a gather for
 // RAW_F32, a gather-and-convert for FP16/BF16 (`scratch` holds the encoded
 // bytes of a payload that spans pieces). InvalidArgument when the payload is
-// not exactly n values of its encoding.
+// not exactly n values of its encoding. `store` applies to RAW_F32.
 absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,
-                        int64_t n, std::string* scratch);
+                        int64_t n, std::string* scratch,
+                        Store store = Store::kCached);
 
 // Encodes n floats into `dst` (n * BytesPerValue(e) bytes).
 void EncodeValues(Encoding e, const float* src, int64_t n, char* dst);

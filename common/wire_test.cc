@@ -182,6 +182,53 @@ TEST(WireTest, EncodingNames) {
   EXPECT_FALSE(ParseEncoding("int8").ok());
 }
 
+
+TEST(WireTest, StreamingCopyEqualsMemcpyAtEveryAlignmentAndSize) {
+  std::string src(5000, '\0');
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 131 + 7);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{255}, size_t{256}, size_t{257},
+                   size_t{1000}, size_t{4095}, size_t{4096}}) {
+    for (size_t src_off : {0, 1, 3, 8, 15}) {
+      for (size_t dst_off : {0, 1, 5, 16, 63}) {
+        for (Store store : {Store::kCached, Store::kStreaming}) {
+          std::string dst(n + 128, '#');
+          CopyBytes(dst.data() + dst_off, src.data() + src_off, n, store);
+          // Exactly n bytes written, nothing before or after them.
+          EXPECT_EQ(dst.substr(0, dst_off), std::string(dst_off, '#'));
+          EXPECT_EQ(dst.substr(dst_off, n), src.substr(src_off, n))
+              << n << " " << src_off << " " << dst_off;
+          EXPECT_EQ(dst.substr(dst_off + n), std::string(128 - dst_off, '#'));
+        }
+      }
+    }
+  }
+}
+
+TEST(WireTest, StreamingDecodeEqualsCachedDecodeAcrossAnyCut) {
+  const std::vector<float> v = Values(3 * 1024 + 5, 4);
+  std::string msg = ChunkHeader(1, 3, 1, Encoding::kRawF32,
+                                static_cast<int64_t>(v.size() * 4));
+  msg.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  for (size_t cut : {size_t{1}, size_t{7}, size_t{300}, size_t{4099}, msg.size()}) {
+    Pieces pieces;
+    for (size_t at = 0; at < msg.size(); at += cut) {
+      pieces.push_back(absl::string_view(msg).substr(at, cut));
+    }
+    absl::StatusOr<std::vector<WireChunk>> chunks = ParsePullResponse(pieces);
+    ASSERT_TRUE(chunks.ok()) << chunks.status();
+    ASSERT_EQ(chunks->size(), 1u);
+    std::string scratch;
+    // Destination offset by one float so the streamed stores start unaligned.
+    std::vector<float> out(v.size() + 1, -1.0f);
+    ASSERT_TRUE(DecodeInto(pieces, (*chunks)[0], out.data() + 1,
+                           static_cast<int64_t>(v.size()), &scratch,
+                           Store::kStreaming)
+                    .ok());
+    EXPECT_EQ(out[0], -1.0f);
+    EXPECT_EQ(std::vector<float>(out.begin() + 1, out.end()), v) << cut;
+  }
+}
+
 }  // namespace
 }  // namespace wire
 }  // namespace downpour

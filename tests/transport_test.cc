@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -46,6 +47,7 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
 struct Case {
   int shards;
   int connections;
+  bool streaming_pulls;  // Pulls write with non-temporal stores.
 };
 
 class TransportTest : public ::testing::TestWithParam<Case> {};
@@ -61,6 +63,8 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
   o.hosts = (*cluster)->hosts();
   o.part_bytes = 4096;
   o.connections_per_shard = c.connections;
+  o.streaming_pull_min_bytes =
+      c.streaming_pulls ? 0 : std::numeric_limits<int64_t>::max();
   auto client = NewGrpcParameterClient(o);
   ASSERT_TRUE(client.ok()) << client.status();
   const ModelLayout layout = OddLayout(c.shards);
@@ -92,7 +96,8 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ShardsAndConnections, TransportTest,
-                         ::testing::Values(Case{1, 1}, Case{2, 3}));
+                         ::testing::Values(Case{1, 1, false}, Case{2, 3, false},
+                                           Case{2, 3, true}));
 
 TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
   for (const char* name : {"fp16", "bf16"}) {

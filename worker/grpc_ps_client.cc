@@ -134,7 +134,7 @@ class GrpcParameterClient final : public ParameterClient {
   // Reads one part's PullResponse into params/versions.
   absl::Status ReadPulledPart(const Part& part, const grpc::ByteBuffer& resp,
                               absl::Span<float> params,
-                              std::vector<int64_t>* versions);
+                              std::vector<int64_t>* versions, wire::Store store);
 
   const GrpcClientOptions options_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
@@ -267,7 +267,7 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
 
 absl::Status GrpcParameterClient::ReadPulledPart(
     const Part& part, const grpc::ByteBuffer& resp, absl::Span<float> params,
-    std::vector<int64_t>* versions) {
+    std::vector<int64_t>* versions, wire::Store store) {
   std::vector<grpc::Slice> slices;
   if (!resp.Dump(&slices).ok()) {
     return absl::InternalError("pull: cannot read the response");
@@ -298,7 +298,7 @@ absl::Status GrpcParameterClient::ReadPulledPart(
     }
     const Chunk& info = map_.chunks[c.chunk_id];
     absl::Status s = wire::DecodeInto(pieces, c, params.data() + info.flat_offset,
-                                      info.num_elements, &scratch);
+                                      info.num_elements, &scratch, store);
     if (!s.ok()) {
       return absl::InternalError(
           absl::StrCat("shard ", part.shard, ": ", s.message()));
@@ -324,6 +324,11 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
     req[i] = Serialized(r);
   }
   versions->assign(map_.chunks.size(), -1);
+  const wire::Store store =
+      static_cast<int64_t>(params.size() * sizeof(float)) >=
+              options_.streaming_pull_min_bytes
+          ? wire::Store::kStreaming
+          : wire::Store::kCached;
   return CallAll(
       "Pull", n, [&](int i) { return parts_[i].shard; }, options_.rpc_timeout,
       false,
@@ -334,7 +339,9 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
                                              &resp[i], done);
       },
       [&](int i) { resp[i].Clear(); },
-      [&](int i) { return ReadPulledPart(parts_[i], resp[i], params, versions); });
+      [&](int i) {
+        return ReadPulledPart(parts_[i], resp[i], params, versions, store);
+      });
 }
 
 absl::Status GrpcParameterClient::Push(int64_t seq,

@@ -45,6 +45,11 @@ struct GrpcClientOptions {
   // Encoding of pushed gradients and of pulled parameters on the wire.
   wire::Encoding push_encoding = wire::Encoding::kRawF32;
   wire::Encoding pull_encoding = wire::Encoding::kRawF32;
+  // A Pull into a parameter vector of at least this many bytes writes it
+  // with non-temporal stores (wire::Store::kStreaming): a vector larger than
+  // the last-level cache would be evicted before use anyway, and streaming
+  // skips reading every destination line first. 0 streams every pull.
+  int64_t streaming_pull_min_bytes = int64_t{32} << 20;
 };
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(

@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -83,6 +84,10 @@ ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20,
 ABSL_FLAG(int64_t, part_kb, 4096,
           "Client part size (KiB): payload of one Pull/Push call.");
 ABSL_FLAG(int, connections_per_shard, 2, "Client TCP connections per shard.");
+ABSL_FLAG(int64_t, streaming_pull_min_mb, 32,
+          "Pulls into parameter vectors of at least this many MiB write them "
+          "with non-temporal stores (GrpcClientOptions::"
+          "streaming_pull_min_bytes); -1: never.");
 ABSL_FLAG(std::string, wire_encoding, "f32",
           "Payload encoding in (a): f32, fp16 or bf16 (goodput counts the "
           "float32 bytes the worker moves).");
@@ -119,6 +124,7 @@ struct BenchOptions {
   int64_t max_chunk_bytes = kMiB;
   int64_t part_bytes = 4 * kMiB;
   int connections_per_shard = 2;
+  int64_t streaming_pull_min_bytes = 32 * kMiB;
   wire::Encoding encoding = wire::Encoding::kRawF32;
   bool separate_connections = true;
   int latency_ops = 0;
@@ -259,6 +265,7 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
       client_options.max_attempts = 1;  // A benchmark reports, never retries.
       client_options.part_bytes = o.part_bytes;
       client_options.connections_per_shard = o.connections_per_shard;
+      client_options.streaming_pull_min_bytes = o.streaming_pull_min_bytes;
       client_options.push_encoding = o.encoding;
       client_options.pull_encoding = o.encoding;
       absl::StatusOr<std::unique_ptr<ParameterClient>> client =
@@ -503,7 +510,12 @@ struct Stage {
 
 // Each stage of one shard's 64 MB push and pull that happens in user space,
 // timed alone (median), in the order the bytes go through them.
-std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds, std::string* error) {
+// The client's gather is timed with both kinds of stores; the kind a client
+// with `streaming_pull_min_bytes` uses at this size counts in the sums, the
+// other is shown for comparison.
+std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds,
+                                     int64_t streaming_pull_min_bytes,
+                                     std::string* error) {
   std::vector<Stage> stages;
   const int64_t n = bytes / 4;
   const ModelLayout layout = OneTensorLayout(n, 1, kMiB);
@@ -601,16 +613,25 @@ std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds, std::string* err
       pieces.push_back(absl::string_view(message).substr(at, (256 << 10) + 3));
     }
   }
-  add("pull: client parses slices, gathers into the flat vector",
-      MedianSeconds(rounds, [&] {
-        pulled = wire::ParsePullResponse(pieces);
-        std::string bytes_scratch;
-        for (const wire::WireChunk& c : *pulled) {
-          (void)wire::DecodeInto(pieces, c,
-                                 params.data() + map->chunks[c.chunk_id].flat_offset,
-                                 c.data.size / 4, &bytes_scratch);
-        }
-      }));
+  const wire::Store used = bytes >= streaming_pull_min_bytes
+                              ? wire::Store::kStreaming
+                              : wire::Store::kCached;
+  for (const wire::Store store : {wire::Store::kCached, wire::Store::kStreaming}) {
+    const std::string kind =
+        store == wire::Store::kCached ? "cached stores" : "streaming stores";
+    add(store == used
+            ? absl::StrCat("pull: client parses slices, gathers (", kind, ")")
+            : absl::StrCat("  not used at this size: the gather with ", kind),
+        MedianSeconds(rounds, [&] {
+          pulled = wire::ParsePullResponse(pieces);
+          std::string bytes_scratch;
+          for (const wire::WireChunk& c : *pulled) {
+            (void)wire::DecodeInto(
+                pieces, c, params.data() + map->chunks[c.chunk_id].flat_offset,
+                c.data.size / 4, &bytes_scratch, store);
+          }
+        }));
+  }
   return stages;
 }
 
@@ -792,7 +813,8 @@ int Run(const BenchOptions& o) {
   // (d)
   std::string stage_error;
   const std::vector<Stage> stages =
-      MeasureCopyStages(o.apply_bytes, o.apply_rounds, &stage_error);
+      MeasureCopyStages(o.apply_bytes, o.apply_rounds,
+                        o.streaming_pull_min_bytes, &stage_error);
   std::printf("\n(d) user-space stages of one %lld MiB push and pull (1 shard, "
               "1 MiB chunks; each timed alone, median of %d)\n",
               static_cast<long long>(o.apply_bytes / kMiB), o.apply_rounds);
@@ -931,6 +953,11 @@ int main(int argc, char** argv) {
   o.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
   o.part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
   o.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+  {
+    const int64_t mb = absl::GetFlag(FLAGS_streaming_pull_min_mb);
+    o.streaming_pull_min_bytes =
+        mb < 0 ? std::numeric_limits<int64_t>::max() : mb * downpour::kMiB;
+  }
   {
     absl::StatusOr<downpour::wire::Encoding> e =
         downpour::wire::ParseEncoding(absl::GetFlag(FLAGS_wire_encoding));
