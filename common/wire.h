@@ -95,6 +95,14 @@ absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces);
 // far larger than the last-level cache (a big pull). Same bytes either way.
 enum class Store { kCached, kStreaming };
 
+// kStreaming for a destination of at least `streaming_min_bytes`, else
+// kCached: the one rule the client's pulls (and the benchmark timing them)
+// follow.
+inline Store StoreFor(int64_t destination_bytes, int64_t streaming_min_bytes) {
+  return destination_bytes >= streaming_min_bytes ? Store::kStreaming
+                                                  : Store::kCached;
+}
+
 // memcpy, or with non-temporal stores for Store::kStreaming (plain memcpy on
 // targets without them). Any alignment, any n.
 void CopyBytes(char* dst, const char* src, size_t n, Store store);

@@ -182,7 +182,6 @@ TEST(WireTest, EncodingNames) {
   EXPECT_FALSE(ParseEncoding("int8").ok());
 }
 
-
 TEST(WireTest, StreamingCopyEqualsMemcpyAtEveryAlignmentAndSize) {
   std::string src(5000, '\0');
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 131 + 7);
@@ -202,6 +201,12 @@ TEST(WireTest, StreamingCopyEqualsMemcpyAtEveryAlignmentAndSize) {
       }
     }
   }
+}
+
+TEST(WireTest, DestinationsFromTheThresholdUpStream) {
+  EXPECT_EQ(StoreFor(31, 32), Store::kCached);
+  EXPECT_EQ(StoreFor(32, 32), Store::kStreaming);
+  EXPECT_EQ(StoreFor(0, 0), Store::kStreaming);
 }
 
 TEST(WireTest, StreamingDecodeEqualsCachedDecodeAcrossAnyCut) {

@@ -324,11 +324,9 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
     req[i] = Serialized(r);
   }
   versions->assign(map_.chunks.size(), -1);
-  const wire::Store store =
-      static_cast<int64_t>(params.size() * sizeof(float)) >=
-              options_.streaming_pull_min_bytes
-          ? wire::Store::kStreaming
-          : wire::Store::kCached;
+  const wire::Store store = wire::StoreFor(
+      static_cast<int64_t>(params.size() * sizeof(float)),
+      options_.streaming_pull_min_bytes);
   return CallAll(
       "Pull", n, [&](int i) { return parts_[i].shard; }, options_.rpc_timeout,
       false,

@@ -613,9 +613,7 @@ std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds,
       pieces.push_back(absl::string_view(message).substr(at, (256 << 10) + 3));
     }
   }
-  const wire::Store used = bytes >= streaming_pull_min_bytes
-                              ? wire::Store::kStreaming
-                              : wire::Store::kCached;
+  const wire::Store used = wire::StoreFor(bytes, streaming_pull_min_bytes);
   for (const wire::Store store : {wire::Store::kCached, wire::Store::kStreaming}) {
     const std::string kind =
         store == wire::Store::kCached ? "cached stores" : "streaming stores";
