@@ -227,7 +227,7 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
     uint64_t tag, v;
     if (!c.ReadVarint(&tag)) return Malformed(kWhat, "truncated tag");
     const int field = static_cast<int>(tag >> 3), type = tag & 7;
-    if (type == kVarint && field >= 1 && field <= 6 && field != 3) {
+    if (type == kVarint && field >= 1 && field <= 7 && field != 3) {
       if (!c.ReadVarint(&v)) return Malformed(kWhat, "truncated varint");
       switch (field) {
         case 1:
@@ -244,6 +244,9 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
           break;
         case 6:
           m.num_parts = static_cast<int32_t>(v);
+          break;
+        case 7:
+          m.pull_encoding = static_cast<int64_t>(v);
           break;
       }
     } else if (field == 3 && type == kLen) {

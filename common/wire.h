@@ -70,6 +70,8 @@ struct PushMessage {
   bool leave = false;
   int32_t part = 0;
   int32_t num_parts = 0;
+  // Raw value of pull_encoding (PushPull); the caller validates it.
+  int64_t pull_encoding = 0;
   std::vector<WireChunk> chunks;
 };
 

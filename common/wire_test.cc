@@ -43,6 +43,7 @@ TEST(WireTest, ParsesWhatProtobufWritesAcrossAnyCut) {
   req.set_seq(123456789012LL);
   req.set_part(2);
   req.set_num_parts(5);
+  req.set_pull_encoding(proto::BF16);
   const std::vector<int64_t> sizes = {0, 1, 7, 1000};
   std::vector<std::vector<float>> data;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -62,6 +63,7 @@ TEST(WireTest, ParsesWhatProtobufWritesAcrossAnyCut) {
     EXPECT_EQ(m->seq, 123456789012LL);
     EXPECT_EQ(m->part, 2);
     EXPECT_EQ(m->num_parts, 5);
+    EXPECT_EQ(m->pull_encoding, proto::BF16);
     ASSERT_EQ(m->chunks.size(), sizes.size());
     std::string scratch;
     std::vector<absl::string_view> storage;

@@ -2,12 +2,14 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_convert.h"
+#include "common/status_macros.h"
 #include "common/wire.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -63,12 +65,14 @@ std::vector<float>& ThreadScratch() {
   return scratch;
 }
 
-// Pull and Push are served as raw byte buffers (WithRawCallbackMethod_*), so
-// payloads are written from and read into place (common/wire.h); the small
-// DeclareModel and GetStats use the generated protobuf handlers.
+// Pull, Push and PushPull are served as raw byte buffers
+// (WithRawCallbackMethod_*), so payloads are written from and read into place
+// (common/wire.h); the small DeclareModel and GetStats use the generated
+// protobuf handlers.
 using ServiceBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
     proto::ParameterServer::WithRawCallbackMethod_Push<
-        proto::ParameterServer::CallbackService>>;
+        proto::ParameterServer::WithRawCallbackMethod_PushPull<
+            proto::ParameterServer::CallbackService>>>;
 
 class ParameterServerService final : public ServiceBase {
  public:
@@ -160,36 +164,42 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
-    std::vector<grpc::Slice> slices;
-    if (!request->Dump(&slices).ok()) {
-      return Finish(ctx, absl::InternalError("push: cannot read the request"));
-    }
-    const wire::Pieces pieces = PiecesOf(slices);
-    absl::StatusOr<wire::PushMessage> msg = wire::ParsePushRequest(pieces);
-    if (!msg.ok()) return Finish(ctx, msg.status());
-    if (msg->leave) {
-      absl::Status s = !msg->chunks.empty()
-                           ? absl::InvalidArgumentError(
-                                 "a leave push carries no gradients")
-                           : store_->Leave(msg->worker_id);
-      // An OK reply must carry a message.
-      if (s.ok()) SerializeSmall(proto::PushResponse(), response);
-      return Finish(ctx, s);
-    }
-    std::vector<absl::string_view> ranges;
-    absl::StatusOr<std::vector<ChunkBytes>> grads = Payloads(pieces, *msg, &ranges);
-    if (!grads.ok()) return Finish(ctx, grads.status());
-    const PushId id{msg->worker_id, msg->seq, msg->part,
-                    msg->num_parts == 0 ? 1 : msg->num_parts};
-    absl::StatusOr<PushResult> r = store_->Push(id, *grads);
+    wire::PushMessage msg;
+    absl::StatusOr<PushResult> r = ApplyPush(*request, /*push_pull=*/false, &msg);
     if (r.ok()) {
       proto::PushResponse resp;
       resp.set_duplicate(r->duplicate);
       resp.set_dropped(r->dropped);
       for (int64_t v : r->versions) resp.add_versions(v);
+      // An OK reply must carry a message.
       SerializeSmall(resp, response);
     }
     return Finish(ctx, r.status());
+  }
+
+  // Push, then the pushed chunks' values, in one call. The values are read
+  // right after the optimizer wrote them, so they leave from cache.
+  grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override {
+    wire::PushMessage msg;
+    absl::StatusOr<PushResult> r = ApplyPush(*request, /*push_pull=*/true, &msg);
+    if (!r.ok()) return Finish(ctx, r.status());
+    std::vector<int32_t> ids;
+    ids.reserve(msg.chunks.size());
+    for (const wire::WireChunk& c : msg.chunks) ids.push_back(c.chunk_id);
+    std::vector<ChunkView> pulled;
+    pulled.reserve(ids.size());
+    // (An empty list would mean every chunk to Pull; nothing was pushed.)
+    absl::Status s = ids.empty() ? absl::OkStatus()
+                                 : store_->Pull(ids, [&pulled](const ChunkView& c) {
+                                     pulled.push_back(c);
+                                   });
+    if (s.ok()) {
+      *response =
+          EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding));
+    }
+    return Finish(ctx, s);
   }
 
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
@@ -205,6 +215,45 @@ class ParameterServerService final : public ServiceBase {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
+  }
+
+  // Parses a push and hands it to the store; a leave's result is an empty
+  // PushResult. For a PushPull (push_pull), a leave or an unknown
+  // pull_encoding is refused before anything is applied.
+  absl::StatusOr<PushResult> ApplyPush(const grpc::ByteBuffer& request,
+                                       bool push_pull, wire::PushMessage* msg) {
+    std::vector<grpc::Slice> slices;
+    if (!request.Dump(&slices).ok()) {
+      return absl::InternalError("push: cannot read the request");
+    }
+    const wire::Pieces pieces = PiecesOf(slices);
+    absl::StatusOr<wire::PushMessage> parsed = wire::ParsePushRequest(pieces);
+    if (!parsed.ok()) return parsed.status();
+    *msg = *std::move(parsed);
+    if (push_pull && (msg->pull_encoding < 0 ||
+                      msg->pull_encoding > std::numeric_limits<int>::max() ||
+                      !proto::Encoding_IsValid(
+                          static_cast<int>(msg->pull_encoding)))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push-pull: unknown pull_encoding ", msg->pull_encoding));
+    }
+    if (msg->leave) {
+      if (push_pull) {
+        return absl::InvalidArgumentError("a leave goes by Push, not PushPull");
+      }
+      if (!msg->chunks.empty()) {
+        return absl::InvalidArgumentError("a leave push carries no gradients");
+      }
+      DP_RETURN_IF_ERROR(store_->Leave(msg->worker_id));
+      return PushResult();
+    }
+    std::vector<absl::string_view> ranges;
+    DP_ASSIGN_OR_RETURN(std::vector<ChunkBytes> grads,
+                        Payloads(pieces, *msg, &ranges));
+    const PushId id{msg->worker_id, msg->seq, msg->part,
+                    msg->num_parts == 0 ? 1 : msg->num_parts};
+    // The slices (and so `ranges`) stay alive until the store returns.
+    return store_->Push(id, grads);
   }
 
   // The gradients of a parsed push as the store takes them. float32

@@ -217,5 +217,63 @@ TEST_F(BadRequestTest, BadRequestsChangeNothingAndServerKeepsServing) {
   EXPECT_TRUE(cluster_->AllRunning());
 }
 
+// PushPull refuses what Push refuses (changing nothing), refuses a leave and
+// an unknown pull encoding before applying anything, and otherwise returns
+// the pushed chunks' values after the push, also for a retried push.
+TEST_F(BadRequestTest, PushPullRefusesBadCallsAndReturnsThePushedValues) {
+  ASSERT_TRUE(Declare(GoodDeclare()).ok());
+  auto push_pull = [&](const proto::PushRequest& req, proto::PullResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->PushPull(&ctx, req, resp);
+  };
+  proto::PullResponse before;
+  ASSERT_TRUE(Pull(&before).ok());
+
+  proto::PullResponse resp;
+  proto::PushRequest nan = GoodPush(1, 1.0f);
+  const float bad = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan.mutable_gradients(0)->mutable_data()->data(), &bad, 4);
+  ExpectError(push_pull(nan, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+              "NaN or Inf");
+  proto::PushRequest encoding = GoodPush(1, 1.0f);
+  encoding.set_pull_encoding(static_cast<proto::Encoding>(99));
+  ExpectError(push_pull(encoding, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+              "pull_encoding");
+  proto::PushRequest leave;
+  leave.set_worker_id(0);
+  leave.set_leave(true);
+  ExpectError(push_pull(leave, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+              "leave");
+  proto::PullResponse unchanged;
+  ASSERT_TRUE(Pull(&unchanged).ok());
+  ASSERT_EQ(unchanged.chunks_size(), before.chunks_size());
+  for (int i = 0; i < unchanged.chunks_size(); ++i) {
+    EXPECT_EQ(unchanged.chunks(i).data(), before.chunks(i).data());
+    EXPECT_EQ(unchanged.chunks(i).version(), 0);
+  }
+  EXPECT_EQ(Stats().pushes_applied(), 0);
+
+  // A good one: every pushed chunk comes back, moved by lr * 2 = 1.
+  const proto::PushRequest good = GoodPush(1, 2.0f);
+  for (int attempt = 0; attempt < 2; ++attempt) {  // The second is a retry.
+    proto::PullResponse got;
+    ASSERT_TRUE(push_pull(good, &got).ok()) << attempt;
+    ASSERT_EQ(got.chunks_size(), good.gradients_size());
+    for (int i = 0; i < got.chunks_size(); ++i) {
+      EXPECT_EQ(got.chunks(i).chunk_id(), good.gradients(i).chunk_id());
+      EXPECT_EQ(got.chunks(i).version(), 1);
+      ASSERT_EQ(got.chunks(i).data().size(), before.chunks(i).data().size());
+      const float* a = reinterpret_cast<const float*>(got.chunks(i).data().data());
+      const float* b =
+          reinterpret_cast<const float*>(before.chunks(i).data().data());
+      for (size_t k = 0; k < got.chunks(i).data().size() / 4; ++k) {
+        ASSERT_EQ(a[k], b[k] - 1.0f) << "chunk " << i << " element " << k;
+      }
+    }
+  }
+  EXPECT_EQ(Stats().pushes_applied(), 1);
+  EXPECT_TRUE(cluster_->AllRunning());
+}
+
 }  // namespace
 }  // namespace downpour

@@ -1,5 +1,6 @@
 // The transport through real ps_server processes on loopback: chunking into
-// parts round-trips odd sizes exactly, fp16/bf16 stay within their format's
+// parts round-trips odd sizes exactly (Pull, Push and PushPull, with and
+// without a limit on calls in flight), fp16/bf16 stay within their format's
 // bound, pulls sent from the store's buffers are never torn by concurrent
 // pushes, and an oversize request is refused cleanly while the server keeps
 // serving.
@@ -48,6 +49,7 @@ struct Case {
   int shards;
   int connections;
   bool streaming_pulls;  // Pulls write with non-temporal stores.
+  int calls_in_flight;   // Per connection; 0: no limit.
 };
 
 class TransportTest : public ::testing::TestWithParam<Case> {};
@@ -63,6 +65,7 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
   o.hosts = (*cluster)->hosts();
   o.part_bytes = 4096;
   o.connections_per_shard = c.connections;
+  o.max_calls_in_flight_per_connection = c.calls_in_flight;
   o.streaming_pull_min_bytes =
       c.streaming_pulls ? 0 : std::numeric_limits<int64_t>::max();
   auto client = NewGrpcParameterClient(o);
@@ -92,12 +95,39 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
   ASSERT_TRUE((*client)->Push(1, g, std::vector<int64_t>(versions.size(), 0)).ok());
   ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], init[i] - g[i]) << i;
+
+  // PushPull: each part's values after its push come back in its reply.
+  const std::vector<float> g2 = Random(n, 3);
+  std::vector<float> after(n, -1);
+  std::vector<int64_t> after_versions;
+  ASSERT_TRUE((*client)
+                  ->PushPull(2, g2, versions, absl::MakeSpan(after),
+                             &after_versions, PullOptions())
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(after[i], (init[i] - g[i]) - g2[i]) << i;
+  }
+  for (int64_t v : after_versions) EXPECT_EQ(v, 2);
+  // Retried, it is not applied again, and still returns the values.
+  std::fill(after.begin(), after.end(), -1.0f);
+  ASSERT_TRUE((*client)
+                  ->PushPull(2, g2, versions, absl::MakeSpan(after),
+                             &after_versions, PullOptions())
+                  .ok());
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  EXPECT_EQ(after, got);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], (init[i] - g[i]) - g2[i]) << i;
+  }
+  for (int64_t v : versions) EXPECT_EQ(v, 2);
   EXPECT_TRUE((*cluster)->AllRunning());
 }
 
-INSTANTIATE_TEST_SUITE_P(ShardsAndConnections, TransportTest,
-                         ::testing::Values(Case{1, 1, false}, Case{2, 3, false},
-                                           Case{2, 3, true}));
+INSTANTIATE_TEST_SUITE_P(
+    ShardsAndConnections, TransportTest,
+    ::testing::Values(Case{1, 1, false, 0}, Case{2, 3, false, 0},
+                      Case{2, 3, true, 0}, Case{2, 1, false, 1},
+                      Case{2, 2, true, 2}));
 
 TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
   for (const char* name : {"fp16", "bf16"}) {
@@ -133,6 +163,24 @@ TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
     const double want = init[5] - 0.1;
     EXPECT_LE(std::abs(got[5] - want), rel * (std::abs(init[5]) + 0.1) * 2 + 1e-7)
         << name;
+    // A PushPull returns the values in the pull encoding as well.
+    std::vector<float> exchanged(n);
+    std::vector<int64_t> exchanged_versions;
+    g[5] = 0;
+    g[7] = 0.1f;
+    ASSERT_TRUE((*client)
+                    ->PushPull(2, g, versions, absl::MakeSpan(exchanged),
+                               &exchanged_versions, PullOptions())
+                    .ok());
+    const double want7 = init[7] - 0.1;
+    EXPECT_LE(std::abs(exchanged[7] - want7),
+              rel * (std::abs(init[7]) + 0.1) * 2 + 1e-7)
+        << name;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i == 5 || i == 7) continue;
+      ASSERT_LE(std::abs(exchanged[i] - init[i]), rel * std::abs(init[i]) + 1e-7)
+          << name << " exchanged element " << i;
+    }
   }
 }
 

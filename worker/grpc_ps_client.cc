@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,7 @@ namespace {
 
 constexpr char kPullMethod[] = "/downpour.proto.ParameterServer/Pull";
 constexpr char kPushMethod[] = "/downpour.proto.ParameterServer/Push";
+constexpr char kPushPullMethod[] = "/downpour.proto.ParameterServer/PushPull";
 
 bool IsTransient(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -78,12 +80,18 @@ grpc::ByteBuffer Serialized(const Message& msg) {
   return out;
 }
 
+int ConnectionsPerShard(const GrpcClientOptions& o) {
+  if (o.connections_per_shard > 0) return o.connections_per_shard;
+  return o.hosts.size() == 1 ? 2 : 1;
+}
+
 class GrpcParameterClient final : public ParameterClient {
  public:
-  explicit GrpcParameterClient(const GrpcClientOptions& o) : options_(o) {
+  explicit GrpcParameterClient(const GrpcClientOptions& o)
+      : options_(o), connections_(ConnectionsPerShard(o)) {
     for (const std::string& host : o.hosts) {
       std::vector<std::unique_ptr<grpc::GenericStub>> conns;
-      for (int c = 0; c < o.connections_per_shard; ++c) {
+      for (int c = 0; c < connections_; ++c) {
         grpc::ChannelArguments args;
         ConfigureChannelArguments(&args);
         // A private subchannel pool and a distinct argument give each
@@ -106,6 +114,10 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status Leave() override;
   absl::Status Push(int64_t seq, absl::Span<const float> grads,
                     absl::Span<const int64_t> base_versions) override;
+  absl::Status PushPull(int64_t seq, absl::Span<const float> grads,
+                        absl::Span<const int64_t> base_versions,
+                        absl::Span<float> params, std::vector<int64_t>* versions,
+                        const PullOptions& options) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   const ShardMap& shard_map() const override { return map_; }
 
@@ -120,6 +132,7 @@ class GrpcParameterClient final : public ParameterClient {
   // while other calls are still in flight); its error fails the whole run.
   absl::Status CallAll(const char* what, int n,
                        const std::function<int(int)>& shard_of,
+                       const std::function<int(int)>& lane_of,
                        absl::Duration timeout, bool wait_for_ready,
                        const StartFn& start,
                        const std::function<void(int)>& reset,
@@ -128,15 +141,29 @@ class GrpcParameterClient final : public ParameterClient {
                              bool wait_for_ready, const StartFn& start,
                              const std::function<void(int)>& reset) {
     return CallAll(what, static_cast<int>(stubs_.size()),
-                   [](int i) { return i; }, timeout, wait_for_ready, start,
+                   [](int i) { return i; }, [](int i) { return i; }, timeout, wait_for_ready, start,
                    reset, nullptr);
   }
+  // One request per part of parts_.
+  std::vector<grpc::ByteBuffer> PullRequests(const PullOptions& options) const;
+  // Also fills push_heads_/push_payloads_, which the requests point into.
+  // push_pull: PushPull requests (with the pull encoding).
+  std::vector<grpc::ByteBuffer> PushRequests(
+      int64_t seq, absl::Span<const float> grads,
+      absl::Span<const int64_t> base_versions, bool push_pull);
+  absl::Status CheckPush(absl::Span<const float> grads,
+                         absl::Span<const int64_t> base_versions) const;
   // Reads one part's PullResponse into params/versions.
   absl::Status ReadPulledPart(const Part& part, const grpc::ByteBuffer& resp,
                               absl::Span<float> params,
                               std::vector<int64_t>* versions, wire::Store store);
 
+  int LaneOf(const Part& p) const {
+    return p.shard * connections_ + p.conn;
+  }
+
   const GrpcClientOptions options_;
+  const int connections_;  // Per shard, with 0 ("auto") resolved.
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> generic_;
   ShardMap map_;
@@ -148,18 +175,24 @@ class GrpcParameterClient final : public ParameterClient {
 
 absl::Status GrpcParameterClient::CallAll(
     const char* what, int n, const std::function<int(int)>& shard_of,
-    absl::Duration timeout, bool wait_for_ready, const StartFn& start,
+    const std::function<int(int)>& lane_of, absl::Duration timeout,
+    bool wait_for_ready, const StartFn& start,
     const std::function<void(int)>& reset,
     const std::function<absl::Status(int)>& on_ok) {
   std::vector<int> pending(n);
   for (int i = 0; i < n; ++i) pending[i] = i;
   std::vector<grpc::Status> status(n);
+  const int window = options_.max_calls_in_flight_per_connection;
   absl::Mutex mu;
   absl::Status consume_error;
   for (int attempt = 1; !pending.empty(); ++attempt) {
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
     absl::BlockingCounter counter(static_cast<int>(pending.size()));
-    for (int i : pending) {
+    // Each lane (connection) keeps at most `window` calls in flight; the
+    // rest wait in its queue and start as earlier ones complete.
+    const size_t lanes = options_.hosts.size() * connections_;
+    std::vector<std::deque<int>> queued(lanes);
+    std::function<void(int)> launch = [&](int i) {
       ctx[i] = std::make_unique<grpc::ClientContext>();
       ctx[i]->set_deadline(std::chrono::system_clock::now() +
                            absl::ToChronoSeconds(timeout));
@@ -174,9 +207,34 @@ absl::Status GrpcParameterClient::CallAll(
           }
         }
         status[i] = std::move(s);
+        int next = -1;
+        if (window > 0) {
+          absl::MutexLock l(&mu);
+          std::deque<int>& q = queued[lane_of(i)];
+          if (!q.empty()) {
+            next = q.front();
+            q.pop_front();
+          }
+        }
+        if (next >= 0) launch(next);
         counter.DecrementCount();
       });
+    };
+    std::vector<int> first;
+    {
+      absl::MutexLock l(&mu);
+      std::vector<int> started(lanes, 0);
+      for (int i : pending) {
+        const int lane = lane_of(i);
+        if (window <= 0 || started[lane] < window) {
+          ++started[lane];
+          first.push_back(i);
+        } else {
+          queued[lane].push_back(i);
+        }
+      }
     }
+    for (int i : first) launch(i);
     counter.Wait();
     DP_RETURN_IF_ERROR(consume_error);
     std::vector<int> retry;
@@ -228,7 +286,7 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
     }
   }
   std::vector<Part> parts =
-      MakeParts(map, options_.part_bytes, options_.connections_per_shard);
+      MakeParts(map, options_.part_bytes, connections_);
   const int n = static_cast<int>(parts.size());
   std::vector<proto::DeclareModelRequest> req(n);
   std::vector<proto::DeclareModelResponse> resp(n);
@@ -246,6 +304,7 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
   }
   DP_RETURN_IF_ERROR(CallAll(
       "DeclareModel", n, [&](int i) { return parts[i].shard; },
+      [&](int i) { return LaneOf(parts[i]); },
       options_.connect_timeout, /*wait_for_ready=*/true,
       [&](int i, grpc::ClientContext* ctx, auto done) {
         stubs_[parts[i].shard]->async()->DeclareModel(ctx, &req[i], &resp[i],
@@ -308,13 +367,10 @@ absl::Status GrpcParameterClient::ReadPulledPart(
   return absl::OkStatus();
 }
 
-absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
-                                       std::vector<int64_t>* versions,
-                                       const PullOptions& options) {
-  DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
-  const int n = static_cast<int>(parts_.size());
-  std::vector<grpc::ByteBuffer> req(n), resp(n);
-  for (int i = 0; i < n; ++i) {
+std::vector<grpc::ByteBuffer> GrpcParameterClient::PullRequests(
+    const PullOptions& options) const {
+  std::vector<grpc::ByteBuffer> req(parts_.size());
+  for (size_t i = 0; i < parts_.size(); ++i) {
     proto::PullRequest r;
     r.set_worker_id(options_.worker_id);
     r.set_min_version(options.min_version);
@@ -323,12 +379,23 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
     for (int32_t id : parts_[i].chunk_ids) r.add_chunk_ids(id);
     req[i] = Serialized(r);
   }
+  return req;
+}
+
+absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
+                                       std::vector<int64_t>* versions,
+                                       const PullOptions& options) {
+  DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
+  const int n = static_cast<int>(parts_.size());
+  std::vector<grpc::ByteBuffer> req = PullRequests(options);
+  std::vector<grpc::ByteBuffer> resp(n);
   versions->assign(map_.chunks.size(), -1);
   const wire::Store store = wire::StoreFor(
       static_cast<int64_t>(params.size() * sizeof(float)),
       options_.streaming_pull_min_bytes);
   return CallAll(
-      "Pull", n, [&](int i) { return parts_[i].shard; }, options_.rpc_timeout,
+      "Pull", n, [&](int i) { return parts_[i].shard; },
+      [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
       false,
       [&](int i, grpc::ClientContext* ctx, auto done) {
         const Part& p = parts_[i];
@@ -338,24 +405,23 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
       },
       [&](int i) { resp[i].Clear(); },
       [&](int i) {
-        return ReadPulledPart(parts_[i], resp[i], params, versions, store);
+        absl::Status s =
+            ReadPulledPart(parts_[i], resp[i], params, versions, store);
+        // Free the received slices now, so that later reads reuse them
+        // while they are still in cache.
+        resp[i].Clear();
+        return s;
       });
 }
 
-absl::Status GrpcParameterClient::Push(int64_t seq,
-                                       absl::Span<const float> grads,
-                                       absl::Span<const int64_t> base_versions) {
-  DP_RETURN_IF_ERROR(CheckFlatSize(map_, grads.size(), "Push"));
-  if (base_versions.size() != map_.chunks.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Push: ", base_versions.size(), " base versions for ",
-        map_.chunks.size(), " chunks"));
-  }
+std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
+    int64_t seq, absl::Span<const float> grads,
+    absl::Span<const int64_t> base_versions, bool push_pull) {
   const wire::Encoding enc = options_.push_encoding;
   const int n = static_cast<int>(parts_.size());
   push_heads_.resize(n);
   push_payloads_.resize(n);
-  std::vector<grpc::ByteBuffer> req(n), resp(n);
+  std::vector<grpc::ByteBuffer> req(n);
   for (int i = 0; i < n; ++i) {
     const Part& p = parts_[i];
     // All header bytes first (the string must not move once sliced).
@@ -365,6 +431,10 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
     wire::PutVarintField(2, static_cast<uint64_t>(seq), &heads);
     wire::PutVarintField(5, static_cast<uint64_t>(p.index), &heads);
     wire::PutVarintField(6, static_cast<uint64_t>(p.count), &heads);
+    if (push_pull) {
+      wire::PutVarintField(7, static_cast<uint64_t>(options_.pull_encoding),
+                           &heads);
+    }
     std::vector<size_t> head_end;
     int64_t encoded_total = 0;
     for (int32_t id : p.chunk_ids) {
@@ -407,8 +477,32 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
     }
     req[i] = grpc::ByteBuffer(slices.data(), slices.size());
   }
+  return req;
+}
+
+absl::Status GrpcParameterClient::CheckPush(
+    absl::Span<const float> grads,
+    absl::Span<const int64_t> base_versions) const {
+  DP_RETURN_IF_ERROR(CheckFlatSize(map_, grads.size(), "Push"));
+  if (base_versions.size() != map_.chunks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Push: ", base_versions.size(), " base versions for ",
+        map_.chunks.size(), " chunks"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcParameterClient::Push(int64_t seq,
+                                       absl::Span<const float> grads,
+                                       absl::Span<const int64_t> base_versions) {
+  DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
+  const int n = static_cast<int>(parts_.size());
+  std::vector<grpc::ByteBuffer> req =
+      PushRequests(seq, grads, base_versions, /*push_pull=*/false);
+  std::vector<grpc::ByteBuffer> resp(n);
   return CallAll(
-      "Push", n, [&](int i) { return parts_[i].shard; }, options_.rpc_timeout,
+      "Push", n, [&](int i) { return parts_[i].shard; },
+      [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
       false,
       [&](int i, grpc::ClientContext* ctx, auto done) {
         const Part& p = parts_[i];
@@ -417,6 +511,49 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
                                              &resp[i], done);
       },
       [&](int i) { resp[i].Clear(); }, nullptr);
+}
+
+absl::Status GrpcParameterClient::PushPull(
+    int64_t seq, absl::Span<const float> grads,
+    absl::Span<const int64_t> base_versions, absl::Span<float> params,
+    std::vector<int64_t>* versions, const PullOptions& options) {
+  if (options.min_version > 0 || options.worker_clock >= 0) {
+    // A pull that may wait for other workers must not hold up this
+    // worker's remaining pushes: push everything first.
+    DP_RETURN_IF_ERROR(Push(seq, grads, base_versions));
+    return Pull(params, versions, options);
+  }
+  DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
+  DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
+  if (grads.data() < params.data() + params.size() &&
+      params.data() < grads.data() + grads.size()) {
+    return absl::InvalidArgumentError("PushPull: grads and params overlap");
+  }
+  const int n = static_cast<int>(parts_.size());
+  std::vector<grpc::ByteBuffer> req =
+      PushRequests(seq, grads, base_versions, /*push_pull=*/true);
+  std::vector<grpc::ByteBuffer> resp(n);
+  versions->assign(map_.chunks.size(), -1);
+  const wire::Store store = wire::StoreFor(
+      static_cast<int64_t>(params.size() * sizeof(float)),
+      options_.streaming_pull_min_bytes);
+  return CallAll(
+      "PushPull", n, [&](int i) { return parts_[i].shard; },
+      [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
+      false,
+      [&](int i, grpc::ClientContext* ctx, auto done) {
+        const Part& p = parts_[i];
+        generic_[p.shard][p.conn]->UnaryCall(ctx, kPushPullMethod,
+                                             grpc::StubOptions(), &req[i],
+                                             &resp[i], done);
+      },
+      [&](int i) { resp[i].Clear(); },
+      [&](int i) {
+        absl::Status s =
+            ReadPulledPart(parts_[i], resp[i], params, versions, store);
+        resp[i].Clear();
+        return s;
+      });
 }
 
 absl::Status GrpcParameterClient::Leave() {
@@ -470,9 +607,14 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
         "part_bytes must be in [4096, ", kMaxMessageBytes / 2, "], got ",
         options.part_bytes));
   }
-  if (options.connections_per_shard < 1 || options.connections_per_shard > 64) {
+  if (options.max_calls_in_flight_per_connection < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "connections_per_shard must be in [1, 64], got ",
+        "max_calls_in_flight_per_connection must be >= 0 (0: no limit), got ",
+        options.max_calls_in_flight_per_connection));
+  }
+  if (options.connections_per_shard < 0 || options.connections_per_shard > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "connections_per_shard must be in [0, 64] (0: auto), got ",
         options.connections_per_shard));
   }
   return std::unique_ptr<ParameterClient>(new GrpcParameterClient(options));

@@ -1,9 +1,11 @@
 // File: worker/grpc_ps_client.h
 //
 // ParameterClient over gRPC. Each shard's chunks are grouped into parts of at
-// most `part_bytes`; every part of every shard is one call, and all of them
-// are in flight at once, spread over `connections_per_shard` TCP connections
-// per shard. Payloads go out as slices pointing at the caller's memory (no
+// most `part_bytes`; every part of every shard is one call. The shards are
+// served at once; on each of a shard's `connections_per_shard` TCP
+// connections, at most `max_calls_in_flight_per_connection` calls are in
+// flight. PushPull sends each part as one PushPull call, whose reply carries
+// the part's values after the push. Payloads go out as slices pointing at the caller's memory (no
 // copy for float32) and are read from the received slices straight into the
 // caller's flat vector (common/wire.h). Per-call deadlines; transient
 // failures are retried with the same (seq, part), which the servers apply at
@@ -39,9 +41,19 @@ struct GrpcClientOptions {
   // Largest payload of one call (bytes). A shard's chunks are grouped, in
   // order, into parts of at most this (a chunk larger than it is a part of
   // its own); must stay below kMaxMessageBytes.
-  int64_t part_bytes = int64_t{4} << 20;
+  int64_t part_bytes = int64_t{1} << 20;
   // TCP connections per shard; parts are dealt over them round-robin.
-  int connections_per_shard = 2;
+  // 0: two for a single shard, one each for more, so that two calls or more
+  // are in flight at once.
+  int connections_per_shard = 0;
+  // Calls in flight on one connection at a time; the others queue and start
+  // as earlier ones complete. 0: no limit. The defaults (1 MiB parts, one
+  // call in flight per connection) keep what a shard has in flight small
+  // enough to stay in the CPU cache, so that the bytes a server receives are
+  // still cached when its optimizer reads them, and those it writes still
+  // cached when a PushPull sends them back. Over a network with a large
+  // bandwidth-delay product, allow more calls in flight.
+  int max_calls_in_flight_per_connection = 1;
   // Encoding of pushed gradients and of pulled parameters on the wire.
   wire::Encoding push_encoding = wire::Encoding::kRawF32;
   wire::Encoding pull_encoding = wire::Encoding::kRawF32;

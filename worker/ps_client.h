@@ -58,6 +58,19 @@ class ParameterClient {
   virtual absl::Status Push(int64_t seq, absl::Span<const float> grads,
                             absl::Span<const int64_t> base_versions) = 0;
 
+  // Push(seq, grads, base_versions), then Pull(params, versions, options):
+  // one Downpour exchange. An implementation may overlap the two (each
+  // part's pull right after that part's push), so `grads` and `params`
+  // must not overlap.
+  virtual absl::Status PushPull(int64_t seq, absl::Span<const float> grads,
+                                absl::Span<const int64_t> base_versions,
+                                absl::Span<float> params,
+                                std::vector<int64_t>* versions,
+                                const PullOptions& options) {
+    absl::Status s = Push(seq, grads, base_versions);
+    if (!s.ok()) return s;
+    return Pull(params, versions, options);
+  }
   // Tells every shard this worker has finished (sync/ssp stop waiting).
   virtual absl::Status Leave() = 0;
 

@@ -59,8 +59,12 @@ ABSL_FLAG(std::string, local_aggregation, "sum",
           "num_workers*R).");
 ABSL_FLAG(bool, overlap, true,
           "Push and pull in the background while computing the next step.");
-ABSL_FLAG(int64_t, part_kb, 4096, "Largest payload of one pull/push call, KiB.");
-ABSL_FLAG(int, connections_per_shard, 2, "TCP connections to each shard.");
+ABSL_FLAG(int64_t, part_kb, 1024, "Largest payload of one pull/push call, KiB.");
+ABSL_FLAG(int, connections_per_shard, 0,
+          "TCP connections to each shard; 0: 2 for a single shard, else 1.");
+ABSL_FLAG(int, calls_in_flight, 1,
+          "Calls in flight per connection (0: no limit); raise it over a "
+          "network with a large bandwidth-delay product.");
 ABSL_FLAG(std::string, push_dtype, "f32",
           "Gradient encoding on the wire: f32, fp16 or bf16.");
 ABSL_FLAG(std::string, pull_dtype, "f32",
@@ -143,6 +147,8 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
   f.trainer.overlap = absl::GetFlag(FLAGS_overlap);
   f.client.part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
   f.client.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+  f.client.max_calls_in_flight_per_connection =
+      absl::GetFlag(FLAGS_calls_in_flight);
   DP_ASSIGN_OR_RETURN(f.client.push_encoding,
                       wire::ParseEncoding(absl::GetFlag(FLAGS_push_dtype)));
   DP_ASSIGN_OR_RETURN(f.client.pull_encoding,

@@ -342,11 +342,15 @@ absl::StatusOr<TrainResult> RunDownpourWorker(
         const PullOptions wait = pull_options(base);
         incoming_pull = incoming_pull || fetch_next;
         comm.Start([&, push_seq, base = std::move(base), wait, fetch_next]() {
-          DP_RETURN_IF_ERROR(client->Push(
-              push_seq, absl::MakeConstSpan(sending.data(), n), base));
-          if (!fetch_next) return absl::OkStatus();
-          return client->Pull(absl::MakeSpan(incoming.params.data(), n),
-                              &incoming.versions, wait);
+          if (!fetch_next) {
+            return client->Push(push_seq,
+                                absl::MakeConstSpan(sending.data(), n), base);
+          }
+          // One exchange: each part's values come back right after its push.
+          return client->PushPull(push_seq,
+                                  absl::MakeConstSpan(sending.data(), n), base,
+                                  absl::MakeSpan(incoming.params.data(), n),
+                                  &incoming.versions, wait);
         });
       }
       window.push += Lap(&t);

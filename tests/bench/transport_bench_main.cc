@@ -81,9 +81,18 @@ ABSL_FLAG(int, min_rounds, 0, "Fewest timed rounds per cell. Default 2.");
 ABSL_FLAG(int, max_rounds, 0, "Most timed rounds per cell. Default 50.");
 ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20,
           "Layout max_chunk_bytes (ps_worker's default is 1 MiB).");
-ABSL_FLAG(int64_t, part_kb, 4096,
-          "Client part size (KiB): payload of one Pull/Push call.");
-ABSL_FLAG(int, connections_per_shard, 2, "Client TCP connections per shard.");
+ABSL_FLAG(int64_t, part_kb, downpour::GrpcClientOptions().part_bytes >> 10,
+          "Client part size (KiB): payload of one call.");
+ABSL_FLAG(int, connections_per_shard,
+          downpour::GrpcClientOptions().connections_per_shard,
+          "Client TCP connections per shard.");
+ABSL_FLAG(int, calls_in_flight,
+          downpour::GrpcClientOptions().max_calls_in_flight_per_connection,
+          "Calls in flight per connection (GrpcClientOptions::"
+          "max_calls_in_flight_per_connection); 0: no limit.");
+ABSL_FLAG(bool, push_pull, true,
+          "A round is one ParameterClient::PushPull, as an async worker's "
+          "exchange is; false: a Pull, then a Push.");
 ABSL_FLAG(int64_t, streaming_pull_min_mb, 32,
           "Pulls into parameter vectors of at least this many MiB write them "
           "with non-temporal stores (GrpcClientOptions::"
@@ -122,8 +131,10 @@ struct BenchOptions {
   int min_rounds = 2;
   int max_rounds = 50;
   int64_t max_chunk_bytes = kMiB;
-  int64_t part_bytes = 4 * kMiB;
-  int connections_per_shard = 2;
+  int64_t part_bytes = 0;
+  int connections_per_shard = 0;
+  int calls_in_flight = 0;
+  bool push_pull = true;
   int64_t streaming_pull_min_bytes = 32 * kMiB;
   wire::Encoding encoding = wire::Encoding::kRawF32;
   bool separate_connections = true;
@@ -213,7 +224,7 @@ struct GoodputCell {
   double goodput = 0;         // Bytes pushed + pulled per second, all workers.
   std::vector<double> trial_goodput;  // The same, per trial.
   double pull_mean_s = 0;     // One worker's Pull, mean over rounds and workers.
-  double push_mean_s = 0;
+  double push_mean_s = 0;     // Push, or the whole PushPull with --push_pull.
   // Whole process (clients, servers, gRPC threads) during the timed rounds.
   double cpu_s_per_gb = 0;    // User + system CPU seconds per GB moved.
   double sys_fraction = 0;    // Share of that CPU time spent in the kernel.
@@ -265,6 +276,7 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
       client_options.max_attempts = 1;  // A benchmark reports, never retries.
       client_options.part_bytes = o.part_bytes;
       client_options.connections_per_shard = o.connections_per_shard;
+      client_options.max_calls_in_flight_per_connection = o.calls_in_flight;
       client_options.streaming_pull_min_bytes = o.streaming_pull_min_bytes;
       client_options.push_encoding = o.encoding;
       client_options.pull_encoding = o.encoding;
@@ -298,6 +310,8 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
   Usage used;  // Summed over the trials only.
   for (int t = 0; t < trials; ++t) {
     if (between_trials) between_trials();
+    // Every value the trial pulls must arrive: poison the vectors first.
+    for (std::vector<float>& p : params) std::fill(p.begin(), p.end(), -1.0f);
     const Usage trial_usage_start = GetUsage();
     const Clock::time_point start = Clock::now();
     std::vector<std::thread> threads;
@@ -307,6 +321,13 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
         absl::Status s;
         for (int r = 0; r < cell.rounds && s.ok(); ++r) {
           const Clock::time_point t0 = Clock::now();
+          if (o.push_pull) {
+            s = client.PushPull(seq[w]++, zeros, versions[w],
+                                absl::MakeSpan(params[w]), &versions[w],
+                                PullOptions());
+            push_s[w] += SecondsSince(t0);
+            continue;
+          }
           s = client.Pull(absl::MakeSpan(params[w]), &versions[w]);
           const Clock::time_point t1 = Clock::now();
           if (s.ok()) s = client.Push(seq[w]++, zeros, versions[w]);
@@ -322,6 +343,16 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
     for (const absl::Status& s : status) {
       if (!s.ok()) {
         cell.refused = Describe(s);
+        return cell;
+      }
+    }
+    // Zero gradients leave the initial 0.5 everywhere.
+    for (const std::vector<float>& p : params) {
+      const auto wrong = std::find_if(p.begin(), p.end(),
+                                      [](float v) { return v != 0.5f; });
+      if (wrong != p.end()) {
+        cell.refused = absl::StrCat("pulled value ", *wrong, " at index ",
+                                    wrong - p.begin(), ", expected 0.5");
         return cell;
       }
     }
@@ -739,15 +770,22 @@ int Run(const BenchOptions& o) {
 
   // (a)
   std::printf("(a) push+pull goodput through gRPC (in-process servers, "
-              "max_chunk_bytes %lld, parts of %lld KiB, %d connections per "
-              "shard, %s payloads, %s connections per worker)\n",
+              "max_chunk_bytes %lld, parts of %lld KiB, %s connections per "
+              "shard, %d calls in flight per connection, %s, %s payloads, %s "
+              "connections per worker)\n",
               static_cast<long long>(o.max_chunk_bytes),
               static_cast<long long>(o.part_bytes >> 10),
-              o.connections_per_shard, wire::EncodingName(o.encoding),
+              o.connections_per_shard == 0
+                  ? "2 (1 shard) or 1 (more)"
+                  : absl::StrCat(o.connections_per_shard).c_str(),
+              o.calls_in_flight,
+              o.push_pull ? "rounds of PushPull" : "rounds of Pull then Push",
+              wire::EncodingName(o.encoding),
               o.separate_connections ? "separate" : "shared");
   std::printf("%8s %6s %7s %6s %10s %9s %8s %10s %10s %8s %6s %9s\n", "model",
-              "shards", "workers", "rounds", "goodput", "", "vs TCP", "pull ms",
-              "push ms", "CPU s", "sys", "faults");
+              "shards", "workers", "rounds", "goodput", "", "vs TCP",
+              o.push_pull ? "" : "pull ms", o.push_pull ? "round ms" : "push ms",
+              "CPU s", "sys", "faults");
   std::printf("%8s %6s %7s %6s %10s %9s %8s %10s %10s %8s %6s %9s\n", "MB", "",
               "", "", "GB/s", "Gbit/s", "", "(mean)", "(mean)", "per GB",
               "share", "per MiB");
@@ -758,11 +796,13 @@ int Run(const BenchOptions& o) {
         GoodputCell c = RunGoodputCell(o, mb * kMiB, shards, workers);
         if (c.refused.empty()) {
           std::printf(
-              "%8lld %6d %7d %6d %10.3f %9.2f %8.3f %10.1f %10.1f %8.2f %5.0f%% "
+              "%8lld %6d %7d %6d %10.3f %9.2f %8.3f %10s %10.1f %8.2f %5.0f%% "
               "%9.1f\n",
               static_cast<long long>(mb), shards, workers, c.rounds,
               GBps(c.goodput), Gbps(c.goodput),
-              tcp_bps > 0 ? c.goodput / tcp_bps : 0.0, c.pull_mean_s * 1e3,
+              tcp_bps > 0 ? c.goodput / tcp_bps : 0.0,
+              o.push_pull ? ""
+                          : absl::StrFormat("%.1f", c.pull_mean_s * 1e3).c_str(),
               c.push_mean_s * 1e3, c.cpu_s_per_gb, c.sys_fraction * 100,
               c.faults_per_mb);
         } else {
@@ -880,7 +920,8 @@ int Run(const BenchOptions& o) {
       "\"latency_4kb_push_p50_us\":%.1f,\"latency_4kb_push_p99_us\":%.1f,"
       "\"refused_cells\":[%s],\"units\":\"gbps = 1e9 bit/s\","
       "\"separate_connections\":%s,\"part_kb\":%lld,"
-      "\"connections_per_shard\":%d,\"wire_encoding\":\"%s\","
+      "\"connections_per_shard\":%d,\"calls_in_flight\":%d,"
+      "\"push_pull\":%s,\"wire_encoding\":\"%s\","
       "\"quick\":%s,\"load_before\":\"%s\","
       "\"load_after\":\"%s\",\"seconds\":%.1f}",
       ratio(head_best, tcp_bps), ratio(sgd_bps, memcpy_bps), Gbps(tcp_bps),
@@ -894,6 +935,7 @@ int Run(const BenchOptions& o) {
       lat.push_p99_us, absl::StrJoin(refused, ","),
       o.separate_connections ? "true" : "false",
       static_cast<long long>(o.part_bytes >> 10), o.connections_per_shard,
+      o.calls_in_flight, o.push_pull ? "true" : "false",
       wire::EncodingName(o.encoding),
       o.quick ? "true" : "false", load_before, LoadAverage(),
       SecondsSince(t_begin));
@@ -951,6 +993,8 @@ int main(int argc, char** argv) {
   o.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
   o.part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
   o.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+  o.calls_in_flight = absl::GetFlag(FLAGS_calls_in_flight);
+  o.push_pull = absl::GetFlag(FLAGS_push_pull);
   {
     const int64_t mb = absl::GetFlag(FLAGS_streaming_pull_min_mb);
     o.streaming_pull_min_bytes =
