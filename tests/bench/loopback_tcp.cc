@@ -39,10 +39,12 @@ absl::Status Errno(const char* call) {
       absl::StrCat("loopback TCP: ", call, ": ", std::strerror(errno)));
 }
 
-}  // namespace
-
-absl::StatusOr<LoopbackTcpResult> MeasureLoopbackTcp(
-    const LoopbackTcpOptions& options) {
+// One stream; *start and *end are when its sender began and its receiver
+// finished.
+absl::StatusOr<LoopbackTcpResult> MeasureOneStream(
+    const LoopbackTcpOptions& options,
+    std::chrono::steady_clock::time_point* start_out,
+    std::chrono::steady_clock::time_point* end_out) {
   if (options.total_bytes <= 0 || options.write_bytes <= 0 ||
       options.span_bytes < 0) {
     return absl::InvalidArgumentError("loopback TCP: sizes must be positive");
@@ -139,7 +141,43 @@ absl::StatusOr<LoopbackTcpResult> MeasureLoopbackTcp(
   result.bytes = received;
   result.seconds = std::chrono::duration<double>(recv_done - start).count();
   result.bytes_per_second = result.seconds > 0 ? received / result.seconds : 0;
+  *start_out = start;
+  *end_out = recv_done;
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<LoopbackTcpResult> MeasureLoopbackTcp(
+    const LoopbackTcpOptions& options) {
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError("loopback TCP: streams must be >= 1");
+  }
+  std::vector<absl::StatusOr<LoopbackTcpResult>> results(
+      options.streams, absl::UnknownError("not run"));
+  std::vector<std::chrono::steady_clock::time_point> starts(options.streams),
+      ends(options.streams);
+  LoopbackTcpOptions each = options;
+  each.total_bytes = options.total_bytes / options.streams;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < options.streams; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = MeasureOneStream(each, &starts[i], &ends[i]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  LoopbackTcpResult total;
+  for (const absl::StatusOr<LoopbackTcpResult>& r : results) {
+    if (!r.ok()) return r.status();
+    total.bytes += r->bytes;
+  }
+  // From the first sender's start to the last receiver's end.
+  total.seconds = std::chrono::duration<double>(
+                      *std::max_element(ends.begin(), ends.end()) -
+                      *std::min_element(starts.begin(), starts.end()))
+                      .count();
+  total.bytes_per_second = total.seconds > 0 ? total.bytes / total.seconds : 0;
+  return total;
 }
 
 }  // namespace downpour

@@ -27,6 +27,10 @@ struct LoopbackTcpOptions {
   // test, whose buffers stay in the CPU cache; a model-sized span makes both
   // ends stream from and to main memory, as moving a model does.
   int64_t span_bytes = 0;
+  // Independent connections running at once, each moving total_bytes /
+  // streams. Two are a stand-in for traffic in both directions at once (on
+  // loopback, direction is only which thread sends).
+  int streams = 1;
 };
 
 struct LoopbackTcpResult {
