@@ -89,6 +89,17 @@ class BadRequestTest : public ::testing::Test {
     return resp;
   }
 
+  // Expects a pull now to return `before`'s bytes, every chunk at `version`.
+  void ExpectUnchanged(const proto::PullResponse& before, int64_t version) {
+    proto::PullResponse now;
+    ASSERT_TRUE(Pull(&now).ok());
+    ASSERT_EQ(now.chunks_size(), before.chunks_size());
+    for (int i = 0; i < now.chunks_size(); ++i) {
+      EXPECT_EQ(now.chunks(i).data(), before.chunks(i).data());
+      EXPECT_EQ(now.chunks(i).version(), version);
+    }
+  }
+
   // Expects `s` to be `code` with `needle` in its message.
   static void ExpectError(const grpc::Status& s, grpc::StatusCode code,
                           const std::string& needle) {
@@ -191,13 +202,7 @@ TEST_F(BadRequestTest, BadRequestsChangeNothingAndServerKeepsServing) {
   }
 
   // Nothing changed: same bytes, same versions.
-  proto::PullResponse after;
-  ASSERT_TRUE(Pull(&after).ok());
-  ASSERT_EQ(after.chunks_size(), before.chunks_size());
-  for (int i = 0; i < after.chunks_size(); ++i) {
-    EXPECT_EQ(after.chunks(i).data(), before.chunks(i).data());
-    EXPECT_EQ(after.chunks(i).version(), 1);
-  }
+  ExpectUnchanged(before, 1);
   proto::StatsResponse stats = Stats();
   EXPECT_EQ(stats.pushes_applied(), 1);
   EXPECT_EQ(stats.rejected().at("layout_mismatch"), 2);
@@ -244,13 +249,7 @@ TEST_F(BadRequestTest, PushPullRefusesBadCallsAndReturnsThePushedValues) {
   leave.set_leave(true);
   ExpectError(push_pull(leave, &resp), grpc::StatusCode::INVALID_ARGUMENT,
               "leave");
-  proto::PullResponse unchanged;
-  ASSERT_TRUE(Pull(&unchanged).ok());
-  ASSERT_EQ(unchanged.chunks_size(), before.chunks_size());
-  for (int i = 0; i < unchanged.chunks_size(); ++i) {
-    EXPECT_EQ(unchanged.chunks(i).data(), before.chunks(i).data());
-    EXPECT_EQ(unchanged.chunks(i).version(), 0);
-  }
+  ExpectUnchanged(before, 0);
   EXPECT_EQ(Stats().pushes_applied(), 0);
 
   // A good one: every pushed chunk comes back, moved by lr * 2 = 1.

@@ -153,6 +153,18 @@ class GrpcParameterClient final : public ParameterClient {
       absl::Span<const int64_t> base_versions, bool push_pull);
   absl::Status CheckPush(absl::Span<const float> grads,
                          absl::Span<const int64_t> base_versions) const;
+  // Sends req[i] as call `method` on part i's connection (resp[i] gets the
+  // reply) for every part; see CallAll.
+  absl::Status CallParts(const char* what, const char* method,
+                         const std::vector<grpc::ByteBuffer>& req,
+                         std::vector<grpc::ByteBuffer>* resp,
+                         const std::function<absl::Status(int)>& on_ok);
+  // Resets *versions; returns CallParts' on_ok for replies that carry
+  // values (PullResponse): reads part i's into params/versions, then frees
+  // it.
+  std::function<absl::Status(int)> ReadValues(
+      absl::Span<float> params, std::vector<int64_t>* versions,
+      std::vector<grpc::ByteBuffer>* resp);
   // Reads one part's PullResponse into params/versions.
   absl::Status ReadPulledPart(const Part& part, const grpc::ByteBuffer& resp,
                               absl::Span<float> params,
@@ -382,36 +394,49 @@ std::vector<grpc::ByteBuffer> GrpcParameterClient::PullRequests(
   return req;
 }
 
-absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
-                                       std::vector<int64_t>* versions,
-                                       const PullOptions& options) {
-  DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
-  const int n = static_cast<int>(parts_.size());
-  std::vector<grpc::ByteBuffer> req = PullRequests(options);
-  std::vector<grpc::ByteBuffer> resp(n);
+absl::Status GrpcParameterClient::CallParts(
+    const char* what, const char* method,
+    const std::vector<grpc::ByteBuffer>& req,
+    std::vector<grpc::ByteBuffer>* resp,
+    const std::function<absl::Status(int)>& on_ok) {
+  return CallAll(
+      what, static_cast<int>(parts_.size()),
+      [&](int i) { return parts_[i].shard; },
+      [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
+      /*wait_for_ready=*/false,
+      [&](int i, grpc::ClientContext* ctx, auto done) {
+        const Part& p = parts_[i];
+        generic_[p.shard][p.conn]->UnaryCall(ctx, method, grpc::StubOptions(),
+                                             &req[i], &(*resp)[i], done);
+      },
+      [&](int i) { (*resp)[i].Clear(); }, on_ok);
+}
+
+std::function<absl::Status(int)> GrpcParameterClient::ReadValues(
+    absl::Span<float> params, std::vector<int64_t>* versions,
+    std::vector<grpc::ByteBuffer>* resp) {
   versions->assign(map_.chunks.size(), -1);
   const wire::Store store = wire::StoreFor(
       static_cast<int64_t>(params.size() * sizeof(float)),
       options_.streaming_pull_min_bytes);
-  return CallAll(
-      "Pull", n, [&](int i) { return parts_[i].shard; },
-      [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
-      false,
-      [&](int i, grpc::ClientContext* ctx, auto done) {
-        const Part& p = parts_[i];
-        generic_[p.shard][p.conn]->UnaryCall(ctx, kPullMethod,
-                                             grpc::StubOptions(), &req[i],
-                                             &resp[i], done);
-      },
-      [&](int i) { resp[i].Clear(); },
-      [&](int i) {
-        absl::Status s =
-            ReadPulledPart(parts_[i], resp[i], params, versions, store);
-        // Free the received slices now, so that later reads reuse them
-        // while they are still in cache.
-        resp[i].Clear();
-        return s;
-      });
+  return [this, params, versions, resp, store](int i) {
+    absl::Status s =
+        ReadPulledPart(parts_[i], (*resp)[i], params, versions, store);
+    // Free the received slices now, so that later reads reuse them while
+    // they are still in cache.
+    (*resp)[i].Clear();
+    return s;
+  };
+}
+
+absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
+                                       std::vector<int64_t>* versions,
+                                       const PullOptions& options) {
+  DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
+  const std::vector<grpc::ByteBuffer> req = PullRequests(options);
+  std::vector<grpc::ByteBuffer> resp(parts_.size());
+  return CallParts("Pull", kPullMethod, req, &resp,
+                   ReadValues(params, versions, &resp));
 }
 
 std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
@@ -496,21 +521,10 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
                                        absl::Span<const float> grads,
                                        absl::Span<const int64_t> base_versions) {
   DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
-  const int n = static_cast<int>(parts_.size());
-  std::vector<grpc::ByteBuffer> req =
+  const std::vector<grpc::ByteBuffer> req =
       PushRequests(seq, grads, base_versions, /*push_pull=*/false);
-  std::vector<grpc::ByteBuffer> resp(n);
-  return CallAll(
-      "Push", n, [&](int i) { return parts_[i].shard; },
-      [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
-      false,
-      [&](int i, grpc::ClientContext* ctx, auto done) {
-        const Part& p = parts_[i];
-        generic_[p.shard][p.conn]->UnaryCall(ctx, kPushMethod,
-                                             grpc::StubOptions(), &req[i],
-                                             &resp[i], done);
-      },
-      [&](int i) { resp[i].Clear(); }, nullptr);
+  std::vector<grpc::ByteBuffer> resp(parts_.size());
+  return CallParts("Push", kPushMethod, req, &resp, nullptr);
 }
 
 absl::Status GrpcParameterClient::PushPull(
@@ -529,31 +543,12 @@ absl::Status GrpcParameterClient::PushPull(
       params.data() < grads.data() + grads.size()) {
     return absl::InvalidArgumentError("PushPull: grads and params overlap");
   }
-  const int n = static_cast<int>(parts_.size());
-  std::vector<grpc::ByteBuffer> req =
+  // Each part's reply carries its values right after its push.
+  const std::vector<grpc::ByteBuffer> req =
       PushRequests(seq, grads, base_versions, /*push_pull=*/true);
-  std::vector<grpc::ByteBuffer> resp(n);
-  versions->assign(map_.chunks.size(), -1);
-  const wire::Store store = wire::StoreFor(
-      static_cast<int64_t>(params.size() * sizeof(float)),
-      options_.streaming_pull_min_bytes);
-  return CallAll(
-      "PushPull", n, [&](int i) { return parts_[i].shard; },
-      [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
-      false,
-      [&](int i, grpc::ClientContext* ctx, auto done) {
-        const Part& p = parts_[i];
-        generic_[p.shard][p.conn]->UnaryCall(ctx, kPushPullMethod,
-                                             grpc::StubOptions(), &req[i],
-                                             &resp[i], done);
-      },
-      [&](int i) { resp[i].Clear(); },
-      [&](int i) {
-        absl::Status s =
-            ReadPulledPart(parts_[i], resp[i], params, versions, store);
-        resp[i].Clear();
-        return s;
-      });
+  std::vector<grpc::ByteBuffer> resp(parts_.size());
+  return CallParts("PushPull", kPushPullMethod, req, &resp,
+                   ReadValues(params, versions, &resp));
 }
 
 absl::Status GrpcParameterClient::Leave() {
