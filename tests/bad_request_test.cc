@@ -240,10 +240,12 @@ TEST_F(BadRequestTest, PushPullRefusesBadCallsAndReturnsThePushedValues) {
   std::memcpy(nan.mutable_gradients(0)->mutable_data()->data(), &bad, 4);
   ExpectError(push_pull(nan, &resp), grpc::StatusCode::INVALID_ARGUMENT,
               "NaN or Inf");
-  proto::PushRequest encoding = GoodPush(1, 1.0f);
-  encoding.set_pull_encoding(static_cast<proto::Encoding>(99));
-  ExpectError(push_pull(encoding, &resp), grpc::StatusCode::INVALID_ARGUMENT,
-              "pull_encoding");
+  for (int bad_encoding : {99, -1}) {  // -1 goes as a 10-byte varint.
+    proto::PushRequest encoding = GoodPush(1, 1.0f);
+    encoding.set_pull_encoding(static_cast<proto::Encoding>(bad_encoding));
+    ExpectError(push_pull(encoding, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+                "pull_encoding");
+  }
   proto::PushRequest leave;
   leave.set_worker_id(0);
   leave.set_leave(true);

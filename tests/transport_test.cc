@@ -114,6 +114,7 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
                   ->PushPull(2, g2, versions, absl::MakeSpan(after),
                              &after_versions, PullOptions())
                   .ok());
+  for (int64_t v : after_versions) EXPECT_EQ(v, 2);
   ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
   EXPECT_EQ(after, got);
   for (int64_t i = 0; i < n; ++i) {

@@ -1,12 +1,11 @@
 #include "worker/grpc_ps_client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <deque>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/rpc_convert.h"
@@ -17,6 +16,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/grpc_service.h"
+#include "worker/call_window.h"
 #include "worker/chunk_io.h"
 
 namespace downpour {
@@ -125,11 +125,13 @@ class GrpcParameterClient final : public ParameterClient {
   // Starts call i with `ctx`; `done` must be called once with its status.
   using StartFn = std::function<void(int i, grpc::ClientContext* ctx,
                                      std::function<void(grpc::Status)> done)>;
-  // Runs n calls at once (call i goes to shard shard_of(i)) and waits.
-  // Calls failing transiently are started again, up to max_attempts; before
-  // a retry `reset(i)` clears call i's response. When a call succeeds,
-  // `on_ok(i)` runs on the completing gRPC thread (so responses are consumed
-  // while other calls are still in flight); its error fails the whole run.
+  // Runs n calls (call i goes to shard shard_of(i), on connection
+  // lane_of(i), with at most max_calls_in_flight_per_connection in flight
+  // per connection) and waits. Calls failing transiently are started again,
+  // up to max_attempts; before a retry `reset(i)` clears call i's response.
+  // When a call succeeds, `on_ok(i)` runs on the completing gRPC thread (so
+  // responses are consumed while other calls are in flight); its error
+  // fails the whole run, and calls not started by then never are.
   absl::Status CallAll(const char* what, int n,
                        const std::function<int(int)>& shard_of,
                        const std::function<int(int)>& lane_of,
@@ -194,61 +196,40 @@ absl::Status GrpcParameterClient::CallAll(
   std::vector<int> pending(n);
   for (int i = 0; i < n; ++i) pending[i] = i;
   std::vector<grpc::Status> status(n);
-  const int window = options_.max_calls_in_flight_per_connection;
   absl::Mutex mu;
   absl::Status consume_error;
+  // Set once a reply could not be consumed: the run fails, so queued calls
+  // are not started (a push would be applied for nothing).
+  std::atomic<bool> failed{false};
   for (int attempt = 1; !pending.empty(); ++attempt) {
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
-    absl::BlockingCounter counter(static_cast<int>(pending.size()));
-    // Each lane (connection) keeps at most `window` calls in flight; the
-    // rest wait in its queue and start as earlier ones complete.
-    const size_t lanes = options_.hosts.size() * connections_;
-    std::vector<std::deque<int>> queued(lanes);
-    std::function<void(int)> launch = [&](int i) {
-      ctx[i] = std::make_unique<grpc::ClientContext>();
-      ctx[i]->set_deadline(std::chrono::system_clock::now() +
-                           absl::ToChronoSeconds(timeout));
-      ctx[i]->set_wait_for_ready(wait_for_ready);
-      if (attempt > 1) reset(i);
-      start(i, ctx[i].get(), [&, i](grpc::Status s) {
-        if (s.ok() && on_ok) {
-          absl::Status c = on_ok(i);
-          if (!c.ok()) {
-            absl::MutexLock l(&mu);
-            if (consume_error.ok()) consume_error = c;
-          }
-        }
-        status[i] = std::move(s);
-        int next = -1;
-        if (window > 0) {
-          absl::MutexLock l(&mu);
-          std::deque<int>& q = queued[lane_of(i)];
-          if (!q.empty()) {
-            next = q.front();
-            q.pop_front();
-          }
-        }
-        if (next >= 0) launch(next);
-        counter.DecrementCount();
-      });
-    };
-    std::vector<int> first;
-    {
-      absl::MutexLock l(&mu);
-      std::vector<int> started(lanes, 0);
-      for (int i : pending) {
-        const int lane = lane_of(i);
-        if (window <= 0 || started[lane] < window) {
-          ++started[lane];
-          first.push_back(i);
-        } else {
-          queued[lane].push_back(i);
-        }
-      }
-    }
-    for (int i : first) launch(i);
-    counter.Wait();
+    const std::vector<int> skipped = RunWindowed(
+        pending, lane_of, options_.max_calls_in_flight_per_connection, &failed,
+        [&](int i, WindowSlot slot) {
+          ctx[i] = std::make_unique<grpc::ClientContext>();
+          ctx[i]->set_deadline(std::chrono::system_clock::now() +
+                               absl::ToChronoSeconds(timeout));
+          ctx[i]->set_wait_for_ready(wait_for_ready);
+          if (attempt > 1) reset(i);
+          start(i, ctx[i].get(), [&, i, slot](grpc::Status s) {
+            // The connection's next call goes out while this reply is read.
+            slot.Release();
+            if (s.ok() && on_ok) {
+              absl::Status c = on_ok(i);
+              if (!c.ok()) {
+                absl::MutexLock l(&mu);
+                if (consume_error.ok()) consume_error = c;
+                failed = true;
+              }
+            }
+            status[i] = std::move(s);
+            slot.Done();
+          });
+        });
     DP_RETURN_IF_ERROR(consume_error);
+    for (int i : skipped) {
+      status[i] = grpc::Status(grpc::StatusCode::CANCELLED, "not started");
+    }
     std::vector<int> retry;
     for (int i : pending) {
       if (status[i].ok()) continue;
@@ -531,7 +512,7 @@ absl::Status GrpcParameterClient::PushPull(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, absl::Span<float> params,
     std::vector<int64_t>* versions, const PullOptions& options) {
-  if (options.min_version > 0 || options.worker_clock >= 0) {
+  if (options.min_version > 0 || options.worker_clock > 0) {
     // A pull that may wait for other workers must not hold up this
     // worker's remaining pushes: push everything first.
     DP_RETURN_IF_ERROR(Push(seq, grads, base_versions));

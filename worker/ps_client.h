@@ -61,7 +61,7 @@ class ParameterClient {
   // Push(seq, grads, base_versions), then Pull(params, versions, options):
   // one Downpour exchange. An implementation may overlap the two (each
   // part's pull right after that part's push), so `grads` and `params`
-  // must not overlap.
+  // must not overlap, and on an error `params` may hold some new values.
   virtual absl::Status PushPull(int64_t seq, absl::Span<const float> grads,
                                 absl::Span<const int64_t> base_versions,
                                 absl::Span<float> params,
