@@ -1,5 +1,6 @@
 #include "server/grpc_service.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -76,7 +77,8 @@ using ServiceBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
 
 class ParameterServerService final : public ServiceBase {
  public:
-  explicit ParameterServerService(ParameterStore* store) : store_(store) {}
+  ParameterServerService(ParameterStore* store, const ServiceOptions& options)
+      : store_(store), options_(options) {}
 
   grpc::ServerUnaryReactor* DeclareModel(
       grpc::CallbackServerContext* ctx, const proto::DeclareModelRequest* req,
@@ -120,11 +122,13 @@ class ParameterServerService final : public ServiceBase {
     spec.worker_clock =
         req.worker_id() >= 0 && req.worker_clock() > 0 ? req.worker_clock() : -1;
     auto pulled = std::make_shared<std::vector<ChunkView>>();
+    const bool drop = DropThisReply();
     store_->PullWhenReady(
         std::move(spec),
         // Under the chunk's lock: only takes a reference to the values.
         [pulled](const ChunkView& c) { pulled->push_back(c); },
-        [pulled, encoding, response, reactor](absl::Status s) {
+        [pulled, encoding, response, reactor, drop](absl::Status s) {
+          if (s.ok() && drop) s = DroppedReply();
           if (s.ok()) *response = EncodePull(*pulled, encoding);
           pulled->clear();
           reactor->Finish(ToGrpcStatus(s));
@@ -166,6 +170,7 @@ class ParameterServerService final : public ServiceBase {
                                  grpc::ByteBuffer* response) override {
     wire::PushMessage msg;
     absl::StatusOr<PushResult> r = ApplyPush(*request, /*push_pull=*/false, &msg);
+    if (r.ok() && DropThisReply()) r = DroppedReply();
     if (r.ok()) {
       proto::PushResponse resp;
       resp.set_duplicate(r->duplicate);
@@ -195,6 +200,7 @@ class ParameterServerService final : public ServiceBase {
                                  : store_->Pull(ids, [&pulled](const ChunkView& c) {
                                      pulled.push_back(c);
                                    });
+    if (s.ok() && DropThisReply()) s = DroppedReply();
     if (s.ok()) {
       *response =
           EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding));
@@ -307,13 +313,25 @@ class ParameterServerService final : public ServiceBase {
     return grads;
   }
 
+  // ServiceOptions::debug_drop_reply_every.
+  bool DropThisReply() {
+    const int every = options_.debug_drop_reply_every;
+    return every > 0 && replies_.fetch_add(1) % every == every - 1;
+  }
+  static absl::Status DroppedReply() {
+    return absl::UnavailableError("debug: reply dropped (--debug_drop_reply_every)");
+  }
+
   ParameterStore* const store_;  // Not owned.
+  const ServiceOptions options_;
+  std::atomic<int64_t> replies_{0};
 };
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> NewParameterServerService(ParameterStore* store) {
-  return std::make_unique<ParameterServerService>(store);
+std::unique_ptr<grpc::Service> NewParameterServerService(
+    ParameterStore* store, const ServiceOptions& options) {
+  return std::make_unique<ParameterServerService>(store, options);
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {

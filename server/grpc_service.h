@@ -19,9 +19,18 @@
 
 namespace downpour {
 
+struct ServiceOptions {
+  // Testing only: every Nth reply to a Pull, Push or PushPull is replaced,
+  // after the request took effect, by UNAVAILABLE, as if it had been lost
+  // on the network (clients retry; a retried push is not applied twice).
+  // 0: never.
+  int debug_drop_reply_every = 0;
+};
+
 // `store` must outlive the service. Handlers run on gRPC's callback threads;
 // each does one bounded pass over the request's chunks.
-std::unique_ptr<grpc::Service> NewParameterServerService(ParameterStore* store);
+std::unique_ptr<grpc::Service> NewParameterServerService(
+    ParameterStore* store, const ServiceOptions& options = ServiceOptions());
 
 // Largest request or response the server and clients accept (bytes), set
 // explicitly on both sides. Clients cut transfers into parts of a few MiB

@@ -49,6 +49,9 @@ ABSL_FLAG(int64_t, drop_stale_threshold, 0,
 ABSL_FLAG(double, sync_timeout_s, 30,
           "Sync/ssp: seconds to wait for a missing worker before going on "
           "without it.");
+ABSL_FLAG(int, debug_drop_reply_every, 0,
+          "Testing only: replace every Nth Pull/Push/PushPull reply, after "
+          "it took effect, by UNAVAILABLE (a reply lost on the network).");
 ABSL_FLAG(int, min_replicas, 1,
           "Sync/ssp: fewest workers to go on with; below it the job aborts.");
 
@@ -116,8 +119,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_server: %s\n", store.status().ToString().c_str());
     return 2;
   }
+  downpour::ServiceOptions service_options;
+  service_options.debug_drop_reply_every =
+      absl::GetFlag(FLAGS_debug_drop_reply_every);
+  if (service_options.debug_drop_reply_every < 0) {
+    std::fprintf(stderr, "ps_server: --debug_drop_reply_every must be >= 0\n");
+    return 2;
+  }
   std::unique_ptr<grpc::Service> service =
-      downpour::NewParameterServerService(store->get());
+      downpour::NewParameterServerService(store->get(), service_options);
 
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_bind), ":", port);

@@ -1,7 +1,10 @@
 // No lost or doubled update, through real servers: several gRPC clients push
 // known gradients concurrently to a 2-shard cluster running plain SGD with
 // lr = 1; one client sends every push twice (as a retry after a lost reply
-// would). The final parameters must equal the exact expected sum.
+// would). The final parameters must equal the exact expected sum. And when
+// the servers really drop replies, the client's own retries (one call at a
+// time per connection, or all at once) still give exact results.
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -81,6 +84,68 @@ TEST(ExactlyOnceTest, ConcurrentPushesAndRetriesSumExactly) {
     EXPECT_TRUE(s.rejected.empty());
   }
   EXPECT_TRUE((*cluster)->AllRunning());
+}
+
+// Every third reply is lost after its request took effect: each Pull,
+// Push and PushPull retries the parts that failed, a retried push is not
+// applied again, and a retried PushPull still returns the values.
+TEST(ExactlyOnceTest, ClientRetriesAfterLostRepliesStayExact) {
+  for (int window : {1, 0}) {
+    TestClusterOptions o;
+    o.num_shards = 2;
+    o.server_flags = {"--optimizer=sgd", "--lr=1", "--debug_drop_reply_every=3"};
+    auto cluster = TestCluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ModelLayout layout;
+    layout.tensors = {{"w", {5000}}, {"b", {7}}};
+    layout.num_shards = 2;
+    layout.max_chunk_bytes = 2048;
+    const int64_t n = layout.NumElements();
+    GrpcClientOptions co;
+    co.hosts = (*cluster)->hosts();
+    co.part_bytes = 4096;  // Several parts, so calls queue behind each other.
+    co.max_calls_in_flight_per_connection = window;
+    co.max_attempts = 10;
+    auto client = NewGrpcParameterClient(co);
+    ASSERT_TRUE(client.ok()) << client.status();
+    std::vector<float> expected(n);
+    for (int64_t i = 0; i < n; ++i) expected[i] = static_cast<float>(i % 11);
+    ASSERT_TRUE((*client)->Declare(layout, expected).ok());
+
+    std::vector<float> params(n, -1), grad(n);
+    std::vector<int64_t> versions;
+    ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+    EXPECT_EQ(params, expected) << "window " << window;
+    constexpr int kRounds = 4;
+    for (int k = 1; k <= kRounds; ++k) {
+      for (int64_t i = 0; i < n; ++i) {
+        grad[i] = static_cast<float>((i * k) % 5) - 2.0f;  // Integers: exact.
+        expected[i] -= grad[i];
+      }
+      std::fill(params.begin(), params.end(), -1.0f);
+      const std::vector<int64_t> base = versions;
+      // Odd rounds as one PushPull, even ones as a Push and then a Pull.
+      if (k % 2 == 1) {
+        ASSERT_TRUE((*client)
+                        ->PushPull(k, grad, base, absl::MakeSpan(params),
+                                   &versions, PullOptions())
+                        .ok())
+            << "window " << window << " round " << k;
+      } else {
+        ASSERT_TRUE((*client)->Push(k, grad, base).ok());
+        ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+      }
+      ASSERT_EQ(params, expected) << "window " << window << " round " << k;
+      for (int64_t v : versions) ASSERT_EQ(v, k);
+    }
+    auto stats = (*client)->Stats();
+    ASSERT_TRUE(stats.ok());
+    for (const ShardStats& s : *stats) {
+      EXPECT_GT(s.pushes_duplicate, 0) << "no push reply was lost";
+      EXPECT_TRUE(s.rejected.empty());
+    }
+    EXPECT_TRUE((*cluster)->AllRunning());
+  }
 }
 
 }  // namespace
