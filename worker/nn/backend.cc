@@ -4,6 +4,7 @@
 // the descriptor checks every backend shares.
 #include "worker/nn/backend.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,18 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr && backend_ != nullptr) backend_->Free(data_);
+}
+
+absl::Status ValidateAllocation(int64_t n) {
+  if (n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Allocate: negative size ", n));
+  }
+  if (n > std::numeric_limits<int64_t>::max() / 8) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Allocate: ", n, " floats is too large"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateConv(const ConvDesc& d, const char* op) {

@@ -131,6 +131,9 @@ absl::Status ValidateConv(const ConvDesc& d, const char* op);
 absl::Status ValidatePool(const PoolDesc& d, const char* op);
 absl::Status ValidateGemm(int m, int n, int k);
 absl::Status ValidateSoftmaxShape(int batch, int classes);
+// An Allocate of n floats: InvalidArgument when negative, ResourceExhausted
+// when too large to count in bytes.
+absl::Status ValidateAllocation(int64_t n);
 
 // The CPU backend: OpenBLAS GEMM (im2col for convolutions), vectorizable
 // loops for the rest. `num_threads` <= 0 keeps OpenBLAS's default.

@@ -19,7 +19,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -250,14 +249,8 @@ class CpuBackend : public Backend {
   std::string Name() const override { return "cpu"; }
 
   absl::StatusOr<float*> Allocate(int64_t n) override {
-    if (n < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Allocate: negative size ", n));
-    }
-    if (n > std::numeric_limits<int64_t>::max() / 8) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("Allocate: ", n, " floats is too large"));
-    }
+    absl::Status s = ValidateAllocation(n);
+    if (!s.ok()) return s;
     float* p = AlignedZeroAlloc(n);
     if (p == nullptr) {
       return absl::ResourceExhaustedError(
@@ -343,12 +336,9 @@ class CpuBackend : public Backend {
 
   absl::Status Conv2dForward(const ConvDesc& d, const float* x, const float* w,
                              const float* b, float* y) override {
-    absl::Status s = ValidateConv(d, "Conv2dForward");
-    if (!s.ok()) return s;
-    const int p = d.OutH() * d.OutW();
-    const int k = d.in_channels * d.kernel_h * d.kernel_w;
-    const int o_n = d.out_channels;
-    if (!ReserveCols(int64_t{k} * p)) return OutOfScratch();
+    const absl::StatusOr<ConvGemm> g = PrepareConv(d, "Conv2dForward");
+    if (!g.ok()) return g.status();
+    const int p = g->p, k = g->k, o_n = g->o;
     pool_.ParallelFor(d.batch, [&](int worker, int64_t begin, int64_t end) {
       float* col = cols_[worker].data();
       for (int64_t n = begin; n < end; ++n) {
@@ -371,12 +361,9 @@ class CpuBackend : public Backend {
 
   absl::Status Conv2dBackwardData(const ConvDesc& d, const float* w,
                                   const float* dy, float* dx) override {
-    absl::Status s = ValidateConv(d, "Conv2dBackwardData");
-    if (!s.ok()) return s;
-    const int p = d.OutH() * d.OutW();
-    const int k = d.in_channels * d.kernel_h * d.kernel_w;
-    const int o_n = d.out_channels;
-    if (!ReserveCols(int64_t{k} * p)) return OutOfScratch();
+    const absl::StatusOr<ConvGemm> g = PrepareConv(d, "Conv2dBackwardData");
+    if (!g.ok()) return g.status();
+    const int p = g->p, k = g->k, o_n = g->o;
     pool_.ParallelFor(d.batch, [&](int worker, int64_t begin, int64_t end) {
       float* col = cols_[worker].data();
       for (int64_t n = begin; n < end; ++n) {
@@ -395,14 +382,11 @@ class CpuBackend : public Backend {
   absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
                                     const float* dy, float* dw,
                                     float* db) override {
-    absl::Status s = ValidateConv(d, "Conv2dBackwardFilter");
-    if (!s.ok()) return s;
-    const int p = d.OutH() * d.OutW();
-    const int k = d.in_channels * d.kernel_h * d.kernel_w;
-    const int o_n = d.out_channels;
+    const absl::StatusOr<ConvGemm> g = PrepareConv(d, "Conv2dBackwardFilter");
+    if (!g.ok()) return g.status();
+    const int p = g->p, k = g->k, o_n = g->o;
     const int64_t wsize = int64_t{o_n} * k;
     const int64_t part_size = wsize + o_n;  // dW then db.
-    if (!ReserveCols(int64_t{k} * p)) return OutOfScratch();
     for (Scratch& part : parts_) {
       if (part.Get(part_size) == nullptr) return OutOfScratch();
     }
@@ -617,6 +601,22 @@ class CpuBackend : public Backend {
   static absl::Status OutOfScratch() {
     return absl::ResourceExhaustedError(
         "convolution: out of memory for scratch buffers");
+  }
+
+  // One image's lowered convolution is the GEMM y_n[O, P] = W[O, K] *
+  // col[K, P].
+  struct ConvGemm {
+    int p, k, o;
+  };
+  // Validates `d` for `op` and makes every worker's column buffer hold
+  // K x P floats.
+  absl::StatusOr<ConvGemm> PrepareConv(const ConvDesc& d, const char* op) {
+    absl::Status s = ValidateConv(d, op);
+    if (!s.ok()) return s;
+    const ConvGemm g{d.OutH() * d.OutW(),
+                     d.in_channels * d.kernel_h * d.kernel_w, d.out_channels};
+    if (!ReserveCols(int64_t{g.k} * g.p)) return OutOfScratch();
+    return g;
   }
 
   static int64_t InputOffset(const ConvDesc& d, int64_t n) {

@@ -59,7 +59,6 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
-#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -402,14 +401,7 @@ class CudaBackend final : public Backend {
   // ---- Memory ---------------------------------------------------------------
 
   absl::StatusOr<float*> Allocate(int64_t n) override {
-    if (n < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Allocate: negative size ", n));
-    }
-    if (n > std::numeric_limits<int64_t>::max() / 8) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("Allocate: ", n, " floats is too large"));
-    }
+    DP_RETURN_IF_ERROR(ValidateAllocation(n));
     DP_RETURN_IF_ERROR(UseDevice());
     // At least one float, so that every allocation has a distinct address.
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * 4;

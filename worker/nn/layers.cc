@@ -107,6 +107,17 @@ class WeightBiasLayer : public LayerBase {
   float* db_ = nullptr;
 };
 
+// A layer without parameters: binds only the backend.
+class ParameterlessLayer : public LayerBase {
+ public:
+  using LayerBase::LayerBase;
+  std::vector<ParamSpec> Params() const override { return {}; }
+  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
+                    const std::vector<float*>& grads, int max_batch) override {
+    return BindCommon(backend, params, grads, max_batch);
+  }
+};
+
 class Conv2dLayer : public WeightBiasLayer {
  public:
   Conv2dLayer(std::string name, int out_channels, int kernel, int pad)
@@ -177,20 +188,15 @@ class Conv2dLayer : public WeightBiasLayer {
   const int out_channels_, kernel_, pad_;
 };
 
-class ReluLayer : public LayerBase {
+class ReluLayer : public ParameterlessLayer {
  public:
-  using LayerBase::LayerBase;
+  using ParameterlessLayer::ParameterlessLayer;
 
   absl::StatusOr<Dims> Configure(const Dims& in) override {
     DP_RETURN_IF_ERROR(CheckDims(name_, in));
     in_ = in;
     configured_ = true;
     return in;
-  }
-  std::vector<ParamSpec> Params() const override { return {}; }
-  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
-                    const std::vector<float*>& grads, int max_batch) override {
-    return BindCommon(backend, params, grads, max_batch);
   }
   absl::Status Forward(int batch, const float* x, float* y) override {
     DP_RETURN_IF_ERROR(CheckRun(batch));
@@ -204,10 +210,10 @@ class ReluLayer : public LayerBase {
   }
 };
 
-class MaxPoolLayer : public LayerBase {
+class MaxPoolLayer : public ParameterlessLayer {
  public:
   MaxPoolLayer(std::string name, int window)
-      : LayerBase(std::move(name)), window_(window) {}
+      : ParameterlessLayer(std::move(name)), window_(window) {}
 
   absl::StatusOr<Dims> Configure(const Dims& in) override {
     DP_RETURN_IF_ERROR(CheckDims(name_, in));
@@ -219,11 +225,6 @@ class MaxPoolLayer : public LayerBase {
     in_ = in;
     configured_ = true;
     return Dims{in.c, in.h / window_, in.w / window_};
-  }
-  std::vector<ParamSpec> Params() const override { return {}; }
-  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
-                    const std::vector<float*>& grads, int max_batch) override {
-    return BindCommon(backend, params, grads, max_batch);
   }
   absl::Status Forward(int batch, const float* x, float* y) override {
     DP_RETURN_IF_ERROR(CheckRun(batch));
@@ -259,20 +260,15 @@ absl::Status BackendCopy(Backend* backend, const float* src, float* dst,
 
 // NCHW memory already is the flattened layout, so Flatten only copies (the
 // Layer interface gives it separate x and y buffers).
-class FlattenLayer : public LayerBase {
+class FlattenLayer : public ParameterlessLayer {
  public:
-  using LayerBase::LayerBase;
+  using ParameterlessLayer::ParameterlessLayer;
 
   absl::StatusOr<Dims> Configure(const Dims& in) override {
     DP_RETURN_IF_ERROR(CheckDims(name_, in));
     in_ = in;
     configured_ = true;
     return Dims{static_cast<int>(in.Size()), 1, 1};
-  }
-  std::vector<ParamSpec> Params() const override { return {}; }
-  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
-                    const std::vector<float*>& grads, int max_batch) override {
-    return BindCommon(backend, params, grads, max_batch);
   }
   absl::Status Forward(int batch, const float* x, float* y) override {
     DP_RETURN_IF_ERROR(CheckRun(batch));

@@ -155,12 +155,8 @@ class ModelImpl : public Model {
   absl::StatusOr<StepResult> ComputeGradients(const float* host_x,
                                               const int32_t* host_labels,
                                               int batch) override {
-    DP_RETURN_IF_ERROR(LoadBatch(host_x, host_labels, batch));
-    DP_RETURN_IF_ERROR(Forward(batch));
-    StepResult r;
-    DP_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
-        batch, classes_, acts_.back().data(), labels_buf_.data(),
-        dlogits_.data(), &r.loss, &r.correct));
+    DP_ASSIGN_OR_RETURN(const StepResult r,
+                        ForwardLoss(host_x, host_labels, batch, dlogits_.data()));
     const float* dy = dlogits_.data();
     for (size_t i = layers_.size(); i-- > 0;) {
       float* dx = nullptr;
@@ -177,16 +173,24 @@ class ModelImpl : public Model {
   absl::StatusOr<StepResult> Evaluate(const float* host_x,
                                       const int32_t* host_labels,
                                       int batch) override {
+    return ForwardLoss(host_x, host_labels, batch, /*dlogits=*/nullptr);
+  }
+
+ private:
+  // Loads the batch and runs the forward pass and the loss; writes the
+  // loss's gradient into `dlogits` unless it is null.
+  absl::StatusOr<StepResult> ForwardLoss(const float* host_x,
+                                         const int32_t* host_labels, int batch,
+                                         float* dlogits) {
     DP_RETURN_IF_ERROR(LoadBatch(host_x, host_labels, batch));
     DP_RETURN_IF_ERROR(Forward(batch));
     StepResult r;
     DP_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
-        batch, classes_, acts_.back().data(), labels_buf_.data(),
-        /*dlogits=*/nullptr, &r.loss, &r.correct));
+        batch, classes_, acts_.back().data(), labels_buf_.data(), dlogits,
+        &r.loss, &r.correct));
     return r;
   }
 
- private:
   absl::Status LoadBatch(const float* host_x, const int32_t* host_labels,
                          int batch) {
     if (batch < 1 || batch > max_batch_) {
