@@ -2,25 +2,15 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/test_util.h"
 
 namespace downpour {
 namespace {
-
-std::vector<float> RandomVec(int64_t n, uint64_t seed, float lo = -1.f,
-                             float hi = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = lo + (hi - lo) * static_cast<float>((rng() >> 40) * 0x1.0p-24);
-  }
-  return v;
-}
 
 void ExpectNear(const std::vector<float>& got, const std::vector<float>& want,
                 float tol, const char* what) {
@@ -208,31 +198,14 @@ void RefConvBackward(const ConvDesc& d, const std::vector<float>& x,
   db->assign(gb.begin(), gb.end());
 }
 
-struct ConvCase {
-  int batch, c, h, w, o, kh, kw, stride, pad;
-  int threads = 1;
-};
-
 class ConvTest : public CpuBackendTest,
                  public ::testing::WithParamInterface<ConvCase> {};
 
 TEST_P(ConvTest, MatchesReference) {
   const ConvCase& p = GetParam();
   be_ = NewCpuBackend(p.threads);
-  ConvDesc d;
-  d.batch = p.batch;
-  d.in_channels = p.c;
-  d.in_h = p.h;
-  d.in_w = p.w;
-  d.out_channels = p.o;
-  d.kernel_h = p.kh;
-  d.kernel_w = p.kw;
-  d.stride = p.stride;
-  d.pad = p.pad;
-  const int64_t xs = int64_t{d.batch} * d.in_channels * d.in_h * d.in_w;
-  const int64_t ws =
-      int64_t{d.out_channels} * d.in_channels * d.kernel_h * d.kernel_w;
-  const int64_t ys = int64_t{d.batch} * d.out_channels * d.OutH() * d.OutW();
+  const ConvDesc d = ToConvDesc(p);
+  const auto [xs, ws, ys] = ConvSizes(d);
   std::vector<float> x = RandomVec(xs, 10), w = RandomVec(ws, 11),
                      b = RandomVec(d.out_channels, 12), dy = RandomVec(ys, 13);
   DeviceBuffer dx_in = Upload(x), dw_in = Upload(w), db_in = Upload(b),

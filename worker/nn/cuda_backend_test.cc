@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/test_util.h"
 
 namespace downpour {
 namespace {
@@ -47,16 +48,6 @@ constexpr double kFloor = 1e-3;
 const CudaProbe& Probe() {
   static const CudaProbe* const probe = new CudaProbe(ProbeCuda());
   return *probe;
-}
-
-std::vector<float> RandomVec(int64_t n, uint64_t seed, float lo = -1.f,
-                             float hi = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = lo + (hi - lo) * static_cast<float>((rng() >> 40) * 0x1.0p-24);
-  }
-  return v;
 }
 
 double RelErr(const std::vector<float>& got, const std::vector<float>& want,
@@ -286,29 +277,13 @@ TEST_F(CudaVsCpuTest, RowBiasAndColumnSum) {
   }
 }
 
-struct ConvCase {
-  int batch, c, h, w, o, kh, kw, stride, pad;
-};
-
 class CudaConvTest : public CudaVsCpuTest,
                      public ::testing::WithParamInterface<ConvCase> {};
 
 TEST_P(CudaConvTest, MatchesCpu) {
   const ConvCase& p = GetParam();
-  ConvDesc d;
-  d.batch = p.batch;
-  d.in_channels = p.c;
-  d.in_h = p.h;
-  d.in_w = p.w;
-  d.out_channels = p.o;
-  d.kernel_h = p.kh;
-  d.kernel_w = p.kw;
-  d.stride = p.stride;
-  d.pad = p.pad;
-  const int64_t xs = int64_t{d.batch} * d.in_channels * d.in_h * d.in_w;
-  const int64_t ws =
-      int64_t{d.out_channels} * d.in_channels * d.kernel_h * d.kernel_w;
-  const int64_t ys = int64_t{d.batch} * d.out_channels * d.OutH() * d.OutW();
+  const ConvDesc d = ToConvDesc(p);
+  const auto [xs, ws, ys] = ConvSizes(d);
   Pair x = Upload(RandomVec(xs, 10)), w = Upload(RandomVec(ws, 11)),
        b = Upload(RandomVec(d.out_channels, 12)),
        dy = Upload(RandomVec(ys, 13));

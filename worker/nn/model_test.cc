@@ -14,19 +14,10 @@
 
 #include "gtest/gtest.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/test_util.h"
 
 namespace downpour {
 namespace {
-
-std::vector<float> RandomVec(int64_t n, uint64_t seed, float lo = -1.f,
-                             float hi = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = lo + (hi - lo) * static_cast<float>((rng() >> 40) * 0x1.0p-24);
-  }
-  return v;
-}
 
 // Holds one layer bound to host-visible CPU buffers, and evaluates
 // L = sum(y * r) for a fixed random r so gradients can be checked numerically.
