@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,29 +21,6 @@ namespace downpour {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TmpPath(const std::string& name) {
-  const char* d = std::getenv("TEST_TMPDIR");
-  return std::string(d != nullptr ? d : "/tmp") + "/" + name;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::string out;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  std::fclose(f);
-  return out;
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-  std::fclose(f);
-}
 
 // A file with the given header text (padded) and `data_bytes` zero bytes.
 std::string RawFile(std::string header, size_t data_bytes) {
@@ -77,7 +55,7 @@ TEST(SafetensorsTest, RoundTrip) {
   const Model m = MakeModel();
   const std::map<std::string, std::string> meta = {
       {"step", "100"}, {"format", "pt"}, {"note", "tab\there \"q\" \x01"}};
-  const std::string path = TmpPath("round.safetensors");
+  const std::string path = TestTmpPath("round.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, m.tensors, m.flat, meta).ok());
   EXPECT_TRUE(ReadBytes(path + ".tmp").empty());  // Renamed away.
 
@@ -93,7 +71,7 @@ TEST(SafetensorsTest, RoundTrip) {
 }
 
 TEST(SafetensorsTest, ExactLayoutAndAlignment) {
-  const std::string path = TmpPath("tiny.safetensors");
+  const std::string path = TestTmpPath("tiny.safetensors");
   const float data[] = {1.0f, -2.0f};
   ASSERT_TRUE(
       WriteSafetensors(path, {{"a", {2}}}, data, {{"k", "v"}}).ok());
@@ -115,7 +93,7 @@ TEST(SafetensorsTest, TensorsReturnedInDataOffsetOrder) {
   std::string bytes = RawFile(header, 0);
   const float vals[] = {1.5f, 2.5f, 3.5f};
   bytes.append(reinterpret_cast<const char*>(vals), sizeof(vals));  // x86: LE.
-  const std::string path = TmpPath("order.safetensors");
+  const std::string path = TestTmpPath("order.safetensors");
   WriteBytes(path, bytes);
   absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -129,8 +107,8 @@ TEST(SafetensorsTest, TensorsReturnedInDataOffsetOrder) {
 TEST(SafetensorsTest, WritesAreByteIdentical) {
   const Model m = MakeModel();
   const std::map<std::string, std::string> meta = {{"z", "1"}, {"a", "2"}};
-  const std::string p1 = TmpPath("det1.safetensors");
-  const std::string p2 = TmpPath("det2.safetensors");
+  const std::string p1 = TestTmpPath("det1.safetensors");
+  const std::string p2 = TestTmpPath("det2.safetensors");
   ASSERT_TRUE(WriteSafetensors(p1, m.tensors, m.flat, meta).ok());
   ASSERT_TRUE(WriteSafetensors(p2, m.tensors, m.flat, meta).ok());
   const std::string a = ReadBytes(p1);
@@ -142,7 +120,7 @@ TEST(SafetensorsTest, WritesAreByteIdentical) {
 }
 
 TEST(SafetensorsTest, EmptyModel) {
-  const std::string path = TmpPath("empty.safetensors");
+  const std::string path = TestTmpPath("empty.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, {}, {}, {}).ok());
   absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -152,7 +130,7 @@ TEST(SafetensorsTest, EmptyModel) {
 }
 
 TEST(SafetensorsTest, SizeMismatch) {
-  const std::string path = TmpPath("mismatch.safetensors");
+  const std::string path = TestTmpPath("mismatch.safetensors");
   const std::vector<float> flat(5, 1.0f);
   absl::Status s = WriteSafetensors(path, {{"a", {2, 3}}}, flat, {});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -164,7 +142,7 @@ TEST(SafetensorsTest, SizeMismatch) {
 }
 
 TEST(SafetensorsTest, BadTensorNames) {
-  const std::string path = TmpPath("names.safetensors");
+  const std::string path = TestTmpPath("names.safetensors");
   const std::vector<float> flat(2, 1.0f);
   EXPECT_EQ(WriteSafetensors(path, {{"a", {1}}, {"a", {1}}}, flat, {}).code(),
             absl::StatusCode::kInvalidArgument);
@@ -177,14 +155,14 @@ TEST(SafetensorsTest, BadTensorNames) {
 }
 
 TEST(SafetensorsTest, UnwritablePath) {
-  const std::string path = TmpPath("no/such/dir/x.safetensors");
+  const std::string path = TestTmpPath("no/such/dir/x.safetensors");
   absl::Status s = WriteSafetensors(path, {}, {}, {});
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr(path));
 }
 
 TEST(SafetensorsTest, MissingFile) {
-  const std::string path = TmpPath("missing.safetensors");
+  const std::string path = TestTmpPath("missing.safetensors");
   absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
   EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(f.status().message(), HasSubstr(path));
@@ -192,7 +170,7 @@ TEST(SafetensorsTest, MissingFile) {
 
 void ExpectCorrupt(const std::string& name, const std::string& bytes,
                    const std::string& what) {
-  const std::string path = TmpPath(name);
+  const std::string path = TestTmpPath(name);
   WriteBytes(path, bytes);
   absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
   EXPECT_EQ(f.status().code(), absl::StatusCode::kDataLoss) << name;
@@ -240,7 +218,7 @@ TEST(SafetensorsTest, CorruptFiles) {
                 "needs dtype, shape and data_offsets");
 
   // A real file with a flipped header byte.
-  const std::string path = TmpPath("flip.safetensors");
+  const std::string path = TestTmpPath("flip.safetensors");
   const float data[] = {1.0f, 2.0f};
   ASSERT_TRUE(WriteSafetensors(path, {{"a", {2}}}, data, {}).ok());
   std::string bytes = ReadBytes(path);
@@ -249,7 +227,7 @@ TEST(SafetensorsTest, CorruptFiles) {
 }
 
 TEST(SafetensorsTest, OtherDtypeIsUnimplemented) {
-  const std::string path = TmpPath("f16.safetensors");
+  const std::string path = TestTmpPath("f16.safetensors");
   WriteBytes(path, RawFile("{\"h\":{\"dtype\":\"F16\",\"shape\":[2],"
                            "\"data_offsets\":[0,4]}}",
                            4));

@@ -22,6 +22,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/test_files.h"
 #include "deploy/protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -101,13 +102,6 @@ echo "worker $idx: step 20, loss = 0.4 (1500.5 examples/sec; 0.040 sec/batch) [d
 echo "DONE {\"worker\":$idx,\"steps\":$((100+idx)),\"examples\":6400,\"final_loss\":0.$((3+idx)),\"seconds\":1.5}"
 )";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void WriteExecutable(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
   ASSERT_EQ(chmod(path.c_str(), 0755), 0);
@@ -121,7 +115,7 @@ class LauncherTest : public ::testing::Test {
   void Setup(int fail_worker, const std::string& server_hook = "",
              const std::string& worker_hook = "",
              const std::string& curve_hook = "") {
-    dir_ = absl::StrCat(getenv("TEST_TMPDIR"), "/",
+    dir_ = absl::StrCat(TestTmpDir(), "/",
                         ::testing::UnitTest::GetInstance()
                             ->current_test_info()
                             ->name());
@@ -155,7 +149,7 @@ class LauncherTest : public ::testing::Test {
   void ExpectServersGone() {
     for (int k = 0; k < options_.servers; ++k) {
       int pid = 0;
-      std::string text = ReadFile(absl::StrCat(dir_, "/server_", k, ".pid"));
+      std::string text = ReadBytes(absl::StrCat(dir_, "/server_", k, ".pid"));
       ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &pid))
           << "server " << k << " pid file: '" << text << "'";
       EXPECT_FALSE(ProcessExists(pid)) << "server " << k << " still running";
@@ -230,7 +224,7 @@ TEST_F(LauncherTest, SuccessfulRun) {
   EXPECT_THAT(text, HasSubstr("\nSUMMARY " + json + "\n"));
   EXPECT_EQ(text.substr(text.rfind('\n', text.size() - 2) + 1),
             "SUMMARY " + json + "\n");
-  EXPECT_EQ(ReadFile(options_.summary_json), json + "\n");
+  EXPECT_EQ(ReadBytes(options_.summary_json), json + "\n");
   EXPECT_THAT(json, HasSubstr("\"steps\":201,\"examples\":12800,"));
   EXPECT_THAT(json, HasSubstr("\"staleness_mean\":1.75,\"staleness_max\":5,"
                               "\"staleness_p50\":1.75,\"staleness_p99\":4,"
@@ -241,7 +235,7 @@ TEST_F(LauncherTest, SuccessfulRun) {
   EXPECT_THAT(json, HasSubstr("\"lr\":0.05"));
 
   // Child command lines.
-  EXPECT_EQ(ReadFile(dir_ + "/server_1.args"),
+  EXPECT_EQ(ReadBytes(dir_ + "/server_1.args"),
             absl::StrCat("--port=0 --port_file=", options_.log_dir,
                          "/ps_1.port --shard_index=1 --num_shards=2 "
                          "--optimizer=sgd --lr=0.05 --mode=async "
@@ -249,7 +243,7 @@ TEST_F(LauncherTest, SuccessfulRun) {
                          "--staleness=2 --staleness_aware=false "
                          "--drop_stale_threshold=0 --sync_timeout_s=30 "
                          "--min_replicas=1 --extra_server=1\n"));
-  EXPECT_EQ(ReadFile(dir_ + "/worker_1.args"),
+  EXPECT_EQ(ReadBytes(dir_ + "/worker_1.args"),
             absl::StrCat("--ps_hosts=127.0.0.1:7000,127.0.0.1:7001 "
                          "--worker_index=1 --num_workers=2 --task=train "
                          "--mode=async --epochs=2 --batch_size=32 --seed=7 --data_dir=",
@@ -257,15 +251,15 @@ TEST_F(LauncherTest, SuccessfulRun) {
                          " --n_fetch=1 --n_push=1 --device=auto --gpus= "
                          "--replicas=1 --local_aggregation=sum "
                          "--max_train_examples=640 --extra_worker=2\n"));
-  EXPECT_EQ(ReadFile(dir_ + "/eval.args"),
+  EXPECT_EQ(ReadBytes(dir_ + "/eval.args"),
             absl::StrCat("--task=eval --mode=async "
                          "--ps_hosts=127.0.0.1:7000,127.0.0.1:7001"
                          " --data_dir=", dir_, " --save_params=",
                          options_.save_params, " --extra_worker=2\n"));
   // Per-child logs hold the raw output.
-  EXPECT_THAT(ReadFile(options_.log_dir + "/worker_0.log"),
+  EXPECT_THAT(ReadBytes(options_.log_dir + "/worker_0.log"),
               HasSubstr("worker 0: step 20, loss = 0.4"));
-  EXPECT_THAT(ReadFile(options_.log_dir + "/ps_0.log"),
+  EXPECT_THAT(ReadBytes(options_.log_dir + "/ps_0.log"),
               HasSubstr("serving on 7000\n"));
   ExpectServersGone();
 }
@@ -293,7 +287,7 @@ TEST_F(LauncherTest, ServerExitDuringTrainingFails) {
   // Shard 1 serves briefly, then exits 0 while the workers still run.
   Setup(-1, "", "sleep 3");
   WriteExecutable(options_.ps_server_bin,
-                  absl::StrReplaceAll(ReadFile(options_.ps_server_bin),
+                  absl::StrReplaceAll(ReadBytes(options_.ps_server_bin),
                                       {{"while :; do sleep 0.05; done",
                                         "[ $shard = 1 ] && { sleep 0.5; echo "
                                         "bye; exit 0; }\n"
@@ -359,7 +353,7 @@ TEST_F(LauncherTest, SyncFlagsReachEveryChild) {
   EXPECT_EQ(s->mode, "sync");
   EXPECT_THAT(s->ToJson(), HasSubstr("{\"mode\":\"sync\","));
   for (int k = 0; k < 2; ++k) {
-    EXPECT_EQ(ReadFile(absl::StrCat(dir_, "/server_", k, ".args")),
+    EXPECT_EQ(ReadBytes(absl::StrCat(dir_, "/server_", k, ".args")),
               absl::StrCat("--port=0 --port_file=", options_.log_dir, "/ps_",
                            k, ".port --shard_index=", k,
                            " --num_shards=2 --optimizer=sgd --lr=0.05 "
@@ -367,10 +361,10 @@ TEST_F(LauncherTest, SyncFlagsReachEveryChild) {
                            "--replicas_to_aggregate=1 --staleness=0 "
                            "--staleness_aware=false --drop_stale_threshold=5 "
                            "--sync_timeout_s=2.5 --min_replicas=2\n"));
-    EXPECT_THAT(ReadFile(absl::StrCat(dir_, "/worker_", k, ".args")),
+    EXPECT_THAT(ReadBytes(absl::StrCat(dir_, "/worker_", k, ".args")),
                 HasSubstr(" --task=train --mode=sync --epochs=2 "));
   }
-  EXPECT_THAT(ReadFile(dir_ + "/eval.args"),
+  EXPECT_THAT(ReadBytes(dir_ + "/eval.args"),
               HasSubstr("--task=eval --mode=sync --ps_hosts="));
 }
 
@@ -383,11 +377,11 @@ TEST_F(LauncherTest, StalenessAwareAsyncReachesServers) {
   std::ostringstream out;
   absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
   ASSERT_TRUE(s.ok()) << s.status() << "\n" << out.str();
-  EXPECT_THAT(ReadFile(dir_ + "/server_1.args"),
+  EXPECT_THAT(ReadBytes(dir_ + "/server_1.args"),
               HasSubstr(" --mode=async --num_workers=3 "
                         "--replicas_to_aggregate=0 --staleness=4 "
                         "--staleness_aware=true --drop_stale_threshold=0 "));
-  EXPECT_THAT(ReadFile(dir_ + "/worker_2.args"),
+  EXPECT_THAT(ReadBytes(dir_ + "/worker_2.args"),
               HasSubstr(" --num_workers=3 --task=train --mode=async "));
 }
 
@@ -435,19 +429,19 @@ TEST_F(LauncherTest, AccuracyCurveDuringTraining) {
                               "code 4); training goes on\n"));
   EXPECT_THAT(text, HasSubstr("\ncurve eval: EVAL {"));
   absl::StatusOr<JsonNumbers> json =
-      ParseJsonNumbers(ReadFile(options_.summary_json));
+      ParseJsonNumbers(ReadBytes(options_.summary_json));
   ASSERT_TRUE(json.ok()) << json.status();
   EXPECT_NEAR(json->at("time_to_85"), s->time_to_85, 1e-6);
   EXPECT_NEAR(json->at("time_to_88"), s->time_to_88, 1e-6);
 
   // Curve evaluations use part of the test set and save nothing.
-  EXPECT_EQ(ReadFile(dir_ + "/curve_eval.args"),
+  EXPECT_EQ(ReadBytes(dir_ + "/curve_eval.args"),
             absl::StrCat("--task=eval --mode=async "
                          "--ps_hosts=127.0.0.1:7000,127.0.0.1:7001 --data_dir=",
                          dir_, " --max_test_examples=500 --extra_worker=2\n"));
-  EXPECT_THAT(ReadFile(dir_ + "/eval.args"),
+  EXPECT_THAT(ReadBytes(dir_ + "/eval.args"),
               HasSubstr(" --save_params=" + options_.save_params));
-  EXPECT_THAT(ReadFile(options_.log_dir + "/curve_eval.log"),
+  EXPECT_THAT(ReadBytes(options_.log_dir + "/curve_eval.log"),
               HasSubstr("cannot connect"));
 
   std::string expected_csv = "seconds,test_accuracy\n";
@@ -455,7 +449,7 @@ TEST_F(LauncherTest, AccuracyCurveDuringTraining) {
     absl::StrAppendFormat(&expected_csv, "%.3f,%g\n", p.seconds,
                           p.test_accuracy);
   }
-  EXPECT_EQ(ReadFile(options_.curve_csv), expected_csv);
+  EXPECT_EQ(ReadBytes(options_.curve_csv), expected_csv);
   ExpectServersGone();
 }
 
@@ -472,7 +466,7 @@ TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   LaunchOptions o;
   o.ps_server_bin = "/bin/sh";
   o.ps_worker_bin = "/bin/sh";
-  o.data_dir = getenv("TEST_TMPDIR");
+  o.data_dir = TestTmpDir();
   EXPECT_TRUE(ValidateLaunchOptions(o).ok());
 
   LaunchOptions bad = o;
@@ -559,7 +553,7 @@ TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
 }
 
 TEST(FindSiblingBinaryTest, PrefersRunfilesThenSiblingDir) {
-  const std::string root = absl::StrCat(getenv("TEST_TMPDIR"), "/find");
+  const std::string root = absl::StrCat(TestTmpDir(), "/find");
   for (const char* d :
        {"", "/bin", "/bin/deploy", "/bin/server", "/bin/deploy/launch.runfiles",
         "/bin/deploy/launch.runfiles/downpour",

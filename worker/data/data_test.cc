@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_allocator.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -35,11 +36,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kFashionDir[] = "/usr/share/datasets/fashion-mnist";
-
-std::string TmpDir() {
-  const char* d = std::getenv("TEST_TMPDIR");
-  return d != nullptr ? d : "/tmp";
-}
 
 void PutBE32(std::string* s, uint32_t v) {
   s->push_back(static_cast<char>(v >> 24));
@@ -69,7 +65,7 @@ std::string LabelsIdx(const std::vector<uint8_t>& labels) {
 
 // Writes `bytes` to TEST_TMPDIR/name, gzipped when the name ends in ".gz".
 std::string WriteFile(const std::string& name, const std::string& bytes) {
-  const std::string path = TmpDir() + "/" + name;
+  const std::string path = TestTmpDir() + "/" + name;
   if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
     gzFile f = gzopen(path.c_str(), "wb");
     EXPECT_NE(f, nullptr);
@@ -79,23 +75,9 @@ std::string WriteFile(const std::string& name, const std::string& bytes) {
     }
     EXPECT_EQ(gzclose(f), Z_OK);
   } else {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    EXPECT_NE(f, nullptr);
-    EXPECT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-    std::fclose(f);
+    WriteBytes(path, bytes);
   }
   return path;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::string out;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  std::fclose(f);
-  return out;
 }
 
 std::vector<uint8_t> Pixels(size_t n) {
@@ -172,7 +154,7 @@ TEST_P(IdxTest, ReadsValuesExactly) {
 
 TEST_P(IdxTest, MissingFileIsNotFound) {
   const std::string lp = WriteFile(Name("m-labels"), LabelsIdx({1}));
-  const std::string ip = TmpDir() + "/" + Name("no-such-images");
+  const std::string ip = TestTmpDir() + "/" + Name("no-such-images");
   absl::StatusOr<Dataset> d = LoadIdxDataset(ip, lp);
   EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(d.status().message(), HasSubstr(ip));
@@ -273,7 +255,7 @@ TEST(IdxGzipTest, CutShortStream) {
 }
 
 TEST(LoadMnistSplitTest, FallsBackToUncompressedFiles) {
-  const std::string dir = TmpDir() + "/split";
+  const std::string dir = TestTmpDir() + "/split";
   ASSERT_EQ(::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
   WriteFile("split/t10k-images-idx3-ubyte", ImagesIdx(2, 1, 1, {0, 255}));
   WriteFile("split/t10k-labels-idx1-ubyte.gz", LabelsIdx({4, 5}));
@@ -902,7 +884,7 @@ TEST(Cifar10Test, ReadsRecordsAcrossFiles) {
                                              d->images.begin() + 4 * 3072));
   // Files past max_examples are not opened.
   absl::StatusOr<Dataset> two =
-      LoadCifar10Files({a, TmpDir() + "/no-such.bin"}, 2);
+      LoadCifar10Files({a, TestTmpDir() + "/no-such.bin"}, 2);
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_EQ(two->size, 2);
 
@@ -918,7 +900,7 @@ TEST(Cifar10Test, ReadsRecordsAcrossFiles) {
 
 TEST(Cifar10Test, MissingFile) {
   const std::string a = WriteFile("cifar-m.bin", CifarRecord(1, 0));
-  const std::string missing = TmpDir() + "/cifar-missing.bin";
+  const std::string missing = TestTmpDir() + "/cifar-missing.bin";
   absl::StatusOr<Dataset> d = LoadCifar10Files({a, missing});
   EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(d.status().message(), HasSubstr(missing));
@@ -963,7 +945,7 @@ TEST(Cifar10Test, LabelOutOfRange) {
 }
 
 TEST(Cifar10Test, SplitFindsTheFilesDirectlyOrInTheArchiveFolder) {
-  const std::string top = TmpDir() + "/cifar-split";
+  const std::string top = TestTmpDir() + "/cifar-split";
   const std::string nested = top + "/cifar-10-batches-bin";
   ASSERT_TRUE(::mkdir(top.c_str(), 0755) == 0 || errno == EEXIST);
   ASSERT_TRUE(::mkdir(nested.c_str(), 0755) == 0 || errno == EEXIST);
