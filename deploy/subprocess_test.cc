@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -35,7 +35,7 @@ std::unique_ptr<Subprocess> StartShell(const std::string& script,
 bool ProcessExists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
 TEST(SubprocessTest, CapturesStdoutAndStderrLinesAndExitCode) {
-  std::string log = absl::StrCat(getenv("TEST_TMPDIR"), "/capture.log");
+  std::string log = TestTmpPath("capture.log");
   auto p = StartShell(
       "echo one; echo two >&2; printf 'three\\r\\nfour'; exit 3", log);
   ASSERT_NE(p, nullptr);
@@ -53,10 +53,7 @@ TEST(SubprocessTest, CapturesStdoutAndStderrLinesAndExitCode) {
   EXPECT_EQ(p->exit_status().ToString(), "exit code 3");
   EXPECT_THAT(p->tail(), ElementsAre("one", "two", "three", "four"));
 
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  EXPECT_EQ(ss.str(), "one\ntwo\nthree\r\nfour");
+  EXPECT_EQ(ReadBytes(log), "one\ntwo\nthree\r\nfour");
 }
 
 TEST(SubprocessTest, SuccessfulExit) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "common/safetensors.h"
+#include "common/test_files.h"
 #include "deploy/protocol.h"
 #include "deploy/subprocess.h"
 #include "gtest/gtest.h"
@@ -23,11 +24,6 @@ namespace downpour {
 namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
-
-std::string TmpDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t != nullptr ? t : "/tmp";
-}
 
 struct LaunchRun {
   ExitStatus exit;
@@ -53,12 +49,12 @@ TEST(ClusterTrainTest, TwoServersTwoWorkersLearnFashionMnistSubset) {
   if (!std::ifstream(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
     GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
   }
-  const std::string params = TmpDir() + "/model.safetensors";
+  const std::string params = TestTmpDir() + "/model.safetensors";
   LaunchRun run = RunLaunch(
       {"--servers=2", "--workers=2", "--mode=async", "--epochs=2",
        "--max_train_examples=12000", "--batch_size=64", "--optimizer=adagrad",
        "--lr=0.05", "--seed=3", absl::StrCat("--save_params=", params),
-       absl::StrCat("--log_dir=", TmpDir(), "/logs")});
+       absl::StrCat("--log_dir=", TestTmpDir(), "/logs")});
   std::string out;
   for (const std::string& l : run.lines) absl::StrAppend(&out, l, "\n");
   ASSERT_TRUE(run.exit.success()) << run.exit.ToString() << "\n" << out;
@@ -106,7 +102,7 @@ TEST(ClusterTrainTest, TwoReplicasInOneWorkerAggregateLocallyAndSave) {
   if (!std::ifstream(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
     GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
   }
-  const std::string params = TmpDir() + "/replicas.safetensors";
+  const std::string params = TestTmpDir() + "/replicas.safetensors";
   LaunchRun run = RunLaunch(
       {"--servers=1", "--workers=1", "--replicas=2", "--device=cpu",
        "--mode=async", "--epochs=1", "--max_train_examples=12000",
@@ -139,7 +135,7 @@ TEST(ClusterTrainTest, TwoReplicasInOneWorkerAggregateLocallyAndSave) {
 TEST(ClusterTrainTest, FailingWorkerStopsTheClusterWithItsName) {
   LaunchRun run = RunLaunch({"--servers=1", "--workers=2", "--epochs=1",
                              "--worker_args=--model=no_such_model",
-                             absl::StrCat("--log_dir=", TmpDir(), "/fail_logs")});
+                             absl::StrCat("--log_dir=", TestTmpDir(), "/fail_logs")});
   std::string out;
   for (const std::string& l : run.lines) absl::StrAppend(&out, l, "\n");
   EXPECT_FALSE(run.exit.success()) << out;

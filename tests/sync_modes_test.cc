@@ -3,7 +3,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/test_files.h"
 #include "deploy/protocol.h"
 #include "gtest/gtest.h"
 #include "tests/test_cluster.h"
@@ -20,11 +20,6 @@ namespace downpour {
 namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
-
-std::string TmpDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t != nullptr ? t : "/tmp";
-}
 
 bool HaveData() {
   return static_cast<bool>(
@@ -95,7 +90,7 @@ std::string TrainSyncAndSave(const std::string& name) {
   auto w1 = StartWorker(**c, 1, 2, "sync", {"--cpu_threads=1"});
   WaitDone(w0.get(), absl::Minutes(2));
   WaitDone(w1.get(), absl::Minutes(2));
-  const std::string path = absl::StrCat(TmpDir(), "/", name, ".safetensors");
+  const std::string path = absl::StrCat(TestTmpDir(), "/", name, ".safetensors");
   SubprocessOptions eo;
   eo.argv = {"worker/ps_worker", "--task=eval",
              absl::StrCat("--ps_hosts=", absl::StrJoin((*c)->hosts(), ",")),
@@ -105,10 +100,7 @@ std::string TrainSyncAndSave(const std::string& name) {
   EXPECT_TRUE((*eval)->WaitFor(absl::Minutes(1), nullptr));
   EXPECT_TRUE((*eval)->exit_status().success());
   for (const ShardStats& s : StatsOf(**c)) EXPECT_EQ(s.steps, 24);  // 768/32
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << f.rdbuf();
-  return bytes.str();
+  return ReadBytes(path);
 }
 
 TEST(SyncModesTest, SyncRunsWithTheSameSeedAreBitIdentical) {

@@ -5,13 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/test_files.h"
 
 namespace downpour {
 
 absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
     const TestClusterOptions& options) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  const std::string dir = TestTmpDir();
   static int cluster_counter = 0;  // distinct port files per cluster
   const int id = cluster_counter++;
   std::unique_ptr<TestCluster> c(new TestCluster());
