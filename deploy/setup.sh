@@ -14,6 +14,10 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev
   # CPU maths (GEMM) and gzip.
   libopenblas-dev zlib1g-dev
+  # JSON (header-only): summaries, report lines, safetensors headers.
+  nlohmann-json3-dev
+  # The thread-safety build (--config=thread_safety): clang's -Wthread-safety.
+  clang-14
   # The default training data: Fashion-MNIST under /usr/share/datasets/.
   dataset-fashion-mnist
 )

@@ -1,0 +1,28 @@
+#include "common/train_mode.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace downpour {
+
+absl::StatusOr<TrainMode> ParseTrainMode(absl::string_view name) {
+  if (name == "async") return TrainMode::kAsync;
+  if (name == "sync") return TrainMode::kSync;
+  if (name == "ssp") return TrainMode::kSsp;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode '", name, "' (known: async, sync, ssp)"));
+}
+
+const char* TrainModeName(TrainMode mode) {
+  switch (mode) {
+    case TrainMode::kAsync:
+      return "async";
+    case TrainMode::kSync:
+      return "sync";
+    case TrainMode::kSsp:
+      return "ssp";
+  }
+  return "unknown";
+}
+
+}  // namespace downpour
