@@ -204,7 +204,7 @@ class ParameterStoreImpl final : public ParameterStore {
       : options_(o), optimizer_(std::move(opt)) {
     active_.assign(std::max(o.num_workers, 0), true);
     clock_.assign(std::max(o.num_workers, 0), 0);
-    if (o.mode != SyncMode::kAsync) {
+    if (o.mode != TrainMode::kAsync) {
       timer_ = std::thread([this] { TimerLoop(); });
     }
   }
@@ -506,7 +506,7 @@ absl::Status ParameterStoreImpl::Read(
 void ParameterStoreImpl::PullWhenReady(
     PullSpec spec, std::function<void(const ChunkView&)> sink,
     std::function<void(absl::Status)> done) {
-  if (options_.mode != SyncMode::kAsync &&
+  if (options_.mode != TrainMode::kAsync &&
       (spec.min_version > 0 || spec.worker_clock >= 0)) {
     absl::Status abort;
     {
@@ -551,13 +551,13 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
                       "push needs 0 <= part < num_parts <= 2^20, got part ",
                       id.part, " of ", id.num_parts)));
   }
-  if (options_.mode != SyncMode::kAsync && worker_id >= options_.num_workers) {
+  if (options_.mode != TrainMode::kAsync && worker_id >= options_.num_workers) {
     return Reject("bad_request",
                   absl::InvalidArgumentError(absl::StrCat(
                       "push: worker_id ", worker_id, " is not below the job's ",
                       options_.num_workers, " workers")));
   }
-  if (options_.mode == SyncMode::kSync && id.num_parts == 1 &&
+  if (options_.mode == TrainMode::kSync && id.num_parts == 1 &&
       grads.size() != chunks_.size()) {
     return Reject("bad_request",
                   absl::InvalidArgumentError(absl::StrCat(
@@ -617,12 +617,12 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
   }
   bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
 
-  if (options_.mode == SyncMode::kSync) {
+  if (options_.mode == TrainMode::kSync) {
     return PushSync(id, grads, completes_push);
   }
 
   PushResult result;
-  if (options_.mode == SyncMode::kSsp) {
+  if (options_.mode == TrainMode::kSsp) {
     absl::MutexLock cl(&coord_mu_);
     if (!aborted_.empty()) return AbortedStatus();
   }
@@ -635,7 +635,7 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
   if (result.dropped) dropped_stale_.fetch_add(1, std::memory_order_relaxed);
   if (!completes_push) return result;
   pushes_applied_.fetch_add(1, std::memory_order_relaxed);
-  if (options_.mode == SyncMode::kSsp) {
+  if (options_.mode == TrainMode::kSsp) {
     std::list<Waiter> ready;
     {
       absl::MutexLock cl(&coord_mu_);
@@ -821,7 +821,7 @@ int64_t ParameterStoreImpl::MinActiveClock() const {
 }
 
 void ParameterStoreImpl::RecordLead(const PullSpec& spec) {
-  if (options_.mode != SyncMode::kSsp || spec.worker_clock < 0) return;
+  if (options_.mode != TrainMode::kSsp || spec.worker_clock < 0) return;
   const int64_t min_clock = MinActiveClock();
   if (min_clock == std::numeric_limits<int64_t>::max()) return;
   ssp_max_lead_ = std::max(ssp_max_lead_, spec.worker_clock - min_clock);
@@ -829,8 +829,8 @@ void ParameterStoreImpl::RecordLead(const PullSpec& spec) {
 
 bool ParameterStoreImpl::Ready(const PullSpec& spec) const {
   if (!aborted_.empty() || stopping_) return true;
-  if (options_.mode == SyncMode::kSync) return spec.min_version <= step_;
-  if (options_.mode == SyncMode::kSsp && spec.worker_clock >= 0) {
+  if (options_.mode == TrainMode::kSync) return spec.min_version <= step_;
+  if (options_.mode == TrainMode::kSsp && spec.worker_clock >= 0) {
     const int64_t min_clock = MinActiveClock();
     return min_clock == std::numeric_limits<int64_t>::max() ||
            min_clock >= spec.worker_clock - options_.staleness;
@@ -874,7 +874,7 @@ void ParameterStoreImpl::Evict(const std::vector<int32_t>& workers,
                    absl::StrJoin(workers, ", "), " (", why, "); going on with ",
                    remaining, " worker", remaining == 1 ? "" : "s"));
   // Sync goes on with the gradients already in; ssp with the workers left.
-  const int have = options_.mode == SyncMode::kSync ? CompleteCount()
+  const int have = options_.mode == TrainMode::kSync ? CompleteCount()
                                                      : remaining;
   if (have < options_.min_replicas) {
     aborted_ = absl::StrCat(
@@ -898,7 +898,7 @@ void ParameterStoreImpl::TimerLoop() {
       const absl::Time now = absl::Now();
       if (!aborted_.empty()) {
         ready.swap(waiters_);
-      } else if (options_.mode == SyncMode::kSync && !pending_.empty() &&
+      } else if (options_.mode == TrainMode::kSync && !pending_.empty() &&
                  now - pending_since_ > options_.sync_timeout) {
         std::vector<int32_t> missing;
         for (int32_t w = 0; w < static_cast<int32_t>(active_.size()); ++w) {
@@ -918,7 +918,7 @@ void ParameterStoreImpl::TimerLoop() {
           }
         }
         TakeReadyWaiters(&ready);
-      } else if (options_.mode == SyncMode::kSsp) {
+      } else if (options_.mode == TrainMode::kSsp) {
         for (const Waiter& w : waiters_) {
           if (now - w.since <= options_.sync_timeout) continue;
           std::vector<int32_t> laggards;
@@ -944,16 +944,16 @@ void ParameterStoreImpl::TimerLoop() {
 
 absl::Status ParameterStoreImpl::Leave(int32_t worker_id) {
   if (worker_id < 0 ||
-      (options_.mode != SyncMode::kAsync && worker_id >= options_.num_workers)) {
+      (options_.mode != TrainMode::kAsync && worker_id >= options_.num_workers)) {
     return Reject("bad_request", absl::InvalidArgumentError(absl::StrCat(
                                      "leave: bad worker_id ", worker_id)));
   }
-  if (options_.mode == SyncMode::kAsync) return absl::OkStatus();
+  if (options_.mode == TrainMode::kAsync) return absl::OkStatus();
   std::list<Waiter> ready;
   {
     absl::MutexLock l(&coord_mu_);
     active_[worker_id] = false;
-    if (options_.mode == SyncMode::kSync) MaybeCompleteStep();
+    if (options_.mode == TrainMode::kSync) MaybeCompleteStep();
     TakeReadyWaiters(&ready);
   }
   AnswerWaiters(&ready);
@@ -984,7 +984,7 @@ ShardStats ParameterStoreImpl::Stats() const {
   s.staleness_p50 = staleness_hist_.Quantile(0.5);
   s.staleness_p99 = staleness_hist_.Quantile(0.99);
   s.dropped_stale = dropped_stale_.load();
-  s.mode = SyncModeName(options_.mode);
+  s.mode = TrainModeName(options_.mode);
   {
     absl::MutexLock l(&coord_mu_);
     s.steps = step_;
@@ -999,23 +999,6 @@ ShardStats ParameterStoreImpl::Stats() const {
 
 }  // namespace
 
-absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name) {
-  if (name == "async") return SyncMode::kAsync;
-  if (name == "sync") return SyncMode::kSync;
-  if (name == "ssp") return SyncMode::kSsp;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown mode '", name, "' (known: async, sync, ssp)"));
-}
-
-const char* SyncModeName(SyncMode mode) {
-  switch (mode) {
-    case SyncMode::kAsync: return "async";
-    case SyncMode::kSync: return "sync";
-    case SyncMode::kSsp: return "ssp";
-  }
-  return "?";
-}
-
 absl::Status ParameterStore::Pull(
     absl::Span<const int32_t> chunk_ids,
     const std::function<void(const ChunkView&)>& sink) {
@@ -1029,11 +1012,11 @@ absl::Status ParameterStore::Pull(
 
 absl::StatusOr<std::unique_ptr<ParameterStore>> ParameterStore::Create(
     const ParameterStoreOptions& options) {
-  if (options.mode != SyncMode::kAsync) {
+  if (options.mode != TrainMode::kAsync) {
     const int w = options.num_workers;
     if (w < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "mode ", SyncModeName(options.mode), " needs num_workers >= 1"));
+          "mode ", TrainModeName(options.mode), " needs num_workers >= 1"));
     }
     if (options.replicas_to_aggregate < 0 || options.replicas_to_aggregate > w ||
         options.min_replicas < 1 || options.min_replicas > w) {

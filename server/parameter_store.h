@@ -53,21 +53,16 @@
 #include "absl/types/span.h"
 #include "common/shard_stats.h"
 #include "common/sharding.h"
+#include "common/train_mode.h"
 #include "server/optimizer.h"
 
 namespace downpour {
-
-enum class SyncMode { kAsync, kSync, kSsp };
-
-// "async", "sync", "ssp".
-absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name);
-const char* SyncModeName(SyncMode mode);
 
 struct ParameterStoreOptions {
   int32_t shard_index = 0;
   int32_t num_shards = 1;
   OptimizerOptions optimizer;
-  SyncMode mode = SyncMode::kAsync;
+  TrainMode mode = TrainMode::kAsync;
   // Workers in the job (ids 0..num_workers-1); required for sync and ssp.
   int32_t num_workers = 0;
   // Sync: gradients per step; 0 means all active workers. k < W gives backup

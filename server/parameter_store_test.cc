@@ -452,7 +452,7 @@ TEST(ParameterStoreTest, PushInPiecesEqualsContiguousPush) {
   ParameterStoreOptions o;
   o.optimizer.name = "sgd";
   o.optimizer.learning_rate = 0.1f;
-  o.mode = SyncMode::kSync;
+  o.mode = TrainMode::kSync;
   o.num_workers = 2;
   auto a = *ParameterStore::Create(o);
   auto b = *ParameterStore::Create(o);
@@ -522,7 +522,7 @@ struct ModeFixture {
   absl::Mutex mu;
 };
 
-std::unique_ptr<ModeFixture> NewModeStore(SyncMode mode, int workers,
+std::unique_ptr<ModeFixture> NewModeStore(TrainMode mode, int workers,
                                           int k = 0, int min_replicas = 1,
                                           absl::Duration timeout = absl::Seconds(30),
                                           int staleness = 0) {
@@ -597,7 +597,7 @@ std::unique_ptr<PendingPull> StartPull(ParameterStore& s, int64_t min_version,
 }
 
 TEST(SyncModeTest, StepIsTheMeanAppliedOnceWhenAllArrive) {
-  auto f = NewModeStore(SyncMode::kSync, 3);
+  auto f = NewModeStore(TrainMode::kSync, 3);
   auto waiting = StartPull(*f->store, 1, -1);
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
   ASSERT_TRUE(PushConst(*f->store, 2, 1, 3.0f, 0).ok());
@@ -621,7 +621,7 @@ TEST(SyncModeTest, StepIsTheMeanAppliedOnceWhenAllArrive) {
 }
 
 TEST(SyncModeTest, BackupWorkersCompleteWithFirstK) {
-  auto f = NewModeStore(SyncMode::kSync, 3, /*k=*/2);
+  auto f = NewModeStore(TrainMode::kSync, 3, /*k=*/2);
   ASSERT_TRUE(PushConst(*f->store, 1, 1, 2.0f, 0).ok());
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 4.0f, 0).ok());
   EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));
@@ -632,7 +632,7 @@ TEST(SyncModeTest, BackupWorkersCompleteWithFirstK) {
 }
 
 TEST(SyncModeTest, MissingWorkerIsEvictedAfterTimeoutNotAHang) {
-  auto f = NewModeStore(SyncMode::kSync, 3, 0, 1, absl::Milliseconds(200));
+  auto f = NewModeStore(TrainMode::kSync, 3, 0, 1, absl::Milliseconds(200));
   auto waiting = StartPull(*f->store, 1, -1);
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
   ASSERT_TRUE(PushConst(*f->store, 1, 1, 3.0f, 0).ok());
@@ -654,7 +654,7 @@ TEST(SyncModeTest, MissingWorkerIsEvictedAfterTimeoutNotAHang) {
 }
 
 TEST(SyncModeTest, TooFewWorkersAbortsNamingTheMissingOne) {
-  auto f = NewModeStore(SyncMode::kSync, 3, 0, /*min_replicas=*/3,
+  auto f = NewModeStore(TrainMode::kSync, 3, 0, /*min_replicas=*/3,
                         absl::Milliseconds(150));
   auto waiting = StartPull(*f->store, 1, -1);
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
@@ -669,7 +669,7 @@ TEST(SyncModeTest, TooFewWorkersAbortsNamingTheMissingOne) {
 }
 
 TEST(SyncModeTest, LeavingWorkerIsNotWaitedFor) {
-  auto f = NewModeStore(SyncMode::kSync, 2);
+  auto f = NewModeStore(TrainMode::kSync, 2);
   ASSERT_TRUE(f->store->Leave(1).ok());
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 2.0f, 0).ok());
   EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
@@ -681,7 +681,7 @@ TEST(SyncModeTest, LeavingWorkerIsNotWaitedFor) {
 }
 
 TEST(SspModeTest, PullWaitsWhileAheadOfTheBound) {
-  auto f = NewModeStore(SyncMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/1);
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/1);
   // Worker 0 runs ahead: clock 2 while worker 1 is at 0.
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
   ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 1).ok());
@@ -698,7 +698,7 @@ TEST(SspModeTest, PullWaitsWhileAheadOfTheBound) {
 }
 
 TEST(SspModeTest, StalledWorkerIsEvictedAfterTimeout) {
-  auto f = NewModeStore(SyncMode::kSsp, 2, 0, 1, absl::Milliseconds(150), 0);
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Milliseconds(150), 0);
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
   auto waiting = StartPull(*f->store, 0, 1);
   ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
@@ -738,7 +738,7 @@ TEST(AsyncModeTest, StalenessAwareScalingAndDropThreshold) {
 
 TEST(ModeOptionsTest, RejectsInconsistentOptions) {
   ParameterStoreOptions o;
-  o.mode = SyncMode::kSync;
+  o.mode = TrainMode::kSync;
   EXPECT_FALSE(ParameterStore::Create(o).ok());  // no num_workers
   o.num_workers = 2;
   o.replicas_to_aggregate = 3;
@@ -748,7 +748,7 @@ TEST(ModeOptionsTest, RejectsInconsistentOptions) {
   EXPECT_FALSE(ParameterStore::Create(o).ok());
   o.staleness_aware = false;
   EXPECT_TRUE(ParameterStore::Create(o).ok());
-  EXPECT_FALSE(ParseSyncMode("bsp").ok());
+  EXPECT_FALSE(ParseTrainMode("bsp").ok());
 }
 
 }  // namespace
@@ -773,7 +773,7 @@ TinyPart PartOf(int32_t id, float g, int64_t base) {
 }
 
 TEST(PushPartsTest, AsyncPartsAreEachAppliedOnceAndCountAsOnePush) {
-  auto f = NewModeStore(SyncMode::kAsync, 1);
+  auto f = NewModeStore(TrainMode::kAsync, 1);
   const ShardMap map = *ComputeShardMap(TinyLayout());
   ASSERT_EQ(map.chunks.size(), 2u);
   TinyPart p0 = PartOf(0, 1.0f, 0), p1 = PartOf(1, 1.0f, 0);
@@ -796,7 +796,7 @@ TEST(PushPartsTest, AsyncPartsAreEachAppliedOnceAndCountAsOnePush) {
 }
 
 TEST(PushPartsTest, SyncStepWaitsForEveryPartOfEveryWorker) {
-  auto f = NewModeStore(SyncMode::kSync, 2);
+  auto f = NewModeStore(TrainMode::kSync, 2);
   TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);
   TinyPart b0 = PartOf(0, 3.0f, 0), b1 = PartOf(1, 3.0f, 0);
   ASSERT_TRUE(f->store->Push(PushId{0, 1, 1, 2}, a1.chunks).ok());
@@ -810,7 +810,7 @@ TEST(PushPartsTest, SyncStepWaitsForEveryPartOfEveryWorker) {
 }
 
 TEST(PushPartsTest, SyncRefusesAChunkSentInTwoParts) {
-  auto f = NewModeStore(SyncMode::kSync, 1);
+  auto f = NewModeStore(TrainMode::kSync, 1);
   TinyPart a0 = PartOf(0, 1.0f, 0);
   ASSERT_TRUE(f->store->Push(PushId{0, 1, 0, 2}, a0.chunks).ok());
   EXPECT_EQ(f->store->Push(PushId{0, 1, 1, 2}, a0.chunks).status().code(),
@@ -823,7 +823,7 @@ TEST(PushPartsTest, SyncRefusesAChunkSentInTwoParts) {
 }
 
 TEST(PushPartsTest, SspClockAdvancesOncePerWholePush) {
-  auto f = NewModeStore(SyncMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/0);
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/0);
   TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);
   ASSERT_TRUE(f->store->Push(PushId{1, 1, 0, 2}, a0.chunks).ok());
   // Worker 0 at clock 1 may not pull while worker 1 has only half a push.

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   options.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   options.optimizer.adagrad_initial_accumulator =
       static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator));
-  auto mode = downpour::ParseSyncMode(absl::GetFlag(FLAGS_mode));
+  auto mode = downpour::ParseTrainMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) {
     std::fprintf(stderr, "ps_server: --mode: %s\n", mode.status().ToString().c_str());
     return 2;
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   }
   std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s:%d\n",
               options.shard_index, options.num_shards,
-              downpour::SyncModeName(options.mode),
+              downpour::TrainModeName(options.mode),
               options.optimizer.name.c_str(), options.optimizer.learning_rate,
               absl::GetFlag(FLAGS_bind).c_str(), bound_port);
   std::fflush(stdout);

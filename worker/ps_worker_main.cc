@@ -27,6 +27,7 @@
 #include "common/safetensors.h"
 #include "common/shard_stats.h"
 #include "common/status_macros.h"
+#include "common/train_mode.h"
 #include "worker/data/data.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/nn/backend.h"
@@ -182,17 +183,12 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
         "--replicas must be in [1, 64] and --data_threads >= 1");
   }
 
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode == "async") {
-    f.trainer.mode = TrainMode::kAsync;
-  } else if (mode == "sync") {
-    f.trainer.mode = TrainMode::kSync;
-  } else if (mode == "ssp") {
-    f.trainer.mode = TrainMode::kSsp;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--mode must be async, sync or ssp, got '", mode, "'"));
+  auto mode = ParseTrainMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode: ", mode.status().message()));
   }
+  f.trainer.mode = *mode;
   if (f.task != "train" && f.task != "eval") {
     return absl::InvalidArgumentError(
         absl::StrCat("--task must be train or eval, got '", f.task, "'"));

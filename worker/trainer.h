@@ -37,20 +37,18 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/host_allocator.h"
+#include "common/train_mode.h"
 #include "worker/data/data.h"
 #include "worker/nn/model.h"
 #include "worker/ps_client.h"
 
 namespace downpour {
 
-// How the worker waits for the others (the servers must run the same mode).
-enum class TrainMode {
-  kAsync,  // Downpour: never wait.
-  kSync,   // Pull for step v+1 waits until the servers completed step v.
-  kSsp,    // Pull waits while this worker is > staleness clocks ahead.
-};
-
 struct TrainerOptions {
+  // How the worker waits for the others (the servers must run the same mode):
+  // async never waits; sync's pull for step v+1 waits until the servers
+  // completed step v; ssp's pull waits while this worker is > staleness
+  // clocks ahead.
   TrainMode mode = TrainMode::kAsync;
   // Pull fresh parameters every n_fetch steps; push every n_push steps.
   int n_fetch = 1;

@@ -43,7 +43,7 @@ struct Cluster {
 };
 
 Cluster MakeCluster(int shards, const std::string& opt, float lr,
-                    SyncMode mode = SyncMode::kAsync, int workers = 0,
+                    TrainMode mode = TrainMode::kAsync, int workers = 0,
                     int staleness = 0) {
   Cluster c;
   for (int s = 0; s < shards; ++s) {
@@ -175,7 +175,7 @@ TEST(TrainerTest, RejectsBadOptionsAndUndeclaredClient) {
 
 // W workers in threads against in-process stores in `mode`; returns the
 // final flat parameters.
-std::vector<float> TrainTogether(SyncMode mode, TrainMode tmode, int workers,
+std::vector<float> TrainTogether(TrainMode mode, TrainMode tmode, int workers,
                                  int staleness = 0, bool overlap = false) {
   Cluster cluster = MakeCluster(2, "momentum", 0.02f, mode, workers, staleness);
   Dataset train = Synthetic(96 * workers, 6);
@@ -213,7 +213,7 @@ std::vector<float> TrainTogether(SyncMode mode, TrainMode tmode, int workers,
   std::vector<float> params(models[0]->num_parameters());
   std::vector<int64_t> versions;
   EXPECT_TRUE(clients[0]->Pull(absl::MakeSpan(params), &versions).ok());
-  if (mode == SyncMode::kSync) {
+  if (mode == TrainMode::kSync) {
     // 6 steps per worker per epoch, 2 epochs, every gradient in a step.
     for (const ShardStats& s : *clients[0]->Stats()) {
       EXPECT_EQ(s.steps, 12);
@@ -224,23 +224,23 @@ std::vector<float> TrainTogether(SyncMode mode, TrainMode tmode, int workers,
 }
 
 TEST(TrainerTest, SyncModeIsBitIdenticalAcrossRuns) {
-  std::vector<float> a = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3);
-  std::vector<float> b = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3);
+  std::vector<float> a = TrainTogether(TrainMode::kSync, TrainMode::kSync, 3);
+  std::vector<float> b = TrainTogether(TrainMode::kSync, TrainMode::kSync, 3);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 TEST(TrainerTest, OverlapOnAndOffGiveTheSameParametersInSyncMode) {
-  std::vector<float> off = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3);
-  std::vector<float> on = TrainTogether(SyncMode::kSync, TrainMode::kSync, 3, 0,
+  std::vector<float> off = TrainTogether(TrainMode::kSync, TrainMode::kSync, 3);
+  std::vector<float> on = TrainTogether(TrainMode::kSync, TrainMode::kSync, 3, 0,
                                         /*overlap=*/true);
   ASSERT_EQ(off.size(), on.size());
   EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * sizeof(float)));
 }
 
 TEST(TrainerTest, OverlapInAsyncAndSspModeAppliesEveryPush) {
-  for (auto [mode, tmode] : {std::pair{SyncMode::kAsync, TrainMode::kAsync},
-                             std::pair{SyncMode::kSsp, TrainMode::kSsp}}) {
+  for (auto [mode, tmode] : {std::pair{TrainMode::kAsync, TrainMode::kAsync},
+                             std::pair{TrainMode::kSsp, TrainMode::kSsp}}) {
     std::vector<float> p = TrainTogether(mode, tmode, 2, 1, /*overlap=*/true);
     for (float x : p) ASSERT_TRUE(std::isfinite(x));
   }
@@ -290,14 +290,14 @@ TEST(TrainerTest, ReplicasAggregateLocallyIntoOnePush) {
 }
 
 TEST(TrainerTest, SspModeFinishesWithEveryPushApplied) {
-  std::vector<float> p = TrainTogether(SyncMode::kSsp, TrainMode::kSsp, 3, 1);
+  std::vector<float> p = TrainTogether(TrainMode::kSsp, TrainMode::kSsp, 3, 1);
   for (float x : p) ASSERT_TRUE(std::isfinite(x));
 }
 
 TEST(TrainerTest, SyncModeNeedsFetchAndPushEveryStep) {
   auto backend = NewCpuBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 16);
-  Cluster cluster = MakeCluster(1, "sgd", 0.01f, SyncMode::kSync, 1);
+  Cluster cluster = MakeCluster(1, "sgd", 0.01f, TrainMode::kSync, 1);
   auto client = NewLocalParameterClient(cluster.raw, 0);
   Dataset train = Synthetic(32, 5);
   auto batcher = Batcher::Create(&train, BatcherOptions());
