@@ -8,8 +8,13 @@
 //
 // Usage:
 //   HostAllocator* alloc = DefaultHostAllocator();  // or a backend's pinned one
-//   HostArray<float> buf(alloc, 1 << 20);
+//   DP_ASSIGN_OR_RETURN(HostArray<float> buf,
+//                       HostArray<float>::Create(alloc, 1 << 20));
 //   std::memcpy(buf.data(), src, buf.size() * sizeof(float));
+//
+// A failed allocation (pinned memory runs out long before pageable memory
+// does) is a ResourceExhausted status naming the allocator, never an
+// exception.
 //
 // Thread-safety: Allocate/Free are thread-safe for every implementation.
 #ifndef DOWNPOUR_COMMON_HOST_ALLOCATOR_H_
@@ -20,6 +25,10 @@
 #include <cstring>
 #include <new>
 #include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace downpour {
 
@@ -43,6 +52,27 @@ template <typename T>
 class HostArray {
  public:
   HostArray() = default;
+
+  // `n` elements from `alloc` (none when n == 0), or ResourceExhausted when
+  // the allocator has no memory for them.
+  static absl::StatusOr<HostArray> Create(HostAllocator* alloc, size_t n,
+                                          bool zero = false) {
+    HostArray a;
+    a.alloc_ = alloc;
+    if (n == 0) return a;
+    a.data_ = static_cast<T*>(alloc->Allocate(n * sizeof(T)));
+    if (a.data_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", n * sizeof(T), " bytes from the ",
+                       alloc->Name(), " host allocator"));
+    }
+    a.size_ = n;
+    if (zero) std::memset(a.data_, 0, n * sizeof(T));
+    return a;
+  }
+
+  // Deprecated: throws std::bad_alloc when the allocation fails. Library
+  // code uses Create(); this remains for tests/bench/gpu_bench_main.cc.
   HostArray(HostAllocator* alloc, size_t n, bool zero = false)
       : alloc_(alloc), size_(n) {
     if (n == 0) return;

@@ -1,10 +1,11 @@
 // File: common/safetensors.cc
 //
-// safetensors writer and a small JSON parser for exactly the header grammar
-// the format uses: one object whose values are either tensor entries
-// {"dtype": string, "shape": [int...], "data_offsets": [int, int]} or the
-// "__metadata__" object of string values. Numbers other than non-negative
-// integers, booleans, null and nesting beyond that are rejected.
+// safetensors writer and reader. The header is JSON through nlohmann/json,
+// checked against the grammar the format uses: one object whose values are
+// either tensor entries {"dtype": string, "shape": [int...],
+// "data_offsets": [int, int]} or the "__metadata__" object of string values.
+// Numbers other than non-negative integers, booleans, null and nesting beyond
+// that are rejected; repeated keys too.
 #include "common/safetensors.h"
 
 #include <fcntl.h>
@@ -14,12 +15,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace downpour {
 namespace {
@@ -44,31 +48,6 @@ int64_t CheckedNumElements(const std::vector<int64_t>& shape, int64_t limit) {
     n *= d;
   }
   return n;
-}
-
-void AppendJsonString(const std::string& s, std::string* out) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (c < 0x20) {
-          static const char kHex[] = "0123456789abcdef";
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 0xf]);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
 }
 
 void AppendLE32(uint32_t v, std::string* out) {
@@ -100,250 +79,197 @@ struct Entry {
   std::vector<int64_t> offsets;
 };
 
-// Recursive-descent parser over the header bytes. Every error names the file.
-class HeaderParser {
- public:
-  HeaderParser(const std::string& path, const std::string& text)
-      : path_(path), s_(text) {}
+absl::Status HeaderError(const std::string& path, const std::string& what) {
+  return absl::DataLossError(
+      absl::StrCat(path, ": bad safetensors header: ", what));
+}
 
-  absl::Status Parse(std::vector<Entry>* entries,
-                     std::map<std::string, std::string>* metadata) {
-    bool seen_metadata = false;
-    std::set<std::string> names;
-    DP_RETURN_IF_ERROR(ParseObject([&](const std::string& key) -> absl::Status {
-      if (key == "__metadata__") {
-        if (seen_metadata) return Error("duplicate \"__metadata__\"");
-        seen_metadata = true;
-        return ParseObject([&](const std::string& k) -> absl::Status {
-          std::string v;
-          DP_RETURN_IF_ERROR(ParseString(&v));
-          if (!metadata->emplace(k, std::move(v)).second) {
-            return Error(absl::StrCat("duplicate metadata key \"", k, "\""));
-          }
-          return absl::OkStatus();
-        });
+// Records the first repeated key of any object while nlohmann parses (its
+// objects keep only the last of equal keys, so they must be caught here).
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int depth, nlohmann::json::parse_event_t event,
+                  nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) {
+      keys_.emplace_back();
+    } else if (event == Event::object_end && !keys_.empty()) {
+      keys_.pop_back();
+    } else if (event == Event::key && !keys_.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (depth == 1) top_key_ = key;
+      if (!keys_.back().insert(key).second && error_.empty()) {
+        error_ = Describe(depth, key);
       }
-      if (!names.insert(key).second) {
-        return Error(absl::StrCat("duplicate tensor \"", key, "\""));
-      }
-      Entry e;
-      e.name = key;
-      DP_RETURN_IF_ERROR(ParseEntry(&e));
-      entries->push_back(std::move(e));
-      return absl::OkStatus();
-    }));
-    SkipWhitespace();
-    if (pos_ != s_.size()) return Error("unexpected text after the header object");
-    return absl::OkStatus();
+    }
+    return true;
   }
+  // Empty when no key was repeated.
+  const std::string& error() const { return error_; }
 
  private:
-  absl::Status Error(const std::string& what) const {
-    return absl::DataLossError(absl::StrCat(
-        path_, ": bad safetensors header at byte ", pos_, ": ", what));
+  std::string Describe(int depth, const std::string& key) const {
+    if (depth == 1) {
+      return key == "__metadata__"
+                 ? std::string("duplicate \"__metadata__\"")
+                 : absl::StrCat("duplicate tensor \"", key, "\"");
+    }
+    if (depth == 2 && top_key_ == "__metadata__") {
+      return absl::StrCat("duplicate metadata key \"", key, "\"");
+    }
+    return absl::StrCat("unexpected or repeated key \"", key,
+                        "\" in tensor \"", top_key_, "\"");
   }
 
-  void SkipWhitespace() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' ||
-                                s_[pos_] == '\n' || s_[pos_] == '\r')) {
-      ++pos_;
-    }
-  }
-
-  absl::Status Expect(char c) {
-    SkipWhitespace();
-    if (pos_ >= s_.size() || s_[pos_] != c) {
-      return Error(absl::StrCat("expected '", std::string(1, c), "'"));
-    }
-    ++pos_;
-    return absl::OkStatus();
-  }
-
-  // Peeks the next non-whitespace character ('\0' at the end).
-  char Peek() {
-    SkipWhitespace();
-    return pos_ < s_.size() ? s_[pos_] : '\0';
-  }
-
-  // Parses {"key": <value>, ...}; `on_value` parses each value.
-  template <typename F>
-  absl::Status ParseObject(F on_value) {
-    DP_RETURN_IF_ERROR(Expect('{'));
-    if (Peek() == '}') {
-      ++pos_;
-      return absl::OkStatus();
-    }
-    for (;;) {
-      std::string key;
-      DP_RETURN_IF_ERROR(ParseString(&key));
-      DP_RETURN_IF_ERROR(Expect(':'));
-      DP_RETURN_IF_ERROR(on_value(key));
-      const char c = Peek();
-      if (c == ',') {
-        ++pos_;
-        continue;
-      }
-      if (c == '}') {
-        ++pos_;
-        return absl::OkStatus();
-      }
-      return Error("expected ',' or '}'");
-    }
-  }
-
-  absl::Status ParseHex4(uint32_t* out) {
-    if (pos_ + 4 > s_.size()) return Error("short \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else return Error("bad hex digit in \\u escape");
-    }
-    *out = v;
-    return absl::OkStatus();
-  }
-
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-
-  absl::Status ParseString(std::string* out) {
-    DP_RETURN_IF_ERROR(Expect('"'));
-    out->clear();
-    for (;;) {
-      if (pos_ >= s_.size()) return Error("unterminated string");
-      const unsigned char c = static_cast<unsigned char>(s_[pos_++]);
-      if (c == '"') return absl::OkStatus();
-      if (c < 0x20) return Error("control character in string");
-      if (c != '\\') {
-        out->push_back(static_cast<char>(c));
-        continue;
-      }
-      if (pos_ >= s_.size()) return Error("unterminated escape");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
-        case 'u': {
-          uint32_t cp;
-          DP_RETURN_IF_ERROR(ParseHex4(&cp));
-          if (cp >= 0xdc00 && cp <= 0xdfff) return Error("lone low surrogate");
-          if (cp >= 0xd800 && cp <= 0xdbff) {
-            if (pos_ + 2 > s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u') {
-              return Error("high surrogate without a low one");
-            }
-            pos_ += 2;
-            uint32_t lo;
-            DP_RETURN_IF_ERROR(ParseHex4(&lo));
-            if (lo < 0xdc00 || lo > 0xdfff) return Error("bad low surrogate");
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          return Error(absl::StrCat("bad escape '\\", std::string(1, e), "'"));
-      }
-    }
-  }
-
-  absl::Status ParseUint(int64_t* out) {
-    SkipWhitespace();
-    const size_t start = pos_;
-    int64_t v = 0;
-    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
-      const int digit = s_[pos_] - '0';
-      if (v > (std::numeric_limits<int64_t>::max() - digit) / 10) {
-        return Error("integer overflow");
-      }
-      v = v * 10 + digit;
-      ++pos_;
-    }
-    if (pos_ == start) return Error("expected a non-negative integer");
-    *out = v;
-    return absl::OkStatus();
-  }
-
-  absl::Status ParseUintArray(std::vector<int64_t>* out) {
-    out->clear();
-    DP_RETURN_IF_ERROR(Expect('['));
-    if (Peek() == ']') {
-      ++pos_;
-      return absl::OkStatus();
-    }
-    for (;;) {
-      int64_t v;
-      DP_RETURN_IF_ERROR(ParseUint(&v));
-      out->push_back(v);
-      const char c = Peek();
-      if (c == ',') {
-        ++pos_;
-        continue;
-      }
-      if (c == ']') {
-        ++pos_;
-        return absl::OkStatus();
-      }
-      return Error("expected ',' or ']'");
-    }
-  }
-
-  absl::Status ParseEntry(Entry* e) {
-    bool has_dtype = false, has_shape = false, has_offsets = false;
-    DP_RETURN_IF_ERROR(ParseObject([&](const std::string& key) -> absl::Status {
-      if (key == "dtype" && !has_dtype) {
-        has_dtype = true;
-        return ParseString(&e->dtype);
-      }
-      if (key == "shape" && !has_shape) {
-        has_shape = true;
-        return ParseUintArray(&e->shape);
-      }
-      if (key == "data_offsets" && !has_offsets) {
-        has_offsets = true;
-        return ParseUintArray(&e->offsets);
-      }
-      return Error(absl::StrCat("unexpected or repeated key \"", key,
-                                "\" in tensor \"", e->name, "\""));
-    }));
-    if (!has_dtype || !has_shape || !has_offsets) {
-      return Error(absl::StrCat("tensor \"", e->name,
-                                "\" needs dtype, shape and data_offsets"));
-    }
-    if (e->offsets.size() != 2) {
-      return Error(absl::StrCat("tensor \"", e->name,
-                                "\": data_offsets must hold two integers"));
-    }
-    return absl::OkStatus();
-  }
-
-  const std::string& path_;
-  const std::string& s_;
-  size_t pos_ = 0;
+  std::vector<std::set<std::string>> keys_;
+  std::string top_key_;
+  std::string error_;
 };
+
+// nlohmann's parse error in the words the old parser used for the common
+// cases, with the byte offset.
+absl::Status SyntaxError(const std::string& path,
+                         const nlohmann::json::parse_error& e) {
+  std::string what = e.what();
+  if (size_t at = what.find("syntax error"); at != std::string::npos) {
+    what = what.substr(at);
+  }
+  if (absl::StrContains(what, "missing closing quote")) {
+    what = absl::StrCat("unterminated string; ", what);
+  } else if (absl::StrContains(what, "expected end of input")) {
+    what = absl::StrCat("unexpected text after the header object; ", what);
+  }
+  return absl::DataLossError(absl::StrCat(
+      path, ": bad safetensors header at byte ", e.byte, ": ", what));
+}
+
+// `value` as a list of non-negative int64 integers, or an error naming
+// `what`.
+absl::Status ReadUintArray(const std::string& path, const std::string& what,
+                           const nlohmann::json& value,
+                           std::vector<int64_t>* out) {
+  if (!value.is_array()) {
+    return HeaderError(path, absl::StrCat(what, " must be an array"));
+  }
+  for (const nlohmann::json& v : value) {
+    if (!v.is_number_unsigned() ||
+        v.get<uint64_t>() >
+            static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return HeaderError(path, absl::StrCat(what, " must hold non-negative "
+                                            "integers, got ", v.dump()));
+    }
+    out->push_back(static_cast<int64_t>(v.get<uint64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadEntry(const std::string& path, const std::string& name,
+                       const nlohmann::json& value, Entry* e) {
+  e->name = name;
+  const std::string where = absl::StrCat("tensor \"", name, "\"");
+  if (!value.is_object()) {
+    return HeaderError(path, absl::StrCat(where, " must be an object"));
+  }
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (it.key() != "dtype" && it.key() != "shape" &&
+        it.key() != "data_offsets") {
+      return HeaderError(path, absl::StrCat("unexpected or repeated key \"",
+                                            it.key(), "\" in ", where));
+    }
+  }
+  if (!value.contains("dtype") || !value.contains("shape") ||
+      !value.contains("data_offsets")) {
+    return HeaderError(path,
+                       absl::StrCat(where, " needs dtype, shape and data_offsets"));
+  }
+  if (!value["dtype"].is_string()) {
+    return HeaderError(path, absl::StrCat(where, ": dtype must be a string"));
+  }
+  e->dtype = value["dtype"].get<std::string>();
+  DP_RETURN_IF_ERROR(ReadUintArray(path, absl::StrCat(where, ": shape"),
+                                   value["shape"], &e->shape));
+  DP_RETURN_IF_ERROR(ReadUintArray(path, absl::StrCat(where, ": data_offsets"),
+                                   value["data_offsets"], &e->offsets));
+  if (e->offsets.size() != 2) {
+    return HeaderError(
+        path, absl::StrCat(where, ": data_offsets must hold two integers"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadMetadata(const std::string& path, const nlohmann::json& value,
+                          std::map<std::string, std::string>* metadata) {
+  if (!value.is_object()) {
+    return HeaderError(path, "\"__metadata__\" must be an object");
+  }
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (!it.value().is_string()) {
+      return HeaderError(path, absl::StrCat("metadata \"", it.key(),
+                                            "\" must be a string"));
+    }
+    (*metadata)[it.key()] = it.value().get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// Parses the header text (one JSON object of tensor entries and an optional
+// "__metadata__" object of strings). Every error is DataLoss naming `path`;
+// no exception escapes.
+absl::Status ParseHeader(const std::string& path, const std::string& text,
+                         std::vector<Entry>* entries,
+                         std::map<std::string, std::string>* metadata) {
+  const size_t first = text.find_first_not_of(" \t\n\r");
+  if (first == std::string::npos || text[first] != '{') {
+    return absl::DataLossError(absl::StrCat(
+        path, ": bad safetensors header at byte ",
+        first == std::string::npos ? text.size() : first, ": expected '{'"));
+  }
+  nlohmann::json header;
+  DuplicateKeyFinder duplicates;
+  try {
+    header = nlohmann::json::parse(text, std::ref(duplicates));
+  } catch (const nlohmann::json::parse_error& e) {
+    return SyntaxError(path, e);
+  } catch (const nlohmann::json::exception& e) {
+    return HeaderError(path, e.what());
+  }
+  if (!duplicates.error().empty()) return HeaderError(path, duplicates.error());
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      DP_RETURN_IF_ERROR(ReadMetadata(path, it.value(), metadata));
+      continue;
+    }
+    Entry e;
+    DP_RETURN_IF_ERROR(ReadEntry(path, it.key(), it.value(), &e));
+    entries->push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+// The header JSON: "__metadata__" first (omitted when empty), then the
+// tensors in order. Bytes that are not UTF-8 become U+FFFD.
+std::string HeaderJson(const std::vector<TensorSpec>& tensors,
+                       const std::vector<int64_t>& counts,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
+  int64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t end = offset + counts[i] * 4;
+    nlohmann::ordered_json entry;
+    entry["dtype"] = "F32";
+    entry["shape"] = tensors[i].shape;
+    entry["data_offsets"] = {offset, end};
+    header[tensors[i].name] = std::move(entry);
+    offset = end;
+  }
+  return header.dump(-1, ' ', false,
+                     nlohmann::ordered_json::error_handler_t::replace);
+}
 
 }  // namespace
 
@@ -379,35 +305,7 @@ absl::Status WriteSafetensors(const std::string& path,
         " floats were given"));
   }
 
-  std::string header = "{";
-  bool first = true;
-  if (!metadata.empty()) {
-    header.append("\"__metadata__\":{");
-    for (const auto& [k, v] : metadata) {
-      if (!first) header.push_back(',');
-      first = false;
-      AppendJsonString(k, &header);
-      header.push_back(':');
-      AppendJsonString(v, &header);
-    }
-    header.push_back('}');
-  }
-  first = metadata.empty();
-  int64_t offset = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!first) header.push_back(',');
-    first = false;
-    AppendJsonString(tensors[i].name, &header);
-    header.append(":{\"dtype\":\"F32\",\"shape\":[");
-    for (size_t d = 0; d < tensors[i].shape.size(); ++d) {
-      if (d > 0) header.push_back(',');
-      absl::StrAppend(&header, tensors[i].shape[d]);
-    }
-    const int64_t end = offset + counts[i] * 4;
-    absl::StrAppend(&header, "],\"data_offsets\":[", offset, ",", end, "]}");
-    offset = end;
-  }
-  header.push_back('}');
+  std::string header = HeaderJson(tensors, counts, metadata);
   // Pad so the data starts 8-byte aligned, as the reference writer does.
   header.append((8 - header.size() % 8) % 8, ' ');
 
@@ -448,7 +346,10 @@ absl::Status WriteSafetensors(const std::string& path,
   return absl::OkStatus();
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+namespace {
+
+// The whole file; NotFound or Unavailable naming `path`.
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     const int err = errno;
@@ -463,33 +364,20 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   const bool read_failed = std::ferror(f) != 0;
   std::fclose(f);
   if (read_failed) return absl::UnavailableError(absl::StrCat("cannot read ", path));
+  return bytes;
+}
 
-  if (bytes.size() < 8) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": ", bytes.size(), " bytes is too short for a safetensors file"));
-  }
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
-  if (n > kMaxHeaderBytes || n > bytes.size() - 8) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": header length ", n, " does not fit in a file of ",
-        bytes.size(), " bytes"));
-  }
-  const std::string header = bytes.substr(8, n);
-  std::vector<Entry> entries;
-  SafetensorsFile out;
-  DP_RETURN_IF_ERROR(HeaderParser(path, header).Parse(&entries, &out.metadata));
-
-  const int64_t data_begin = static_cast<int64_t>(8 + n);
-  const int64_t data_size = static_cast<int64_t>(bytes.size()) - data_begin;
-  std::stable_sort(entries.begin(), entries.end(),
+// The tensors must tile the data section: contiguous, in order, no gaps,
+// nothing left over (the same rule the reference reader enforces). Sorts
+// `entries` by offset.
+absl::Status CheckEntries(const std::string& path, int64_t data_size,
+                          std::vector<Entry>* entries) {
+  std::stable_sort(entries->begin(), entries->end(),
                    [](const Entry& a, const Entry& b) {
                      return a.offsets < b.offsets;
                    });
-  // The tensors must tile the data section: contiguous, in order, no gaps,
-  // nothing left over (the same rule the reference reader enforces).
   int64_t expect_begin = 0;
-  for (const Entry& e : entries) {
+  for (const Entry& e : *entries) {
     if (e.dtype != "F32") {
       return absl::UnimplementedError(absl::StrCat(
           path, ": tensor \"", e.name, "\" has dtype ", e.dtype,
@@ -518,6 +406,32 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
         path, ": tensors cover ", expect_begin, " bytes but the data section has ",
         data_size));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  DP_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(path));
+  if (bytes.size() < 8) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": ", bytes.size(), " bytes is too short for a safetensors file"));
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  if (n > kMaxHeaderBytes || n > bytes.size() - 8) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": header length ", n, " does not fit in a file of ",
+        bytes.size(), " bytes"));
+  }
+  const std::string header = bytes.substr(8, n);
+  std::vector<Entry> entries;
+  SafetensorsFile out;
+  DP_RETURN_IF_ERROR(ParseHeader(path, header, &entries, &out.metadata));
+
+  const int64_t data_begin = static_cast<int64_t>(8 + n);
+  const int64_t data_size = static_cast<int64_t>(bytes.size()) - data_begin;
+  DP_RETURN_IF_ERROR(CheckEntries(path, data_size, &entries));
 
   out.flat.resize(static_cast<size_t>(data_size / 4));
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data()) + data_begin;

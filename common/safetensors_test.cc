@@ -217,6 +217,30 @@ TEST(SafetensorsTest, CorruptFiles) {
                 RawFile("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8),
                 "needs dtype, shape and data_offsets");
 
+  ExpectCorrupt("dupmeta.st",
+                RawFile("{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", 0),
+                "duplicate metadata key \"k\"");
+  ExpectCorrupt("dupmetaobj.st",
+                RawFile("{\"__metadata__\":{},\"__metadata__\":{}}", 0),
+                "duplicate \"__metadata__\"");
+  ExpectCorrupt("dupfield.st",
+                RawFile("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\","
+                        "\"shape\":[2],\"data_offsets\":[0,8]}}",
+                        8),
+                "repeated key \"dtype\" in tensor \"a\"");
+  ExpectCorrupt("metanum.st", RawFile("{\"__metadata__\":{\"k\":1}}", 0),
+                "metadata \"k\" must be a string");
+  ExpectCorrupt("float.st",
+                RawFile("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],"
+                        "\"data_offsets\":[0,8]}}",
+                        8),
+                "non-negative integer");
+  ExpectCorrupt("oneoffset.st",
+                RawFile("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
+                        "\"data_offsets\":[8]}}",
+                        8),
+                "two integers");
+
   // A real file with a flipped header byte.
   const std::string path = TestTmpPath("flip.safetensors");
   const float data[] = {1.0f, 2.0f};

@@ -5,28 +5,48 @@
 #include "absl/strings/str_join.h"
 
 namespace downpour {
+namespace {
+
+// One appender per kind of DOWNPOUR_SHARD_STATS_FIELDS.
+void AppendNumber(int64_t v, std::string* out) { absl::StrAppend(out, v); }
+void AppendBool(bool v, std::string* out) {
+  out->append(v ? "true" : "false");
+}
+void AppendMean(double v, std::string* out) {
+  absl::StrAppendFormat(out, "%.4f", v);
+}
+void AppendText(const std::string& v, std::string* out) {
+  absl::StrAppend(out, "\"", v, "\"");
+}
+void AppendCounts(const ShardStats::Counts& v, std::string* out) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [reason, n] : v) {
+    absl::StrAppend(out, first ? "" : ",", "\"", reason, "\":", n);
+    first = false;
+  }
+  out->push_back('}');
+}
+void AppendIds(const std::vector<int32_t>& v, std::string* out) {
+  absl::StrAppend(out, "[", absl::StrJoin(v, ","), "]");
+}
+void AppendFlag(const std::string& v, std::string* out) {
+  AppendBool(!v.empty(), out);
+}
+
+}  // namespace
 
 std::string ShardStatsToJson(const ShardStats& s) {
-  std::string rejected;
-  for (const auto& [reason, n] : s.rejected) {
-    absl::StrAppend(&rejected, rejected.empty() ? "" : ",", "\"", reason,
-                    "\":", n);
-  }
-  const std::string evicted = absl::StrJoin(s.evicted_workers, ",");
-  return absl::StrFormat(
-      "{\"shard\":%d,\"num_shards\":%d,\"initialized\":%s,\"chunks\":%d,"
-      "\"elements\":%d,\"pulls\":%d,\"pushes_applied\":%d,"
-      "\"pushes_duplicate\":%d,\"rejected\":{%s},\"staleness_mean\":%.4f,"
-      "\"staleness_max\":%d,\"chunk_updates\":%d,\"bytes_pulled\":%d,"
-      "\"bytes_pushed\":%d,\"optimizer\":\"%s\",\"mode\":\"%s\","
-      "\"staleness_p50\":%d,\"staleness_p99\":%d,\"dropped_stale\":%d,"
-      "\"steps\":%d,\"ssp_max_lead\":%d,\"evicted_workers\":[%s],\"aborted\":%s}",
-      s.shard_index, s.num_shards, s.initialized ? "true" : "false",
-      s.num_chunks, s.num_elements, s.pulls, s.pushes_applied,
-      s.pushes_duplicate, rejected, s.staleness_mean, s.staleness_max,
-      s.total_chunk_updates, s.bytes_pulled, s.bytes_pushed, s.optimizer,
-      s.mode, s.staleness_p50, s.staleness_p99, s.dropped_stale, s.steps, s.ssp_max_lead,
-      evicted, s.aborted.empty() ? "false" : "true");
+  std::string out = "{";
+  const char* sep = "";
+#define DOWNPOUR_SHARD_STATS_JSON(type, name, json_key, kind) \
+  absl::StrAppend(&out, sep, "\"", json_key, "\":");          \
+  Append##kind(s.name, &out);                                 \
+  sep = ",";
+  DOWNPOUR_SHARD_STATS_FIELDS(DOWNPOUR_SHARD_STATS_JSON)
+#undef DOWNPOUR_SHARD_STATS_JSON
+  out.push_back('}');
+  return out;
 }
 
 }  // namespace downpour

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/train_mode.h"
 #include "deploy/launcher.h"
 
 ABSL_FLAG(int, servers, 2, "Number of parameter-server shards (>= 1).");
@@ -132,6 +133,75 @@ std::string SelfExe() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+// Copies the flags into *o (all but --mode). False, after printing why, for
+// a flag no LaunchOptions value can hold.
+bool ReadFlags(downpour::LaunchOptions* o) {
+  o->servers = absl::GetFlag(FLAGS_servers);
+  o->workers = absl::GetFlag(FLAGS_workers);
+  o->device = absl::GetFlag(FLAGS_device);
+  o->gpus = absl::GetFlag(FLAGS_gpus);
+  o->replicas = absl::GetFlag(FLAGS_replicas);
+  o->local_aggregation = absl::GetFlag(FLAGS_local_aggregation);
+  o->replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  o->staleness = absl::GetFlag(FLAGS_staleness);
+  o->staleness_aware = absl::GetFlag(FLAGS_staleness_aware);
+  o->drop_stale_threshold = absl::GetFlag(FLAGS_drop_stale_threshold);
+  o->sync_timeout_s = absl::GetFlag(FLAGS_sync_timeout_s);
+  o->min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  const double eval_every_s = absl::GetFlag(FLAGS_eval_every_s);
+  if (!std::isfinite(eval_every_s) || eval_every_s < 0) {
+    std::cerr << "launch: --eval_every_s must be a finite number >= 0 "
+                 "(0 = off), got " << eval_every_s << "\n";
+    return false;
+  }
+  o->eval_every = absl::Seconds(eval_every_s);
+  o->eval_examples = absl::GetFlag(FLAGS_eval_examples);
+  o->curve_csv = absl::GetFlag(FLAGS_curve_csv);
+  o->epochs = absl::GetFlag(FLAGS_epochs);
+  o->batch_size = absl::GetFlag(FLAGS_batch_size);
+  o->lr = absl::GetFlag(FLAGS_lr);
+  o->optimizer = absl::GetFlag(FLAGS_optimizer);
+  o->seed = absl::GetFlag(FLAGS_seed);
+  o->data_dir = absl::GetFlag(FLAGS_data_dir);
+  o->save_params = absl::GetFlag(FLAGS_save_params);
+  o->summary_json = absl::GetFlag(FLAGS_summary_json);
+  o->n_fetch = absl::GetFlag(FLAGS_n_fetch);
+  o->n_push = absl::GetFlag(FLAGS_n_push);
+  o->max_train_examples = absl::GetFlag(FLAGS_max_train_examples);
+  o->server_args = SplitArgs(absl::GetFlag(FLAGS_server_args));
+  o->worker_args = SplitArgs(absl::GetFlag(FLAGS_worker_args));
+  o->log_dir = absl::GetFlag(FLAGS_log_dir);
+  o->startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+
+  return true;
+}
+
+// Fills in the binaries not given by flag. False, after printing what to do,
+// when one cannot be found.
+bool FindBinaries(const char* argv0, downpour::LaunchOptions* o) {
+  const std::vector<std::string> exe_paths = {SelfExe(), argv0};
+  o->ps_server_bin = absl::GetFlag(FLAGS_ps_server_bin);
+  o->ps_worker_bin = absl::GetFlag(FLAGS_ps_worker_bin);
+  for (auto [bin, relpath, label, flag] :
+       {std::make_tuple(&o->ps_server_bin, "server/ps_server",
+                        "//server:ps_server", "ps_server_bin"),
+        std::make_tuple(&o->ps_worker_bin, "worker/ps_worker",
+                        "//worker:ps_worker", "ps_worker_bin")}) {
+    if (!bin->empty()) continue;
+    absl::StatusOr<std::string> found =
+        downpour::FindSiblingBinary(exe_paths, relpath);
+    if (!found.ok()) {
+      std::cerr << "launch: " << found.status().message()
+                << "\n  build it (bazel build " << label << ") or pass --"
+                << flag << "\n";
+      return false;
+    }
+    *bin = *found;
+  }
+
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,64 +216,16 @@ int main(int argc, char** argv) {
   }
 
   downpour::LaunchOptions o;
-  o.servers = absl::GetFlag(FLAGS_servers);
-  o.workers = absl::GetFlag(FLAGS_workers);
-  o.device = absl::GetFlag(FLAGS_device);
-  o.gpus = absl::GetFlag(FLAGS_gpus);
-  o.replicas = absl::GetFlag(FLAGS_replicas);
-  o.local_aggregation = absl::GetFlag(FLAGS_local_aggregation);
-  o.mode = absl::GetFlag(FLAGS_mode);
-  o.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
-  o.staleness = absl::GetFlag(FLAGS_staleness);
-  o.staleness_aware = absl::GetFlag(FLAGS_staleness_aware);
-  o.drop_stale_threshold = absl::GetFlag(FLAGS_drop_stale_threshold);
-  o.sync_timeout_s = absl::GetFlag(FLAGS_sync_timeout_s);
-  o.min_replicas = absl::GetFlag(FLAGS_min_replicas);
-  const double eval_every_s = absl::GetFlag(FLAGS_eval_every_s);
-  if (!std::isfinite(eval_every_s) || eval_every_s < 0) {
-    std::cerr << "launch: --eval_every_s must be a finite number >= 0 "
-                 "(0 = off), got " << eval_every_s << "\n";
-    return 2;
-  }
-  o.eval_every = absl::Seconds(eval_every_s);
-  o.eval_examples = absl::GetFlag(FLAGS_eval_examples);
-  o.curve_csv = absl::GetFlag(FLAGS_curve_csv);
-  o.epochs = absl::GetFlag(FLAGS_epochs);
-  o.batch_size = absl::GetFlag(FLAGS_batch_size);
-  o.lr = absl::GetFlag(FLAGS_lr);
-  if (o.lr == 0) o.lr = absl::GetFlag(FLAGS_mode) == "sync" ? 0.1 : 0.05;
-  o.optimizer = absl::GetFlag(FLAGS_optimizer);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.data_dir = absl::GetFlag(FLAGS_data_dir);
-  o.save_params = absl::GetFlag(FLAGS_save_params);
-  o.summary_json = absl::GetFlag(FLAGS_summary_json);
-  o.n_fetch = absl::GetFlag(FLAGS_n_fetch);
-  o.n_push = absl::GetFlag(FLAGS_n_push);
-  o.max_train_examples = absl::GetFlag(FLAGS_max_train_examples);
-  o.server_args = SplitArgs(absl::GetFlag(FLAGS_server_args));
-  o.worker_args = SplitArgs(absl::GetFlag(FLAGS_worker_args));
-  o.log_dir = absl::GetFlag(FLAGS_log_dir);
-  o.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  if (!ReadFlags(&o) || !FindBinaries(argv[0], &o)) return 2;
 
-  const std::vector<std::string> exe_paths = {SelfExe(), argv[0]};
-  o.ps_server_bin = absl::GetFlag(FLAGS_ps_server_bin);
-  o.ps_worker_bin = absl::GetFlag(FLAGS_ps_worker_bin);
-  for (auto [bin, relpath, label, flag] :
-       {std::make_tuple(&o.ps_server_bin, "server/ps_server",
-                        "//server:ps_server", "ps_server_bin"),
-        std::make_tuple(&o.ps_worker_bin, "worker/ps_worker",
-                        "//worker:ps_worker", "ps_worker_bin")}) {
-    if (!bin->empty()) continue;
-    absl::StatusOr<std::string> found =
-        downpour::FindSiblingBinary(exe_paths, relpath);
-    if (!found.ok()) {
-      std::cerr << "launch: " << found.status().message()
-                << "\n  build it (bazel build " << label << ") or pass --"
-                << flag << "\n";
-      return 2;
-    }
-    *bin = *found;
+  absl::StatusOr<downpour::TrainMode> mode =
+      downpour::ParseModeFlag(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) {
+    std::cerr << "launch: " << mode.status().message() << "\n";
+    return ExitCodeFor(mode.status());
   }
+  o.mode = *mode;
+  if (o.lr == 0) o.lr = o.mode == downpour::TrainMode::kSync ? 0.1 : 0.05;
 
   if (absl::Status s = downpour::ValidateLaunchOptions(o); !s.ok()) {
     std::cerr << "launch: " << s.message() << "\n";

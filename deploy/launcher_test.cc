@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/test_files.h"
-#include "deploy/protocol.h"
+#include "common/report.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -159,19 +159,6 @@ class LauncherTest : public ::testing::Test {
   std::string dir_;
   LaunchOptions options_;
 };
-
-TEST(LaunchOptionsTest, ServersCountReplicasThatPushOnTheirOwn) {
-  LaunchOptions o;
-  o.workers = 2;
-  o.gpus = "0,0,1";
-  EXPECT_EQ(o.ReplicasPerWorker(), 3);
-  EXPECT_EQ(o.ServerWorkers(), 2);
-  o.local_aggregation = "none";
-  EXPECT_EQ(o.ServerWorkers(), 6);
-  o.gpus.clear();
-  o.replicas = 2;
-  EXPECT_EQ(o.ServerWorkers(), 4);
-}
 
 TEST_F(LauncherTest, SuccessfulRun) {
   Setup(/*fail_worker=*/-1);
@@ -340,7 +327,7 @@ TEST_F(LauncherTest, StopSignalCancelsRun) {
 
 TEST_F(LauncherTest, SyncFlagsReachEveryChild) {
   Setup(-1);
-  options_.mode = "sync";
+  options_.mode = TrainMode::kSync;
   options_.replicas_to_aggregate = 1;
   options_.staleness = 0;
   options_.drop_stale_threshold = 5;
@@ -451,132 +438,6 @@ TEST_F(LauncherTest, AccuracyCurveDuringTraining) {
   }
   EXPECT_EQ(ReadBytes(options_.curve_csv), expected_csv);
   ExpectServersGone();
-}
-
-TEST(TimeToAccuracyTest, FirstPointAtOrAboveThreshold) {
-  EXPECT_EQ(TimeToAccuracy({}, 0.85), -1);
-  const std::vector<CurvePoint> curve = {
-      {1.0, 0.70}, {2.5, 0.85}, {4.0, 0.84}, {6.0, 0.90}};
-  EXPECT_DOUBLE_EQ(TimeToAccuracy(curve, 0.85), 2.5);
-  EXPECT_DOUBLE_EQ(TimeToAccuracy(curve, 0.88), 6.0);
-  EXPECT_EQ(TimeToAccuracy(curve, 0.95), -1);
-}
-
-TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
-  LaunchOptions o;
-  o.ps_server_bin = "/bin/sh";
-  o.ps_worker_bin = "/bin/sh";
-  o.data_dir = TestTmpDir();
-  EXPECT_TRUE(ValidateLaunchOptions(o).ok());
-
-  LaunchOptions bad = o;
-  for (const char* mode : {"async", "sync", "ssp"}) {
-    bad.mode = mode;
-    EXPECT_TRUE(ValidateLaunchOptions(bad).ok()) << mode;
-  }
-  bad.mode = "bogus";
-  absl::Status st = ValidateLaunchOptions(bad);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), "unknown --mode=bogus; valid modes: async, sync, ssp");
-
-  // Replica counts are bounded by --workers (2 here).
-  bad = o;
-  bad.replicas_to_aggregate = 2;
-  bad.min_replicas = 2;
-  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
-  bad.replicas_to_aggregate = 3;
-  st = ValidateLaunchOptions(bad);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(st.message()),
-              HasSubstr("--replicas_to_aggregate must be in [0, --workers=2]"));
-  bad.replicas_to_aggregate = -1;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--replicas_to_aggregate"));
-  bad = o;
-  bad.min_replicas = 0;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--min_replicas must be in [1, --workers=2], got 0"));
-  bad.min_replicas = 3;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--min_replicas"));
-  bad = o;
-  bad.staleness = -1;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--staleness must be >= 0"));
-  bad.staleness = 0;
-  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
-  bad = o;
-  bad.staleness_aware = true;
-  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
-  for (const char* mode : {"sync", "ssp"}) {
-    bad.mode = mode;
-    st = ValidateLaunchOptions(bad);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(st.message()),
-                HasSubstr("--staleness_aware applies to --mode=async"));
-  }
-  bad = o;
-  bad.drop_stale_threshold = -1;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--drop_stale_threshold"));
-  bad = o;
-  bad.sync_timeout_s = 0;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--sync_timeout_s must be a positive number"));
-  bad.sync_timeout_s = 0.5;
-  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
-  bad = o;
-  bad.eval_every = absl::Seconds(-1);
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--eval_every_s"));
-  bad = o;
-  bad.eval_examples = 0;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--eval_examples must be >= 1"));
-
-  bad = o;
-  bad.workers = 0;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--workers must be >= 1"));
-  bad = o;
-  bad.servers = 0;
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--servers"));
-  bad = o;
-  bad.data_dir = "/nonexistent/dir";
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--data_dir=/nonexistent/dir"));
-  bad = o;
-  bad.ps_worker_bin = "/nonexistent/ps_worker";
-  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
-              HasSubstr("--ps_worker_bin"));
-}
-
-TEST(FindSiblingBinaryTest, PrefersRunfilesThenSiblingDir) {
-  const std::string root = absl::StrCat(TestTmpDir(), "/find");
-  for (const char* d :
-       {"", "/bin", "/bin/deploy", "/bin/server", "/bin/deploy/launch.runfiles",
-        "/bin/deploy/launch.runfiles/downpour",
-        "/bin/deploy/launch.runfiles/downpour/server"}) {
-    mkdir((root + d).c_str(), 0755);
-  }
-  const std::string exe = root + "/bin/deploy/launch";
-  unsetenv("RUNFILES_DIR");
-  WriteExecutable(root + "/bin/server/ps_server", "#!/bin/sh\n");
-  auto found = FindSiblingBinary({exe}, "server/ps_server");
-  ASSERT_TRUE(found.ok()) << found.status();
-  EXPECT_EQ(*found, root + "/bin/deploy/../server/ps_server");
-
-  WriteExecutable(root + "/bin/deploy/launch.runfiles/downpour/server/ps_server",
-                  "#!/bin/sh\n");
-  found = FindSiblingBinary({exe}, "server/ps_server");
-  ASSERT_TRUE(found.ok());
-  EXPECT_EQ(*found, exe + ".runfiles/downpour/server/ps_server");
-
-  auto missing = FindSiblingBinary({exe}, "worker/ps_worker");
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(missing.status().message()),
-              HasSubstr(root + "/bin/deploy/../worker/ps_worker"));
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs Downpour's whole test suite on a fresh machine: installs what is
 # missing (deploy/setup.sh), builds everything and runs `bazel test //...`,
-# then prints one summary line "N passed, N failed, N skipped" counted from
-# the JUnit XML each test leaves in bazel-testlogs/.
+# builds everything again with clang's thread-safety analysis
+# (--config=thread_safety), then prints one summary line "N passed, N failed,
+# N skipped" counted from the JUnit XML each test leaves in bazel-testlogs/
+# (the thread-safety build counts as one test).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +12,19 @@ bash deploy/setup.sh || exit 1
 
 bazel test //... "$@"
 rc=$?
+
+# The lock-annotation check: everything again with clang-14 and
+# -Werror=thread-safety, in an output base of its own so that neither build
+# throws the other's cache away. Package patterns, not //..., so that the gcc
+# build's convenience symlinks (bazel-*) are not read as packages.
+tsa_ok=1
+if ! bazel --output_base="${HOME}/.cache/bazel_thread_safety" build \
+    --config=thread_safety //common/... //rpc/... //server/... //worker/... \
+    //deploy/... //tests/... //proto/...; then
+  echo "test: the thread-safety build (--config=thread_safety) failed" >&2
+  tsa_ok=0
+  rc=1
+fi
 
 passed=0; failed=0; skipped=0
 while IFS= read -r -d '' xml; do
@@ -22,6 +37,9 @@ while IFS= read -r -d '' xml; do
   skipped=$((skipped + skips))
   passed=$((passed + cases - fails - skips))
 done < <(find -L bazel-testlogs/ -name test.xml -print0 2>/dev/null)
+
+# The thread-safety build counts as one test.
+if ((tsa_ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 if ((rc != 0 && failed == 0)); then
   # The build broke, or a test target failed without a readable result.

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/rpc_convert.h"
 #include "common/status_macros.h"
-#include "common/wire.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "rpc/rpc_convert.h"
+#include "rpc/wire.h"
 
 namespace downpour {
 namespace {
@@ -68,7 +68,7 @@ std::vector<float>& ThreadScratch() {
 
 // Pull, Push and PushPull are served as raw byte buffers
 // (WithRawCallbackMethod_*), so payloads are written from and read into place
-// (common/wire.h); the small DeclareModel and GetStats use the generated
+// (rpc/wire.h); the small DeclareModel and GetStats use the generated
 // protobuf handlers.
 using ServiceBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
     proto::ParameterServer::WithRawCallbackMethod_Push<
@@ -145,8 +145,8 @@ class ParameterServerService final : public ServiceBase {
     slices.reserve(2 * chunks.size());
     for (const ChunkView& c : chunks) {
       const int64_t bytes = c.num_elements * wire::BytesPerValue(encoding);
-      slices.emplace_back(
-          wire::ChunkHeader(1, c.chunk_id, c.version, encoding, bytes));
+      slices.emplace_back(wire::ChunkHeader(wire::kPullChunksField, c.chunk_id,
+                                            c.version, encoding, bytes));
       if (bytes == 0) continue;
       if (encoding == wire::Encoding::kRawF32) {
         auto* keep = new std::shared_ptr<const void>(c.owner);
@@ -332,16 +332,6 @@ class ParameterServerService final : public ServiceBase {
 std::unique_ptr<grpc::Service> NewParameterServerService(
     ParameterStore* store, const ServiceOptions& options) {
   return std::make_unique<ParameterServerService>(store, options);
-}
-
-void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
-  builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder->SetMaxSendMessageSize(kMaxMessageBytes);
-}
-
-void ConfigureChannelArguments(grpc::ChannelArguments* args) {
-  args->SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args->SetMaxSendMessageSize(kMaxMessageBytes);
 }
 
 }  // namespace downpour

@@ -2,10 +2,13 @@
 //
 // The gRPC face of one parameter-server shard: a thin adapter that turns
 // requests into ParameterStore calls and Status into grpc::Status, nothing
-// more. Only a factory is exposed.
+// more. Only a factory is exposed. The settings both sides share (message
+// limits, method names, credentials) are in rpc/; a whole server (store,
+// service, grpc::Server) is assembled by server/ps_host.h.
 //
 //   auto service = NewParameterServerService(store.get());
 //   grpc::ServerBuilder b;
+//   ConfigureServerBuilder(&b);           // rpc/grpc_config.h
 //   b.RegisterService(service.get());
 #ifndef DOWNPOUR_SERVER_GRPC_SERVICE_H_
 #define DOWNPOUR_SERVER_GRPC_SERVICE_H_
@@ -13,8 +16,6 @@
 #include <memory>
 
 #include "grpcpp/impl/codegen/service_type.h"
-#include "grpcpp/server_builder.h"
-#include "grpcpp/support/channel_arguments.h"
 #include "server/parameter_store.h"
 
 namespace downpour {
@@ -31,18 +32,6 @@ struct ServiceOptions {
 // each does one bounded pass over the request's chunks.
 std::unique_ptr<grpc::Service> NewParameterServerService(
     ParameterStore* store, const ServiceOptions& options = ServiceOptions());
-
-// Largest request or response the server and clients accept (bytes), set
-// explicitly on both sides. Clients cut transfers into parts of a few MiB
-// (GrpcClientOptions::part_bytes), far below it; a larger message is refused
-// by gRPC with RESOURCE_EXHAUSTED and the server goes on.
-inline constexpr int kMaxMessageBytes = 64 << 20;
-
-// Sets the message limits above on a server being built / on a client
-// channel. (Larger HTTP/2 frames and TCP read chunks were measured with
-// tests/bench:transport_bench and were slower than gRPC's defaults here.)
-void ConfigureServerBuilder(grpc::ServerBuilder* builder);
-void ConfigureChannelArguments(grpc::ChannelArguments* args);
 
 }  // namespace downpour
 

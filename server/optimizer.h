@@ -5,8 +5,11 @@
 // chunk in the parameter store, so one Optimizer serves every chunk from any
 // thread at once.
 //
-//   DP_ASSIGN_OR_RETURN(auto opt, CreateOptimizer({.name = "adagrad", .lr = 0.05}));
-//   std::vector<float> state(n * opt->StateSize());
+//   OptimizerOptions o;
+//   o.name = "adagrad";
+//   o.learning_rate = 0.05f;
+//   DP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, CreateOptimizer(o));
+//   std::vector<float> state(n * opt->StateSize(), opt->InitialState());
 //   opt->Apply(n, grad, /*scale=*/1.0f, params, state.data());
 #ifndef DOWNPOUR_SERVER_OPTIMIZER_H_
 #define DOWNPOUR_SERVER_OPTIMIZER_H_

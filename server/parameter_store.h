@@ -37,6 +37,11 @@
 //   store->Pull({}, [&](const ChunkView& c) { ... });
 //   DP_ASSIGN_OR_RETURN(PushResult r, store->Push(worker, seq, grads));
 //
+// Inside, the store only validates a request, claims a push (at most once,
+// server/push_dedup.h) and hands it to the step policy of its mode
+// (server/step_policy.h: async_policy, sync_policy, ssp_policy); the values
+// live in server/chunk_storage.h and the counters in server/shard_metrics.h.
+//
 // Thread-safety: all methods may be called concurrently.
 #ifndef DOWNPOUR_SERVER_PARAMETER_STORE_H_
 #define DOWNPOUR_SERVER_PARAMETER_STORE_H_
@@ -44,99 +49,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/shard_stats.h"
 #include "common/sharding.h"
 #include "common/train_mode.h"
 #include "server/optimizer.h"
+#include "server/store_types.h"
 
 namespace downpour {
 
-struct ParameterStoreOptions {
-  int32_t shard_index = 0;
-  int32_t num_shards = 1;
-  OptimizerOptions optimizer;
-  TrainMode mode = TrainMode::kAsync;
-  // Workers in the job (ids 0..num_workers-1); required for sync and ssp.
-  int32_t num_workers = 0;
-  // Sync: gradients per step; 0 means all active workers. k < W gives backup
-  // workers: the stragglers' gradients for a finished step are dropped.
-  int32_t replicas_to_aggregate = 0;
-  // Ssp: how many clocks a worker may run ahead of the slowest one.
-  int32_t staleness = 0;
-  // Async: scale each update by 1 / max(1, staleness).
-  bool staleness_aware = false;
-  // Async: drop updates whose staleness exceeds this (0: never drop).
-  int64_t drop_stale_threshold = 0;
-  // Sync/ssp: longest wait for missing workers before evicting them.
-  absl::Duration sync_timeout = absl::Seconds(30);
-  // Sync/ssp: fewest workers the job may go on with.
-  int32_t min_replicas = 1;
-  // Where eviction and abort messages go (stderr when unset).
-  std::function<void(const std::string&)> log;
-};
-
-// What a pull waits for; the default waits for nothing.
-struct PullSpec {
-  // Chunks to read; empty means all owned chunks.
-  std::vector<int32_t> chunk_ids;
-  // Sync: wait until the step is >= min_version.
-  int64_t min_version = 0;
-  // Ssp: the pulling worker's clock; negative means do not wait.
-  int64_t worker_clock = -1;
-};
-
-// Raw little-endian float32 bytes of one chunk, as they arrive off the wire:
-// `data` (contiguous), or, when `pieces` is not empty, the concatenation of
-// `pieces` (the slices a message arrived in, used without gathering them; a
-// value may straddle two pieces). Nothing needs to be aligned. num_bytes is
-// the total either way.
-struct ChunkBytes {
-  int32_t chunk_id = 0;
-  // For pushes: the version the gradient was computed from.
-  int64_t base_version = 0;
-  const void* data = nullptr;
-  int64_t num_bytes = 0;
-  absl::Span<const absl::string_view> pieces;
-};
-
-// What a pull sink sees. The callback runs under the chunk's lock: do nothing
-// slow in it. `data` stays valid and unchanged for as long as a copy of
-// `owner` is kept (the store never writes to values a reader holds; a push
-// meanwhile writes a new buffer), so a sink may keep `owner` and read or send
-// the values after the callback, without copying them.
-struct ChunkView {
-  int32_t chunk_id = 0;
-  int64_t version = 0;
-  const float* data = nullptr;
-  int64_t num_elements = 0;
-  std::shared_ptr<const void> owner;
-};
-
-// Which push a request belongs to. A push (seq) may be cut into num_parts
-// requests, each with some of the chunks; in sync and ssp mode it counts as
-// the worker's push once every part arrived.
-struct PushId {
-  int32_t worker_id = 0;
-  int64_t seq = 0;
-  int32_t part = 0;
-  int32_t num_parts = 1;
-};
-
-struct PushResult {
-  bool duplicate = false;
-  // Dropped as too stale (counted in ShardStats::dropped_stale).
-  bool dropped = false;
-  // Version of each pushed chunk after the push, in request order (empty for
-  // a duplicate).
-  std::vector<int64_t> versions;
-};
+// The option and value types (ParameterStoreOptions, PullSpec, ChunkBytes,
+// ChunkView, PushId, PushResult) are in server/store_types.h.
 
 class ParameterStore {
  public:

@@ -17,10 +17,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "grpcpp/grpcpp.h"
 #include "common/malloc_tuning.h"
-#include "server/grpc_service.h"
-#include "server/parameter_store.h"
+#include "server/ps_host.h"
 
 ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one.");
 ABSL_FLAG(std::string, bind, "127.0.0.1",
@@ -75,6 +73,46 @@ bool WritePortFile(const std::string& path, int port) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+// The host's options from the flags; InvalidArgument with the message to
+// print for a bad flag (the store checks the rest of its options).
+absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags() {
+  downpour::ParameterServerHostOptions host_options;
+  downpour::ParameterStoreOptions& options = host_options.store;
+  options.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.num_shards = absl::GetFlag(FLAGS_num_shards);
+  options.optimizer.name = absl::GetFlag(FLAGS_optimizer);
+  options.optimizer.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  options.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  options.optimizer.adagrad_initial_accumulator =
+      static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator));
+  auto mode = downpour::ParseTrainMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode: ", mode.status().ToString()));
+  }
+  options.mode = *mode;
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  options.staleness = absl::GetFlag(FLAGS_staleness);
+  options.staleness_aware = absl::GetFlag(FLAGS_staleness_aware);
+  options.drop_stale_threshold = absl::GetFlag(FLAGS_drop_stale_threshold);
+  options.sync_timeout = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
+  options.min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  const int port = absl::GetFlag(FLAGS_port);
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port must be in [0, 65535], got ", port));
+  }
+  host_options.service.debug_drop_reply_every =
+      absl::GetFlag(FLAGS_debug_drop_reply_every);
+  if (host_options.service.debug_drop_reply_every < 0) {
+    return absl::InvalidArgumentError("--debug_drop_reply_every must be >= 0");
+  }
+  host_options.listen_addresses = {
+      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", port)};
+  return host_options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,61 +125,26 @@ int main(int argc, char** argv) {
   // keep it; the binaries turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
-  downpour::ParameterStoreOptions options;
-  options.shard_index = absl::GetFlag(FLAGS_shard_index);
-  options.num_shards = absl::GetFlag(FLAGS_num_shards);
-  options.optimizer.name = absl::GetFlag(FLAGS_optimizer);
-  options.optimizer.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  options.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
-  options.optimizer.adagrad_initial_accumulator =
-      static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator));
-  auto mode = downpour::ParseTrainMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) {
-    std::fprintf(stderr, "ps_server: --mode: %s\n", mode.status().ToString().c_str());
+  absl::StatusOr<downpour::ParameterServerHostOptions> host_options =
+      HostOptionsFromFlags();
+  if (!host_options.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n",
+                 std::string(host_options.status().message()).c_str());
     return 2;
   }
-  options.mode = *mode;
-  options.num_workers = absl::GetFlag(FLAGS_num_workers);
-  options.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
-  options.staleness = absl::GetFlag(FLAGS_staleness);
-  options.staleness_aware = absl::GetFlag(FLAGS_staleness_aware);
-  options.drop_stale_threshold = absl::GetFlag(FLAGS_drop_stale_threshold);
-  options.sync_timeout = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
-  options.min_replicas = absl::GetFlag(FLAGS_min_replicas);
-  const int port = absl::GetFlag(FLAGS_port);
-  if (port < 0 || port > 65535) {
-    std::fprintf(stderr, "ps_server: --port must be in [0, 65535], got %d\n", port);
-    return 2;
+  const downpour::ParameterStoreOptions& options = host_options->store;
+  auto host = downpour::ParameterServerHost::Create(*host_options);
+  if (!host.ok()) {
+    // Unavailable: the address could not be listened on (exit 1); anything
+    // else is a bad flag (exit 2).
+    const bool listen_failed =
+        host.status().code() == absl::StatusCode::kUnavailable;
+    std::fprintf(stderr, "ps_server: %s\n",
+                 listen_failed ? std::string(host.status().message()).c_str()
+                               : host.status().ToString().c_str());
+    return listen_failed ? 1 : 2;
   }
-
-  auto store = downpour::ParameterStore::Create(options);
-  if (!store.ok()) {
-    std::fprintf(stderr, "ps_server: %s\n", store.status().ToString().c_str());
-    return 2;
-  }
-  downpour::ServiceOptions service_options;
-  service_options.debug_drop_reply_every =
-      absl::GetFlag(FLAGS_debug_drop_reply_every);
-  if (service_options.debug_drop_reply_every < 0) {
-    std::fprintf(stderr, "ps_server: --debug_drop_reply_every must be >= 0\n");
-    return 2;
-  }
-  std::unique_ptr<grpc::Service> service =
-      downpour::NewParameterServerService(store->get(), service_options);
-
-  const std::string address =
-      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", port);
-  int bound_port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.RegisterService(service.get());
-  downpour::ConfigureServerBuilder(&builder);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    std::fprintf(stderr, "ps_server: could not listen on %s\n", address.c_str());
-    return 1;
-  }
+  const int bound_port = (*host)->port();
   std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s:%d\n",
               options.shard_index, options.num_shards,
               downpour::TrainModeName(options.mode),
@@ -152,7 +155,7 @@ int main(int argc, char** argv) {
   if (!port_file.empty() && !WritePortFile(port_file, bound_port)) {
     std::fprintf(stderr, "ps_server: could not write --port_file %s\n",
                  port_file.c_str());
-    server->Shutdown();
+    (*host)->Shutdown();
     return 1;
   }
 
@@ -162,11 +165,10 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, HandleSignal);
   stop.WaitForNotification();
 
-  // Finish pulls waiting on a sync step first: gRPC waits for every call.
-  (*store)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server->Wait();
-  const downpour::ShardStats stats = (*store)->Stats();
+  // Waiting pulls are answered first, then the server stops.
+  (*host)->Shutdown(absl::Seconds(2));
+  (*host)->Wait();
+  const downpour::ShardStats stats = (*host)->store()->Stats();
   std::printf("ps_server: shard %d stopped: %s\n", options.shard_index,
               downpour::ShardStatsToJson(stats).c_str());
   return 0;

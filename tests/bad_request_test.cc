@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "common/rpc_convert.h"
 #include "common/sharding.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "rpc/credentials.h"
+#include "rpc/rpc_convert.h"
 #include "tests/test_cluster.h"
 
 namespace downpour {
@@ -27,8 +28,9 @@ class BadRequestTest : public ::testing::Test {
     auto c = TestCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = std::move(*c);
-    channel_ = grpc::CreateChannel(cluster_->hosts()[0],
-                                   grpc::InsecureChannelCredentials());
+    auto credentials = BuildChannelCredentials(TransportSecurityOptions());
+    ASSERT_TRUE(credentials.ok()) << credentials.status();
+    channel_ = grpc::CreateChannel(cluster_->hosts()[0], *credentials);
     stub_ = proto::ParameterServer::NewStub(channel_);
     layout_.tensors = {{"w", {100, 300}}, {"b", {10}}};
     layout_.num_shards = 2;

@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "common/safetensors.h"
 #include "common/test_files.h"
-#include "deploy/protocol.h"
+#include "common/report.h"
 #include "deploy/subprocess.h"
 #include "gtest/gtest.h"
 #include "worker/data/data.h"

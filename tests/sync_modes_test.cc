@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/test_files.h"
-#include "deploy/protocol.h"
+#include "common/report.h"
 #include "gtest/gtest.h"
 #include "tests/test_cluster.h"
 #include "worker/grpc_ps_client.h"

@@ -1,11 +1,13 @@
 #include "tests/test_cluster.h"
 
-#include <cstdlib>
-#include <fstream>
+#include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/test_files.h"
+#include "deploy/cluster_plan.h"
+#include "deploy/fs.h"
 
 namespace downpour {
 
@@ -37,9 +39,10 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   for (int k = 0; k < options.num_shards; ++k) {
     int port = 0;
     while (port == 0) {
-      std::ifstream f(port_files[k]);
-      if (f >> port && port > 0) break;
-      port = 0;
+      if (std::optional<int> p = ReadPortFile(port_files[k])) {
+        port = *p;
+        break;
+      }
       c->servers_[k]->ReadAvailable(nullptr);
       if (c->servers_[k]->CheckExited() || absl::Now() > deadline) {
         std::string tail;
@@ -49,7 +52,7 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
-    c->hosts_.push_back(absl::StrCat("127.0.0.1:", port));
+    c->hosts_.push_back(absl::StrCat(kDefaultHost, ":", port));
   }
   return c;
 }

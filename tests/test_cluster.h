@@ -2,7 +2,8 @@
 //
 // Real parameter-server processes on loopback for the integration tests, in
 // the spirit of TensorFlow's TestCluster: each shard is a ps_server child
-// started with --port=0; its port is read back from its --port_file.
+// started with --port=0; its port is read back from its --port_file
+// (deploy/fs.h's ReadPortFile), and it is reached on deploy's kDefaultHost.
 //
 //   DP_ASSIGN_OR_RETURN(auto cluster, TestCluster::Start({.num_shards = 2}));
 //   client_options.hosts = cluster->hosts();
@@ -32,7 +33,7 @@ class TestCluster {
   // Stops every server (SIGTERM, then SIGKILL).
   ~TestCluster();
 
-  // "127.0.0.1:port" of shard 0, 1, ...
+  // "<kDefaultHost>:port" of shard 0, 1, ...
   const std::vector<std::string>& hosts() const { return hosts_; }
   // True when every server process is still running.
   bool AllRunning();

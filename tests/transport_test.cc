@@ -18,7 +18,9 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "server/grpc_service.h"
+#include "rpc/credentials.h"
+#include "rpc/grpc_config.h"
+#include "rpc/wire.h"
 #include "tests/test_cluster.h"
 #include "worker/grpc_ps_client.h"
 
@@ -275,8 +277,9 @@ TEST(TransportLimitsTest, OversizeRequestIsRefusedAndServerKeepsServing) {
   // allows sending it: the server refuses it with RESOURCE_EXHAUSTED.
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(
-      o.hosts[0], grpc::InsecureChannelCredentials(), args);
+  auto credentials = BuildChannelCredentials(o.security);
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  auto channel = grpc::CreateCustomChannel(o.hosts[0], *credentials, args);
   grpc::GenericStub stub(channel);
   std::string big(static_cast<size_t>(kMaxMessageBytes) + 1024, '\0');
   grpc::Slice slice(big);
@@ -284,8 +287,8 @@ TEST(TransportLimitsTest, OversizeRequestIsRefusedAndServerKeepsServing) {
   grpc::ClientContext ctx;
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&ctx, "/downpour.proto.ParameterServer/Push",
-                 grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+  stub.UnaryCall(&ctx, kPushMethod, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });

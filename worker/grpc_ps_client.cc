@@ -8,23 +8,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/rpc_convert.h"
 #include "common/status_macros.h"
-#include "common/wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/parameter_server.grpc.pb.h"
-#include "server/grpc_service.h"
+#include "rpc/credentials.h"
+#include "rpc/grpc_config.h"
+#include "rpc/rpc_convert.h"
+#include "rpc/wire.h"
 #include "worker/call_window.h"
 #include "worker/chunk_io.h"
 
 namespace downpour {
 namespace {
-
-constexpr char kPullMethod[] = "/downpour.proto.ParameterServer/Pull";
-constexpr char kPushMethod[] = "/downpour.proto.ParameterServer/Push";
-constexpr char kPushPullMethod[] = "/downpour.proto.ParameterServer/PushPull";
 
 bool IsTransient(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -87,7 +84,9 @@ int ConnectionsPerShard(const GrpcClientOptions& o) {
 
 class GrpcParameterClient final : public ParameterClient {
  public:
-  explicit GrpcParameterClient(const GrpcClientOptions& o)
+  // `credentials` are those of o.security.
+  GrpcParameterClient(const GrpcClientOptions& o,
+                      const std::shared_ptr<grpc::ChannelCredentials>& credentials)
       : options_(o), connections_(ConnectionsPerShard(o)) {
     for (const std::string& host : o.hosts) {
       std::vector<std::unique_ptr<grpc::GenericStub>> conns;
@@ -98,8 +97,8 @@ class GrpcParameterClient final : public ParameterClient {
         // channel its own TCP connection.
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
         args.SetInt("downpour.connection_index", c);
-        std::shared_ptr<grpc::Channel> ch = grpc::CreateCustomChannel(
-            host, grpc::InsecureChannelCredentials(), args);
+        std::shared_ptr<grpc::Channel> ch =
+            grpc::CreateCustomChannel(host, credentials, args);
         if (c == 0) stubs_.push_back(proto::ParameterServer::NewStub(ch));
         conns.push_back(std::make_unique<grpc::GenericStub>(ch));
       }
@@ -433,20 +432,20 @@ std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
     // All header bytes first (the string must not move once sliced).
     std::string& heads = push_heads_[i];
     heads.clear();
-    wire::PutVarintField(1, static_cast<uint64_t>(options_.worker_id), &heads);
-    wire::PutVarintField(2, static_cast<uint64_t>(seq), &heads);
-    wire::PutVarintField(5, static_cast<uint64_t>(p.index), &heads);
-    wire::PutVarintField(6, static_cast<uint64_t>(p.count), &heads);
-    if (push_pull) {
-      wire::PutVarintField(7, static_cast<uint64_t>(options_.pull_encoding),
-                           &heads);
-    }
+    wire::PushHead head;
+    head.worker_id = options_.worker_id;
+    head.seq = seq;
+    head.part = p.index;
+    head.num_parts = p.count;
+    if (push_pull) head.pull_encoding = options_.pull_encoding;
+    wire::AppendPushHead(head, &heads);
     std::vector<size_t> head_end;
     int64_t encoded_total = 0;
     for (int32_t id : p.chunk_ids) {
       const int64_t bytes =
           map_.chunks[id].num_elements * wire::BytesPerValue(enc);
-      heads += wire::ChunkHeader(3, id, base_versions[id], enc, bytes);
+      wire::AppendChunkHeader(wire::kPushGradientsField, id, base_versions[id],
+                              enc, bytes, &heads);
       head_end.push_back(heads.size());
       encoded_total += bytes;
     }
@@ -593,7 +592,10 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
         "connections_per_shard must be in [0, 64] (0: auto), got ",
         options.connections_per_shard));
   }
-  return std::unique_ptr<ParameterClient>(new GrpcParameterClient(options));
+  DP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                      BuildChannelCredentials(options.security));
+  return std::unique_ptr<ParameterClient>(
+      new GrpcParameterClient(options, credentials));
 }
 
 }  // namespace downpour

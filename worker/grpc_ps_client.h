@@ -7,7 +7,7 @@
 // flight. PushPull sends each part as one PushPull call, whose reply carries
 // the part's values after the push. Payloads go out as slices pointing at the caller's memory (no
 // copy for float32) and are read from the received slices straight into the
-// caller's flat vector (common/wire.h). Per-call deadlines; transient
+// caller's flat vector (rpc/wire.h). Per-call deadlines; transient
 // failures are retried with the same (seq, part), which the servers apply at
 // most once.
 //
@@ -23,7 +23,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/wire.h"
+#include "rpc/credentials.h"
+#include "rpc/wire.h"
 #include "worker/ps_client.h"
 
 namespace downpour {
@@ -31,6 +32,8 @@ namespace downpour {
 struct GrpcClientOptions {
   // host:port of shard 0, 1, ... in order.
   std::vector<std::string> hosts;
+  // Must match the servers' (rpc/credentials.h).
+  TransportSecurityOptions security;
   int32_t worker_id = 0;
   // Deadline of one Pull/Push call.
   absl::Duration rpc_timeout = absl::Seconds(60);
@@ -40,7 +43,8 @@ struct GrpcClientOptions {
   int max_attempts = 5;
   // Largest payload of one call (bytes). A shard's chunks are grouped, in
   // order, into parts of at most this (a chunk larger than it is a part of
-  // its own); must stay below kMaxMessageBytes.
+  // its own); must stay below kMaxMessageBytes
+  // (rpc/grpc_config.h).
   int64_t part_bytes = int64_t{1} << 20;
   // TCP connections per shard; parts are dealt over them round-robin.
   // 0: two for a single shard, one each for more, so that two calls or more

@@ -1,8 +1,9 @@
 // File: worker/local_ps_client.h
 //
 // ParameterClient over ParameterStore objects in the same process: the real
-// store logic with no network, for unit tests of the worker loop and for
-// single-process tools. Shard i is stores[i].
+// store logic with no network, for unit tests of the worker loop (a testonly
+// target: production worker code never links the store). Shard i is
+// stores[i].
 #ifndef DOWNPOUR_WORKER_LOCAL_PS_CLIENT_H_
 #define DOWNPOUR_WORKER_LOCAL_PS_CLIENT_H_
 

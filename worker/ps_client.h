@@ -3,8 +3,8 @@
 // What a worker needs from the parameter servers, independent of transport.
 // The worker loop (worker/trainer.h) only sees this interface; the gRPC
 // client (worker/grpc_ps_client.h) is one implementation and the in-process
-// client over ParameterStore objects (worker/local_ps_client.h) another, used
-// by unit tests and single-process tools.
+// client over ParameterStore objects (worker/local_ps_client.h, testonly)
+// another, used by unit tests.
 //
 // Parameters and gradients are the model's flat float vector; the client cuts
 // it into the chunks of the shard map (common/sharding.h) and talks to every

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/malloc_tuning.h"
+#include "common/report.h"
 #include "common/safetensors.h"
 #include "common/shard_stats.h"
 #include "common/status_macros.h"
@@ -237,14 +238,19 @@ void PrintDone(int w, const TrainResult& r) {
               "time %s: %s\n", w, static_cast<long long>(r.steps),
               static_cast<long long>(r.examples), r.seconds,
               r.total.Shares().c_str(), r.total.Verdict().c_str());
-  std::printf(
-      "DONE {\"worker\":%d,\"steps\":%lld,\"examples\":%lld,\"pushes\":%lld,"
-      "\"final_loss\":%.5f,\"seconds\":%.3f,\"time_data\":%.3f,"
-      "\"time_compute\":%.3f,\"time_pull\":%.3f,\"time_push\":%.3f,"
-      "\"verdict\":\"%s\"}\n",
-      w, static_cast<long long>(r.steps), static_cast<long long>(r.examples),
-      static_cast<long long>(r.pushes), r.final_loss, r.seconds, r.total.data,
-      r.total.compute, r.total.pull, r.total.push, r.total.Verdict().c_str());
+  DoneReport d;
+  d.worker = w;
+  d.steps = r.steps;
+  d.examples = r.examples;
+  d.pushes = r.pushes;
+  d.final_loss = r.final_loss;
+  d.seconds = r.seconds;
+  d.time_data = r.total.data;
+  d.time_compute = r.total.compute;
+  d.time_pull = r.total.pull;
+  d.time_push = r.total.push;
+  d.verdict = r.total.Verdict();
+  std::printf("%s\n", FormatDoneLine(d).c_str());
   std::fflush(stdout);
 }
 
@@ -289,10 +295,14 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
   to.host_allocator = set.allocator();
   auto progress = [](int id) {
     return [id](const Progress& p) {
-      std::printf("worker %d: step %lld, loss = %.3f (%.1f examples/sec; %.3f "
-                  "sec/batch) %s\n",
-                  id, static_cast<long long>(p.step), p.loss,
-                  p.examples_per_sec, p.sec_per_batch, p.window.Shares().c_str());
+      WorkerProgress line;
+      line.worker = id;
+      line.step = p.step;
+      line.loss = p.loss;
+      line.examples_per_sec = p.examples_per_sec;
+      line.sec_per_batch = p.sec_per_batch;
+      line.shares = p.window.Shares();
+      std::printf("%s\n", FormatProgressLine(line).c_str());
       std::fflush(stdout);
     };
   };
@@ -344,11 +354,11 @@ absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client) {
               "(%lld chunk updates applied)\n",
               r.accuracy, r.loss, static_cast<long long>(r.examples),
               static_cast<long long>(updates));
-  std::printf("EVAL {\"test_accuracy\":%.5f,\"test_loss\":%.5f,\"examples\":%lld}\n",
-              r.accuracy, r.loss, static_cast<long long>(r.examples));
+  std::printf("%s\n",
+              FormatEvalLine({r.accuracy, r.loss, r.examples}).c_str());
   DP_ASSIGN_OR_RETURN(std::vector<ShardStats> stats, client->Stats());
   for (const ShardStats& s : stats) {
-    std::printf("SERVER_STATS %s\n", ShardStatsToJson(s).c_str());
+    std::printf("%s\n", FormatServerStatsLine(s).c_str());
   }
   if (!f.save_params.empty()) {
     DP_RETURN_IF_ERROR(WriteSafetensors(

@@ -88,7 +88,11 @@ TEST(TrainerTest, SingleWorkerLearnsThroughTheStore) {
   EXPECT_LT(progress.back().loss, progress.front().loss);
   EXPECT_GT(r->total.compute, 0);
   EXPECT_GT(r->total.pull, 0);
-  for (const ShardStats& s : *client->Stats()) EXPECT_EQ(s.pushes_applied, 40);
+  // The StatusOr must outlive the loop (a range-for over *client->Stats()
+  // would iterate a destroyed temporary).
+  const absl::StatusOr<std::vector<ShardStats>> stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const ShardStats& s : *stats) EXPECT_EQ(s.pushes_applied, 40);
 
   // The servers' parameters, not the worker's copy, classify the test set.
   auto eval_model = BuildModel("fashion_cnn", backend.get(), 100);
@@ -215,7 +219,9 @@ std::vector<float> TrainTogether(TrainMode mode, TrainMode tmode, int workers,
   EXPECT_TRUE(clients[0]->Pull(absl::MakeSpan(params), &versions).ok());
   if (mode == TrainMode::kSync) {
     // 6 steps per worker per epoch, 2 epochs, every gradient in a step.
-    for (const ShardStats& s : *clients[0]->Stats()) {
+    const absl::StatusOr<std::vector<ShardStats>> stats = clients[0]->Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    for (const ShardStats& s : stats.value_or(std::vector<ShardStats>())) {
       EXPECT_EQ(s.steps, 12);
       EXPECT_EQ(s.dropped_stale, 0);
     }
@@ -307,6 +313,36 @@ TEST(TrainerTest, SyncModeNeedsFetchAndPushEveryStep) {
   EXPECT_EQ(RunDownpourWorker(to, model->get(), client.get(), batcher->get(), {})
                 .status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A failed pinned (or any host) allocation is an error status, not a
+// std::bad_alloc that would end the worker through std::terminate.
+TEST(TrainerTest, FailedHostAllocationIsResourceExhausted) {
+  class FailingAllocator final : public HostAllocator {
+   public:
+    void* Allocate(size_t) override { return nullptr; }
+    void Free(void*) override {}
+    const char* Name() const override { return "failing"; }
+  } failing;
+  auto backend = NewCpuBackend(1);
+  auto model = BuildModel("fashion_cnn", backend.get(), 32);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Cluster cluster = MakeCluster(1, "sgd", 0.05f);
+  auto client = NewLocalParameterClient(cluster.raw, 0);
+  ASSERT_TRUE(DeclareModel(client.get(), **model, 1, 1, 1 << 20).ok());
+  Dataset train = Synthetic(64, 1);
+  auto batcher = Batcher::Create(&train, BatcherOptions());
+  ASSERT_TRUE(batcher.ok());
+  for (bool overlap : {false, true}) {
+    TrainerOptions to;
+    to.overlap = overlap;
+    to.host_allocator = &failing;
+    auto r = RunDownpourWorker(to, model->get(), client.get(), batcher->get(),
+                               nullptr);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted)
+        << r.status();
+    EXPECT_NE(r.status().message().find("failing"), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -1,11 +1,7 @@
 #include "tests/bench/inprocess_cluster.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "grpcpp/grpcpp.h"
-#include "server/grpc_service.h"
 
 namespace downpour {
 
@@ -18,61 +14,39 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
         options.num_shards, " and ", options.num_addresses));
   }
   std::unique_ptr<InProcessCluster> cluster(new InProcessCluster());
-  cluster->shards_.resize(options.num_shards);
+  cluster->num_addresses_ = options.num_addresses;
   for (int s = 0; s < options.num_shards; ++s) {
-    Shard& shard = cluster->shards_[s];
-    ParameterStoreOptions store_options;
-    store_options.shard_index = s;
-    store_options.num_shards = options.num_shards;
-    store_options.optimizer = options.optimizer;
-    DP_ASSIGN_OR_RETURN(shard.store, ParameterStore::Create(store_options));
-    shard.service = NewParameterServerService(shard.store.get());
-
-    grpc::ServerBuilder builder;
-    // ServerBuilder writes each bound port through the pointer at Start.
-    shard.ports.assign(options.num_addresses, 0);
+    ParameterServerHostOptions host_options;
+    host_options.store.shard_index = s;
+    host_options.store.num_shards = options.num_shards;
+    host_options.store.optimizer = options.optimizer;
+    host_options.listen_addresses.clear();
     for (int a = 0; a < options.num_addresses; ++a) {
-      builder.AddListeningPort(absl::StrCat("127.0.0.", a + 1, ":0"),
-                               grpc::InsecureServerCredentials(),
-                               &shard.ports[a]);
+      host_options.listen_addresses.push_back(
+          absl::StrCat("127.0.0.", a + 1, ":0"));
     }
-    builder.RegisterService(shard.service.get());
-    ConfigureServerBuilder(&builder);
-    shard.server = builder.BuildAndStart();
-    if (shard.server == nullptr) {
-      return absl::UnavailableError(
-          absl::StrCat("shard ", s, ": could not start a gRPC server"));
+    absl::StatusOr<std::unique_ptr<ParameterServerHost>> host =
+        ParameterServerHost::Create(host_options);
+    if (!host.ok()) {
+      return absl::Status(host.status().code(),
+                          absl::StrCat("shard ", s, ": ", host.status().message()));
     }
-    for (int a = 0; a < options.num_addresses; ++a) {
-      if (shard.ports[a] == 0) {
-        return absl::UnavailableError(absl::StrCat(
-            "shard ", s, ": could not listen on 127.0.0.", a + 1));
-      }
-    }
+    cluster->shards_.push_back(*std::move(host));
   }
   return cluster;
 }
 
 InProcessCluster::~InProcessCluster() {
-  for (Shard& shard : shards_) {
-    if (shard.server != nullptr) {
-      shard.server->Shutdown(std::chrono::system_clock::now() +
-                             std::chrono::seconds(1));
-    }
-  }
-  for (Shard& shard : shards_) {
-    if (shard.server != nullptr) shard.server->Wait();
-    shard.server.reset();   // Before the service and store it uses.
-    shard.service.reset();
-    shard.store.reset();
-  }
+  // Every server stops taking calls first; each host's destructor then
+  // waits for its server before freeing the service and store.
+  for (auto& shard : shards_) shard->Shutdown(absl::Seconds(1));
+  shards_.clear();
 }
 
 std::vector<std::string> InProcessCluster::HostsForClient(int client) const {
   std::vector<std::string> hosts;
-  for (const Shard& shard : shards_) {
-    const int a = client % static_cast<int>(shard.ports.size());
-    hosts.push_back(absl::StrCat("127.0.0.", a + 1, ":", shard.ports[a]));
+  for (const auto& shard : shards_) {
+    hosts.push_back(shard->address(client % num_addresses_));
   }
   return hosts;
 }

@@ -1,8 +1,9 @@
 // File: tests/bench/inprocess_cluster.h
 //
 // S real parameter-server shards inside the calling process, for benchmarks:
-// each shard is a ParameterStore behind NewParameterServerService on a real
-// grpc::Server listening on loopback TCP, so a client built with
+// each shard is a ParameterServerHost (server/ps_host.h: a ParameterStore
+// behind the gRPC service on a real grpc::Server) listening on loopback TCP,
+// so a client built with
 // NewGrpcParameterClient goes through the full gRPC stack (HTTP/2 framing,
 // protobuf serialization, the kernel's TCP) exactly as with ps_server
 // processes, without needing the ps_server binary.
@@ -31,11 +32,7 @@
 #include "absl/status/statusor.h"
 #include "server/optimizer.h"
 #include "server/parameter_store.h"
-
-namespace grpc {
-class Server;
-class Service;
-}  // namespace grpc
+#include "server/ps_host.h"
 
 namespace downpour {
 
@@ -59,18 +56,13 @@ class InProcessCluster {
 
   // "127.0.0.<k>:port" of shard 0, 1, ... where k = client % num_addresses + 1.
   std::vector<std::string> HostsForClient(int client) const;
-  ParameterStore* store(int shard) const { return shards_[shard].store.get(); }
+  ParameterStore* store(int shard) const { return shards_[shard]->store(); }
 
  private:
-  struct Shard {
-    std::unique_ptr<ParameterStore> store;
-    std::unique_ptr<grpc::Service> service;
-    std::unique_ptr<grpc::Server> server;
-    std::vector<int> ports;  // One per address.
-  };
   InProcessCluster() = default;
 
-  std::vector<Shard> shards_;
+  int num_addresses_ = 1;
+  std::vector<std::unique_ptr<ParameterServerHost>> shards_;
 };
 
 }  // namespace downpour

@@ -57,14 +57,13 @@
 #include "common/sharding.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.pb.h"
-#include "server/grpc_service.h"
 #include "server/optimizer.h"
 #include "server/parameter_store.h"
 #include "tests/bench/inprocess_cluster.h"
 #include "tests/bench/loopback_tcp.h"
 #include "worker/grpc_ps_client.h"
 #include "common/malloc_tuning.h"
-#include "common/wire.h"
+#include "rpc/wire.h"
 
 // Every tunable of the benchmark. 0 / empty means "the profile's default"
 // (the full profile, or the --quick one).

@@ -71,6 +71,7 @@
 #include "common/host_allocator.h"
 #include "common/status_macros.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/conv_algo_choice.h"
 #include "worker/nn/cuda_kernels.h"
 
 namespace downpour {
@@ -279,12 +280,9 @@ struct AlgoChoice {
   size_t workspace = 0;
 };
 
-// Picks from cuDNN's heuristic ranking (best first) the first algorithm whose
-// entry has status success, that `allow_transform` permits, and whose
-// workspace, asked again with our descriptors, fits `limit`; deterministic
-// algorithms are preferred over faster non-deterministic ones. `fallbacks`
-// are tried, in order, when the ranking offers nothing usable.
-// `workspace_size(algo, &bytes)` wraps the matching cudnnGet*WorkspaceSize.
+// Picks an algorithm from cuDNN's heuristic ranking by the rule of
+// conv_algo_choice.h. `workspace_size(algo, &bytes)` wraps the matching
+// cudnnGet*WorkspaceSize.
 //
 // The entries' mathType is ignored on purpose: it says which math the
 // algorithm would use at best, while the convolution descriptor, set to
@@ -296,33 +294,32 @@ absl::StatusOr<AlgoChoice<Algo>> ChooseAlgo(const std::vector<Perf>& ranking,
                                             const std::vector<Algo>& fallbacks,
                                             bool allow_transform, size_t limit,
                                             WorkspaceFn workspace_size) {
-  auto usable = [&](Algo algo, size_t* bytes) {
-    if (!allow_transform && IsTransformAlgo(algo)) return false;
-    if (workspace_size(algo, bytes) != CUDNN_STATUS_SUCCESS) {
-      // Consume cuDNN's message for this expected failure so that a later
-      // CudnnError does not attach it to an unrelated error.
-      char ignored[256];
-      cudnnGetLastErrorString(ignored, sizeof(ignored));
-      return false;
-    }
-    return *bytes <= limit;
-  };
-  for (bool deterministic_only : {true, false}) {
-    for (const Perf& p : ranking) {
-      if (p.status != CUDNN_STATUS_SUCCESS) continue;
-      if (deterministic_only && p.determinism != CUDNN_DETERMINISTIC) continue;
-      size_t bytes = 0;
-      if (usable(p.algo, &bytes)) return AlgoChoice<Algo>{p.algo, bytes};
-    }
+  std::vector<RankedAlgo> ranked;
+  ranked.reserve(ranking.size());
+  for (const Perf& p : ranking) {
+    ranked.push_back(RankedAlgo{static_cast<int>(p.algo),
+                                p.status == CUDNN_STATUS_SUCCESS,
+                                p.determinism == CUDNN_DETERMINISTIC});
   }
-  for (Algo algo : fallbacks) {
-    size_t bytes = 0;
-    if (usable(algo, &bytes)) return AlgoChoice<Algo>{algo, bytes};
-  }
-  return absl::UnimplementedError(absl::StrCat(
-      "no usable cuDNN algorithm among ", ranking.size(), " ranked and ",
-      fallbacks.size(), " fallback candidates within the workspace limit of ",
-      limit, " bytes"));
+  std::vector<int> fallback_ids;
+  for (Algo a : fallbacks) fallback_ids.push_back(static_cast<int>(a));
+  DP_ASSIGN_OR_RETURN(
+      const ConvAlgoChoice c,
+      ChooseConvAlgo(
+          ranked, fallback_ids, allow_transform, limit,
+          [](int a) { return IsTransformAlgo(static_cast<Algo>(a)); },
+          [&](int a, size_t* bytes) {
+            if (workspace_size(static_cast<Algo>(a), bytes) ==
+                CUDNN_STATUS_SUCCESS) {
+              return true;
+            }
+            // Consume cuDNN's message for this expected failure so that a
+            // later CudnnError does not attach it to an unrelated error.
+            char ignored[256];
+            cudnnGetLastErrorString(ignored, sizeof(ignored));
+            return false;
+          }));
+  return AlgoChoice<Algo>{static_cast<Algo>(c.algo), c.workspace};
 }
 
 // ---- The backend ------------------------------------------------------------

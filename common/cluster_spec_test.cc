@@ -1,0 +1,622 @@
+#include "common/cluster_spec.h"
+
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace downpour {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+using Env = std::map<std::string, std::string>;
+
+EnvLookup FakeEnv(Env vars) {
+  return [vars = std::move(vars)](
+             const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// Asserts `s` is InvalidArgument whose message holds every one of `parts`.
+template <typename T>
+void ExpectInvalid(const T& result, std::vector<std::string> parts) {
+  absl::Status s;
+  if constexpr (std::is_same_v<T, absl::Status>) {
+    s = result;
+  } else {
+    s = result.status();
+  }
+  ASSERT_FALSE(s.ok()) << "expected an error containing " << parts[0];
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  for (const std::string& p : parts) {
+    EXPECT_THAT(std::string(s.message()), HasSubstr(p));
+  }
+}
+
+// ---------------------------------------------------------- host:port lists
+
+TEST(ParseHostListTest, AcceptsNamesIpv4AndBracketedIpv6) {
+  auto hosts = ParseHostList(
+      "h1:5000, ps-0.ns.svc:2222,10.0.0.1:1,[::1]:65535,[fe80::1:2]:7");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_THAT(*hosts,
+              ElementsAre("h1:5000", "ps-0.ns.svc:2222", "10.0.0.1:1",
+                          "[::1]:65535", "[fe80::1:2]:7"));
+}
+
+TEST(ParseHostListTest, SplitsHostAndPort) {
+  auto hp = ParseHostPort("[::1]:5000");
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->host, "[::1]");
+  EXPECT_EQ(hp->port, 5000);
+  hp = ParseHostPort("node7:80");
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->host, "node7");
+  EXPECT_EQ(hp->port, 80);
+}
+
+TEST(ParseHostListTest, RefusesMalformedListsNamingTheFlagAndEntry) {
+  struct Case {
+    const char* list;
+    std::vector<std::string> parts;
+  };
+  const Case cases[] = {
+      {"", {"--ps_hosts is empty"}},
+      {"   ", {"--ps_hosts is empty"}},
+      {"h1:5000,", {"--ps_hosts[1] is empty", "stray comma"}},
+      {",h1:5000", {"--ps_hosts[0] is empty"}},
+      {"h1:5000,,h2:1", {"--ps_hosts[1] is empty"}},
+      {"h1", {"--ps_hosts[0] 'h1'", "no port"}},
+      {"h1:", {"port ''", "1..65535"}},
+      {":5000", {"host is empty"}},
+      {"h1:0", {"port '0' is not a number in 1..65535"}},
+      {"h1:65536", {"port '65536'"}},
+      {"h1:-1", {"port '-1'"}},
+      {"h1:50x", {"port '50x'"}},
+      {"h1:+80", {"port '+80'"}},
+      {"h1:5000,h2:99999", {"--ps_hosts[1] 'h2:99999'", "port '99999'"}},
+      {"::1:5000", {"too many ':'", "brackets"}},
+      {"[::1]5000", {"expected ':port' after ']'"}},
+      {"[::1:5000", {"missing ']'"}},
+      {"[]:5000", {"brackets must hold an IPv6 address"}},
+      {"[abc.def]:5000", {"brackets must hold an IPv6 address"}},
+      {"[::g]:5000", {"bad character in the IPv6 address"}},
+      {"h 1:5000", {"bad character in the host name: ' '"}},
+      {"h/1:5000", {"bad character in the host name: '/'"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.list);
+    ExpectInvalid(ParseHostList(c.list, "--ps_hosts"), c.parts);
+  }
+}
+
+// -------------------------------------------------------------------- flags
+
+TEST(FromFlagsTest, BuildsTheSpec) {
+  auto spec = FromFlags("p0:1,p1:2", "w0:3,w1:4,w2:5", "worker", 2);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->ps, ElementsAre("p0:1", "p1:2"));
+  EXPECT_THAT(spec->workers, ElementsAre("w0:3", "w1:4", "w2:5"));
+  EXPECT_EQ(spec->task_type, TaskType::kWorker);
+  EXPECT_EQ(spec->task_index, 2);
+  EXPECT_EQ(spec->source, "flags");
+  EXPECT_EQ(spec->SelfAddress(), "w2:5");
+  EXPECT_FALSE(spec->IsChief());
+
+  spec = FromFlags("p0:1,p1:2", "w0:3", "ps", 1);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->task_type, TaskType::kPs);
+  EXPECT_EQ(spec->SelfAddress(), "p1:2");
+
+  spec = FromFlags("p0:1", "w0:3", "worker", 0);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->IsChief());
+}
+
+TEST(FromFlagsTest, RefusesBadFlags) {
+  ExpectInvalid(FromFlags("", "w:1", "worker", 0), {"--ps_hosts is empty"});
+  ExpectInvalid(FromFlags("p:1", "", "worker", 0), {"--worker_hosts is empty"});
+  ExpectInvalid(FromFlags("p:1", "w:x", "worker", 0),
+                {"--worker_hosts[0] 'w:x'", "port 'x'"});
+  ExpectInvalid(FromFlags("p:1", "w:2", "chief", 0),
+                {"--task_type 'chief'", "expected ps or worker"});
+  ExpectInvalid(FromFlags("p:1", "w:2", "", 0), {"--task_type ''"});
+  ExpectInvalid(FromFlags("p:1", "w:2,w:3", "worker", 2),
+                {"--task_index=2 is out of range for --task_type=worker",
+                 "--worker_hosts has 2 entries (valid 0..1)"});
+  ExpectInvalid(FromFlags("p:1", "w:2", "ps", -1),
+                {"--task_index=-1", "--ps_hosts has 1 entries"});
+  ExpectInvalid(FromFlags("h:1,h:2", "h:1", "ps", 0),
+                {"flags: address 'h:1' is given twice (ps[0] and worker[0])"});
+  ExpectInvalid(FromFlags("H:1", "h:1", "ps", 0), {"given twice"});
+}
+
+TEST(TaskTypeTest, RoundTrips) {
+  for (TaskType t : {TaskType::kPs, TaskType::kWorker}) {
+    auto parsed = ParseTaskType(TaskTypeName(t));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, t);
+  }
+}
+
+// ---------------------------------------------------------------- TF_CONFIG
+
+constexpr char kTfJobWithChief[] = R"({
+  "cluster": {"ps": ["job-ps-0.ns.svc:2222", "job-ps-1.ns.svc:2222"],
+              "worker": ["job-worker-0.ns.svc:2222", "job-worker-1.ns.svc:2222"],
+              "chief": ["job-chief-0.ns.svc:2222"]},
+  "task": {"type": "%s", "index": %d},
+  "environment": "cloud"})";
+
+std::string TfJob(const char* type, int index) {
+  char buf[1024];
+  snprintf(buf, sizeof(buf), kTfJobWithChief, type, index);
+  return buf;
+}
+
+TEST(FromTfConfigTest, ChiefIsWorkerZeroAndWorkersFollow) {
+  auto spec = FromTfConfig(TfJob("chief", 0));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->source, "TF_CONFIG");
+  EXPECT_THAT(spec->ps,
+              ElementsAre("job-ps-0.ns.svc:2222", "job-ps-1.ns.svc:2222"));
+  EXPECT_THAT(spec->workers, ElementsAre("job-chief-0.ns.svc:2222",
+                                         "job-worker-0.ns.svc:2222",
+                                         "job-worker-1.ns.svc:2222"));
+  EXPECT_EQ(spec->task_type, TaskType::kWorker);
+  EXPECT_EQ(spec->task_index, 0);
+  EXPECT_TRUE(spec->IsChief());
+
+  spec = FromTfConfig(TfJob("worker", 0));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->task_index, 1);
+  EXPECT_EQ(spec->SelfAddress(), "job-worker-0.ns.svc:2222");
+
+  spec = FromTfConfig(TfJob("worker", 1));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->task_index, 2);
+  EXPECT_EQ(spec->SelfAddress(), "job-worker-1.ns.svc:2222");
+
+  spec = FromTfConfig(TfJob("ps", 1));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->task_type, TaskType::kPs);
+  EXPECT_EQ(spec->task_index, 1);
+  EXPECT_EQ(spec->SelfAddress(), "job-ps-1.ns.svc:2222");
+}
+
+TEST(FromTfConfigTest, WithoutChiefWorkerZeroIsTheChief) {
+  auto spec = FromTfConfig(
+      R"({"cluster":{"ps":["p:1"],"worker":["w0:2","w1:3"]},)"
+      R"("task":{"type":"worker","index":0}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->workers, ElementsAre("w0:2", "w1:3"));
+  EXPECT_EQ(spec->task_index, 0);
+  EXPECT_TRUE(spec->IsChief());
+}
+
+TEST(FromTfConfigTest, ChiefOnlyAndIgnoredFields) {
+  auto spec = FromTfConfig(
+      R"({"cluster":{"ps":["p:1"],"chief":["c:2"],"evaluator":["e:9"]},)"
+      R"("task":{"type":"chief","index":0},"environment":"cloud",)"
+      R"("rpc_layer":"grpc"})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->workers, ElementsAre("c:2"));
+  EXPECT_TRUE(spec->IsChief());
+}
+
+TEST(FromTfConfigTest, RefusesMalformedConfigs) {
+  struct Case {
+    std::string json;
+    std::vector<std::string> parts;
+  };
+  const std::string ok_cluster =
+      R"("cluster":{"ps":["p:1"],"worker":["w:2","w:3"]})";
+  const Case cases[] = {
+      {"", {"TF_CONFIG is empty"}},
+      {"{", {"TF_CONFIG is not valid JSON"}},
+      {"{\"cluster\": }", {"TF_CONFIG is not valid JSON", "parse error"}},
+      {"[1,2]", {"TF_CONFIG must be a JSON object, got array"}},
+      {R"({"task":{"type":"ps","index":0}})",
+       {"TF_CONFIG has no \"cluster\" object"}},
+      {R"({"cluster":[],"task":{"type":"ps","index":0}})",
+       {"\"cluster\" must be an object, got array"}},
+      {R"({"cluster":{"worker":["w:2"]},"task":{"type":"worker","index":0}})",
+       {"cluster.ps is missing or empty"}},
+      {R"({"cluster":{"ps":[],"worker":["w:2"]},"task":{"type":"ps","index":0}})",
+       {"cluster.ps is missing or empty"}},
+      {R"({"cluster":{"ps":["p:1"]},"task":{"type":"ps","index":0}})",
+       {"neither chief nor worker"}},
+      {R"({"cluster":{"ps":"p:1","worker":["w:2"]},"task":{"type":"ps","index":0}})",
+       {"cluster.ps must be a list of \"host:port\" strings, got string"}},
+      {R"({"cluster":{"ps":["p:1"],"worker":[7]},"task":{"type":"ps","index":0}})",
+       {"cluster.worker[0] must be a \"host:port\" string, got number"}},
+      {R"({"cluster":{"ps":["p:1"],"worker":["w:2","w"]},"task":{"type":"ps","index":0}})",
+       {"TF_CONFIG cluster.worker[1] 'w'", "no port"}},
+      {R"({"cluster":{"ps":["p:70000"],"worker":["w:2"]},"task":{"type":"ps","index":0}})",
+       {"cluster.ps[0] 'p:70000'", "1..65535"}},
+      {R"({"cluster":{"ps":["p:1"],"chief":["c:1","c:2"]},"task":{"type":"chief","index":0}})",
+       {"cluster.chief has 2 entries", "at most one chief"}},
+      {R"({"cluster":{"ps":["p:1"],"master":["m:1"]},"task":{"type":"ps","index":0}})",
+       {"job 'master'", "ps, chief and worker"}},
+      {"{" + ok_cluster + "}", {"TF_CONFIG has no \"task\" object"}},
+      {"{" + ok_cluster + R"(,"task":"ps"})", {"\"task\" must be an object"}},
+      {"{" + ok_cluster + R"(,"task":{"index":0}})",
+       {"TF_CONFIG task.type is missing"}},
+      {"{" + ok_cluster + R"(,"task":{"type":1,"index":0}})",
+       {"task.type must be a string, got number"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"ps"}})",
+       {"TF_CONFIG task.index is missing"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"ps","index":"0"}})",
+       {"task.index must be an integer, got string"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"ps","index":0.5}})",
+       {"task.index must be an integer, got number"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"ps","index":1}})",
+       {"task.index 1 is out of range", "cluster.ps has 1 entries (valid 0..0)"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"worker","index":-1}})",
+       {"task.index -1 is out of range", "cluster.worker has 2 entries"}},
+      {"{" + ok_cluster +
+           R"(,"task":{"type":"worker","index":18446744073709551615}})",
+       {"task.index 18446744073709551615 is out of range"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"chief","index":0}})",
+       {"task.type is 'chief' but cluster.chief is missing or empty"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"evaluator","index":0}})",
+       {"task.type 'evaluator' is not supported"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"master","index":0}})",
+       {"task.type 'master' is unknown", "expected ps, worker or chief"}},
+      {"{" + ok_cluster + R"(,"task":{"type":"PS","index":0}})",
+       {"task.type 'PS' is unknown"}},
+      {R"({"cluster":{"ps":["h:1"],"worker":["h:1"]},"task":{"type":"ps","index":0}})",
+       {"TF_CONFIG: address 'h:1' is given twice"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    ExpectInvalid(FromTfConfig(c.json), c.parts);
+  }
+  ExpectInvalid(FromTfConfig(TfJob("chief", 1)),
+                {"task.index 1 is out of range for the chief"});
+  ExpectInvalid(FromTfConfig(TfJob("worker", 2)),
+                {"task.index 2 is out of range",
+                 "cluster.worker has 2 entries (valid 0..1)"});
+}
+
+// ---------------------------------------------------------- Slurm hostlists
+
+TEST(SlurmNodeListTest, ExpandsRanges) {
+  auto n = ExpandSlurmNodeList("n[1-3,7],m5");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_THAT(*n, ElementsAre("n1", "n2", "n3", "n7", "m5"));
+
+  n = ExpandSlurmNodeList("node[01-03]");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_THAT(*n, ElementsAre("node01", "node02", "node03"));
+
+  n = ExpandSlurmNodeList("gpu[008-010,1]");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_THAT(*n, ElementsAre("gpu008", "gpu009", "gpu010", "gpu1"));
+
+  n = ExpandSlurmNodeList("n[9-11]");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_THAT(*n, ElementsAre("n9", "n10", "n11"));
+
+  n = ExpandSlurmNodeList("single");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_THAT(*n, ElementsAre("single"));
+
+  n = ExpandSlurmNodeList("a[1-2]b,c[5]-x,d.e");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_THAT(*n, ElementsAre("a1b", "a2b", "c5-x", "d.e"));
+
+  n = ExpandSlurmNodeList("rack[1-2]-n[1-2]");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_THAT(*n, ElementsAre("rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"));
+}
+
+TEST(SlurmNodeListTest, RefusesBadNodeLists) {
+  struct Case {
+    const char* list;
+    std::vector<std::string> parts;
+  };
+  const Case cases[] = {
+      {"", {"SLURM_STEP_NODELIST is empty"}},
+      {"n[1-3", {"SLURM_STEP_NODELIST 'n[1-3'", "unclosed '['"}},
+      {"n1-3]", {"']' without '['"}},
+      {"n[1-[2]]", {"nested '['"}},
+      {"n[]", {"empty bracket group"}},
+      {"n[1,,2]", {"empty range"}},
+      {"n[3-1]", {"reversed range '3-1'"}},
+      {"n[a-b]", {"bad range 'a-b'"}},
+      {"n[1-]", {"bad range '1-'"}},
+      {"n[-1]", {"bad range '-1'"}},
+      {"n[1-2-3]", {"bad range '1-2-3'"}},
+      {"n1,,n2", {"empty entry"}},
+      {"n1,", {"empty entry"}},
+      {"[1-2]", {"range with no name before it"}},
+      {"n[1-999999999]", {"expands to more than 100000"}},
+      {"a[1-1000]-b[1-1000]", {"expands to more than 100000"}},
+      {"n 1", {"bad character ' ' in node name 'n 1'"}},
+      {"n:1", {"bad character ':'"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.list);
+    ExpectInvalid(ExpandSlurmNodeList(c.list, "SLURM_STEP_NODELIST"), c.parts);
+  }
+}
+
+TEST(SlurmTasksPerNodeTest, ExpandsRepeats) {
+  auto t = ExpandSlurmTasksPerNode("3(x2),2");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(*t, ElementsAre(3, 3, 2));
+  t = ExpandSlurmTasksPerNode("1");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(*t, ElementsAre(1));
+  t = ExpandSlurmTasksPerNode("2,4(x1),1(x3)");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(*t, ElementsAre(2, 4, 1, 1, 1));
+}
+
+TEST(SlurmTasksPerNodeTest, RefusesBadCounts) {
+  for (const char* bad : {"0", "3(x0)", "3(x)", "3(2)", "3(x2", "(x2)", "x",
+                          "3,,2", "3,", "-1", "3(x2)4", "2 (x2)"}) {
+    SCOPED_TRACE(bad);
+    ExpectInvalid(ExpandSlurmTasksPerNode(bad, "SLURM_TASKS_PER_NODE"),
+                  {"SLURM_TASKS_PER_NODE", "bad entry",
+                   "expected N or N(xM)"});
+  }
+  ExpectInvalid(ExpandSlurmTasksPerNode("", "SLURM_TASKS_PER_NODE"),
+                {"SLURM_TASKS_PER_NODE is empty"});
+  ExpectInvalid(ExpandSlurmTasksPerNode("1(x999999)", "V"),
+                {"more than 100000"});
+}
+
+// -------------------------------------------------------------------- Slurm
+
+// `srun -n 6` over two nodes, three tasks each.
+Env SixTasksOnTwoNodes(int procid) {
+  return {{"SLURM_PROCID", std::to_string(procid)},
+          {"SLURM_STEP_NUM_TASKS", "6"},
+          {"SLURM_STEP_NODELIST", "n[1-2]"},
+          {"SLURM_STEP_TASKS_PER_NODE", "3(x2)"},
+          {"SLURM_NODEID", std::to_string(procid / 3)},
+          {"SLURM_LOCALID", std::to_string(procid % 3)}};
+}
+
+TEST(FromSlurmTest, SixTasksOnTwoNodes) {
+  const int kNumPs = 2, kBasePort = 8888;
+  for (int procid = 0; procid < 6; ++procid) {
+    SCOPED_TRACE(procid);
+    auto spec = FromSlurm(FakeEnv(SixTasksOnTwoNodes(procid)), kNumPs,
+                          kBasePort);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->source, "slurm");
+    EXPECT_THAT(spec->ps, ElementsAre("n1:8888", "n1:8889"));
+    EXPECT_THAT(spec->workers,
+                ElementsAre("n1:8890", "n2:8888", "n2:8889", "n2:8890"));
+    EXPECT_EQ(spec->task_type, procid < 2 ? TaskType::kPs : TaskType::kWorker);
+    EXPECT_EQ(spec->task_index, procid < 2 ? procid : procid - 2);
+    EXPECT_EQ(spec->IsChief(), procid == 2);
+  }
+  auto spec = FromSlurm(FakeEnv(SixTasksOnTwoNodes(4)), kNumPs, kBasePort);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->SelfAddress(), "n2:8889");
+}
+
+TEST(FromSlurmTest, UnevenNodesAndJobLevelFallbacks) {
+  // Job-level variables only (no step variables), no NODEID/LOCALID.
+  Env env = {{"SLURM_PROCID", "7"},
+             {"SLURM_NTASKS", "8"},
+             {"SLURM_JOB_NODELIST", "node[01-03]"},
+             {"SLURM_TASKS_PER_NODE", "3(x2),2"}};
+  auto spec = FromSlurm(FakeEnv(env), 1, 5000);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->ps, ElementsAre("node01:5000"));
+  EXPECT_THAT(spec->workers,
+              ElementsAre("node01:5001", "node01:5002", "node02:5000",
+                          "node02:5001", "node02:5002", "node03:5000",
+                          "node03:5001"));
+  EXPECT_EQ(spec->task_type, TaskType::kWorker);
+  EXPECT_EQ(spec->task_index, 6);
+  EXPECT_EQ(spec->SelfAddress(), "node03:5001");
+}
+
+TEST(FromSlurmTest, StepVariablesWinOverJobVariables) {
+  Env env = {{"SLURM_PROCID", "1"},
+             {"SLURM_NTASKS", "99"},
+             {"SLURM_STEP_NUM_TASKS", "2"},
+             {"SLURM_JOB_NODELIST", "a,b,c"},
+             {"SLURM_STEP_NODELIST", "b"},
+             {"SLURM_TASKS_PER_NODE", "33(x3)"},
+             {"SLURM_STEP_TASKS_PER_NODE", "2"}};
+  auto spec = FromSlurm(FakeEnv(env), 1, 2222);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->ps, ElementsAre("b:2222"));
+  EXPECT_THAT(spec->workers, ElementsAre("b:2223"));
+}
+
+TEST(FromSlurmTest, RefusesMalformedEnvironments) {
+  struct Case {
+    Env changes;  // applied over SixTasksOnTwoNodes(3); "" value: erase
+    int num_ps;
+    int base_port;
+    std::vector<std::string> parts;
+  };
+  const Case cases[] = {
+      {{{"SLURM_PROCID", ""}}, 2, 8888, {"SLURM_PROCID is not set"}},
+      {{{"SLURM_PROCID", "x"}}, 2, 8888,
+       {"SLURM_PROCID 'x' is not a non-negative integer"}},
+      {{{"SLURM_PROCID", "-1"}}, 2, 8888, {"SLURM_PROCID '-1'"}},
+      {{{"SLURM_PROCID", "6"}, {"SLURM_NODEID", ""}, {"SLURM_LOCALID", ""}},
+       2, 8888,
+       {"SLURM_PROCID 6 is out of range", "SLURM_STEP_NUM_TASKS is 6",
+        "valid 0..5"}},
+      {{{"SLURM_STEP_NUM_TASKS", ""}}, 2, 8888,
+       {"neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is set"}},
+      {{{"SLURM_STEP_NUM_TASKS", "0"}}, 2, 8888,
+       {"SLURM_STEP_NUM_TASKS '0' is not a positive integer"}},
+      {{{"SLURM_STEP_NUM_TASKS", "six"}}, 2, 8888,
+       {"SLURM_STEP_NUM_TASKS 'six'"}},
+      {{{"SLURM_STEP_NODELIST", ""}}, 2, 8888,
+       {"neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set"}},
+      {{{"SLURM_STEP_NODELIST", "n[1-2"}}, 2, 8888,
+       {"SLURM_STEP_NODELIST 'n[1-2'", "unclosed"}},
+      {{{"SLURM_STEP_TASKS_PER_NODE", ""}}, 2, 8888,
+       {"neither SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE"}},
+      {{{"SLURM_STEP_TASKS_PER_NODE", "3(x2"}}, 2, 8888,
+       {"SLURM_STEP_TASKS_PER_NODE '3(x2'", "bad entry"}},
+      {{{"SLURM_STEP_TASKS_PER_NODE", "3(x3)"}}, 2, 8888,
+       {"SLURM_STEP_TASKS_PER_NODE '3(x3)' describes 3 nodes",
+        "SLURM_STEP_NODELIST 'n[1-2]' lists 2"}},
+      {{{"SLURM_STEP_TASKS_PER_NODE", "4,3"}}, 2, 8888,
+       {"SLURM_STEP_TASKS_PER_NODE '4,3' sums to 7 tasks",
+        "SLURM_STEP_NUM_TASKS is 6"}},
+      {{}, 6, 8888, {"--num_ps=6 leaves no worker", "SLURM_STEP_NUM_TASKS is 6"}},
+      {{}, 7, 8888, {"--num_ps=7 leaves no worker"}},
+      {{}, 0, 8888, {"--num_ps=0 must be at least 1"}},
+      {{}, 2, 0, {"--base_port=0 is not a port"}},
+      {{}, 2, 70000, {"--base_port=70000"}},
+      {{}, 2, 65534, {"--base_port=65534", "runs past port 65535"}},
+      {{{"SLURM_NODEID", "0"}}, 2, 8888,
+       {"SLURM_NODEID/SLURM_LOCALID (0/0) do not match block placement",
+        "rank 3 on node 1 (n2) as its task 0", "--distribution=block"}},
+      {{{"SLURM_LOCALID", "2"}}, 2, 8888, {"do not match block placement"}},
+      {{{"SLURM_NODEID", "one"}}, 2, 8888,
+       {"SLURM_NODEID 'one' is not a non-negative integer"}},
+      {{{"SLURM_STEP_NODELIST", "n1,n1"}}, 2, 8888,
+       {"slurm: address 'n1:8888' is given twice"}},
+  };
+  for (const Case& c : cases) {
+    Env env = SixTasksOnTwoNodes(3);
+    for (const auto& [k, v] : c.changes) {
+      if (v.empty()) {
+        env.erase(k);
+      } else {
+        env[k] = v;
+      }
+    }
+    SCOPED_TRACE(c.parts[0]);
+    ExpectInvalid(FromSlurm(FakeEnv(env), c.num_ps, c.base_port), c.parts);
+  }
+}
+
+// --------------------------------------------------------------- precedence
+
+constexpr char kTfConfig[] =
+    R"({"cluster":{"ps":["tp:1"],"worker":["tw:2"]},"task":{"type":"ps","index":0}})";
+
+TEST(ResolveClusterSpecTest, NoSourceMeansNoSpec) {
+  auto spec = ResolveClusterSpec(ClusterSpecInputs(), FakeEnv({}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_value());
+  // Blank variables count as unset.
+  spec = ResolveClusterSpec(ClusterSpecInputs(),
+                            FakeEnv({{"TF_CONFIG", "  "}, {"SLURM_PROCID", ""}}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_value());
+}
+
+TEST(ResolveClusterSpecTest, FlagsWinOverTfConfigWhichWinsOverSlurm) {
+  Env all = SixTasksOnTwoNodes(0);
+  all["TF_CONFIG"] = kTfConfig;
+  ClusterSpecInputs flags;
+  flags.ps_hosts = "fp:1";
+  flags.worker_hosts = "fw0:2,fw1:3";
+  flags.task_type = "worker";
+  flags.task_index = 1;
+  flags.num_ps = 2;
+  flags.base_port = 8888;
+
+  auto spec = ResolveClusterSpec(flags, FakeEnv(all));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_value());
+  EXPECT_EQ((*spec)->source, "flags");
+  EXPECT_EQ((*spec)->SelfAddress(), "fw1:3");
+
+  ClusterSpecInputs no_hosts = flags;
+  no_hosts.ps_hosts.clear();
+  no_hosts.worker_hosts.clear();
+  spec = ResolveClusterSpec(no_hosts, FakeEnv(all));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_value());
+  EXPECT_EQ((*spec)->source, "TF_CONFIG");
+  EXPECT_EQ((*spec)->SelfAddress(), "tp:1");
+
+  all.erase("TF_CONFIG");
+  spec = ResolveClusterSpec(no_hosts, FakeEnv(all));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_value());
+  EXPECT_EQ((*spec)->source, "slurm");
+  EXPECT_EQ((*spec)->SelfAddress(), "n1:8888");
+  EXPECT_EQ((*spec)->ps.size(), 2u);
+}
+
+TEST(ResolveClusterSpecTest, PsHostsAloneIsTheHandStartedMode) {
+  ClusterSpecInputs in;
+  in.ps_hosts = "p:1,p:2";
+  Env env = SixTasksOnTwoNodes(0);
+  env["TF_CONFIG"] = kTfConfig;
+  auto spec = ResolveClusterSpec(in, FakeEnv(env));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_value());
+}
+
+TEST(ResolveClusterSpecTest, APresentButBrokenSourceIsAnError) {
+  ClusterSpecInputs in;
+  in.worker_hosts = "w:1";
+  ExpectInvalid(ResolveClusterSpec(in, FakeEnv({})), {"--ps_hosts is empty"});
+
+  ExpectInvalid(ResolveClusterSpec(ClusterSpecInputs(),
+                                   FakeEnv({{"TF_CONFIG", "{oops"},
+                                            {"SLURM_PROCID", "0"}})),
+                {"TF_CONFIG is not valid JSON"});
+
+  ExpectInvalid(ResolveClusterSpec(ClusterSpecInputs(),
+                                   FakeEnv({{"SLURM_PROCID", "0"}})),
+                {"neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS"});
+}
+
+TEST(ClusterSpecToStringTest, OneLineWithEverything) {
+  auto spec = FromTfConfig(TfJob("worker", 1));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string line = ClusterSpecToString(*spec);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_EQ(line,
+            "cluster spec from TF_CONFIG: this task is worker 2 at "
+            "job-worker-1.ns.svc:2222; 2 ps "
+            "[job-ps-0.ns.svc:2222,job-ps-1.ns.svc:2222], 3 workers "
+            "[job-chief-0.ns.svc:2222,job-worker-0.ns.svc:2222,"
+            "job-worker-1.ns.svc:2222]");
+  auto chief = FromFlags("p:1", "w:2", "worker", 0);
+  ASSERT_TRUE(chief.ok());
+  EXPECT_THAT(ClusterSpecToString(*chief),
+              HasSubstr("this task is worker 0 (chief) at w:2"));
+}
+
+TEST(ValidateClusterSpecTest, CatchesHandBuiltMistakes) {
+  ClusterSpec spec;
+  spec.source = "test";
+  spec.workers = {"w:1"};
+  ExpectInvalid(ValidateClusterSpec(spec), {"test: no parameter servers"});
+  spec.ps = {"p:1"};
+  spec.workers.clear();
+  ExpectInvalid(ValidateClusterSpec(spec), {"test: no workers"});
+  spec.workers = {"w:1"};
+  spec.task_index = 1;
+  ExpectInvalid(ValidateClusterSpec(spec),
+                {"task index 1 is out of range for 1 worker tasks"});
+  EXPECT_EQ(spec.SelfAddress(), "");
+  spec.task_index = 0;
+  spec.ps = {"p"};
+  ExpectInvalid(ValidateClusterSpec(spec), {"test ps[0] 'p'", "no port"});
+  spec.ps = {"p:1"};
+  EXPECT_TRUE(ValidateClusterSpec(spec).ok());
+}
+
+}  // namespace
+}  // namespace downpour

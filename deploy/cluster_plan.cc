@@ -1,0 +1,144 @@
+#include "deploy/cluster_plan.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace downpour {
+
+ClusterPlan::ClusterPlan(const LaunchOptions& options, std::string log_dir,
+                         std::string host)
+    : options_(options), log_dir_(std::move(log_dir)), host_(std::move(host)) {}
+
+TaskSpec ClusterPlan::Task(TaskRole role, int index, std::string name) const {
+  TaskSpec t;
+  t.role = role;
+  t.index = index;
+  t.name = std::move(name);
+  t.host = host_;
+  std::string file = t.name;
+  std::replace(file.begin(), file.end(), ' ', '_');
+  t.log_path = absl::StrCat(log_dir_, "/", file, ".log");
+  return t;
+}
+
+std::vector<std::string> ClusterPlan::ServerArgv(
+    int shard, const std::string& port_file) const {
+  const LaunchOptions& o = options_;
+  std::vector<std::string> argv = {
+      o.ps_server_bin,
+      "--port=0",
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--shard_index=", shard),
+      absl::StrCat("--num_shards=", o.servers),
+      absl::StrCat("--optimizer=", o.optimizer),
+      absl::StrCat("--lr=", o.lr),
+      absl::StrCat("--mode=", TrainModeName(o.mode)),
+      absl::StrCat("--num_workers=", o.ServerWorkers()),
+      absl::StrCat("--replicas_to_aggregate=", o.replicas_to_aggregate),
+      absl::StrCat("--staleness=", o.staleness),
+      absl::StrCat("--staleness_aware=", o.staleness_aware ? "true" : "false"),
+      absl::StrCat("--drop_stale_threshold=", o.drop_stale_threshold),
+      absl::StrCat("--sync_timeout_s=", o.sync_timeout_s),
+      absl::StrCat("--min_replicas=", o.min_replicas),
+  };
+  argv.insert(argv.end(), o.server_args.begin(), o.server_args.end());
+  return argv;
+}
+
+std::vector<TaskSpec> ClusterPlan::Servers() const {
+  std::vector<TaskSpec> servers;
+  for (int k = 0; k < options_.servers; ++k) {
+    TaskSpec t = Task(TaskRole::kServer, k, absl::StrCat("ps ", k));
+    t.port = 0;
+    t.port_file = absl::StrCat(log_dir_, "/ps_", k, ".port");
+    t.argv = ServerArgv(k, t.port_file);
+    servers.push_back(std::move(t));
+  }
+  return servers;
+}
+
+std::string ClusterPlan::ServerAddress(int port) const {
+  return absl::StrCat(host_, ":", port);
+}
+
+std::vector<std::string> ClusterPlan::WorkerArgv(
+    int index, const std::string& ps_hosts) const {
+  const LaunchOptions& o = options_;
+  std::vector<std::string> argv = {
+      o.ps_worker_bin,
+      absl::StrCat("--ps_hosts=", ps_hosts),
+      absl::StrCat("--worker_index=", index),
+      absl::StrCat("--num_workers=", o.workers),
+      "--task=train",
+      absl::StrCat("--mode=", TrainModeName(o.mode)),
+      absl::StrCat("--epochs=", o.epochs),
+      absl::StrCat("--batch_size=", o.batch_size),
+      absl::StrCat("--seed=", o.seed),
+      absl::StrCat("--data_dir=", o.data_dir),
+      absl::StrCat("--n_fetch=", o.n_fetch),
+      absl::StrCat("--n_push=", o.n_push),
+      absl::StrCat("--device=", o.device),
+      absl::StrCat("--gpus=", o.gpus),
+      absl::StrCat("--replicas=", o.replicas),
+      absl::StrCat("--local_aggregation=", o.local_aggregation),
+  };
+  if (o.max_train_examples > 0) {
+    argv.push_back(absl::StrCat("--max_train_examples=", o.max_train_examples));
+  }
+  argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
+  return argv;
+}
+
+std::vector<TaskSpec> ClusterPlan::Workers(
+    const std::vector<std::string>& server_addresses) const {
+  const std::string ps_hosts = absl::StrJoin(server_addresses, ",");
+  std::vector<TaskSpec> workers;
+  for (int i = 0; i < options_.workers; ++i) {
+    TaskSpec t = Task(TaskRole::kWorker, i, absl::StrCat("worker ", i));
+    t.argv = WorkerArgv(i, ps_hosts);
+    workers.push_back(std::move(t));
+  }
+  return workers;
+}
+
+std::vector<std::string> ClusterPlan::EvalArgv(const std::string& ps_hosts,
+                                               int64_t max_test_examples,
+                                               bool save_params) const {
+  const LaunchOptions& o = options_;
+  std::vector<std::string> argv = {
+      o.ps_worker_bin,
+      "--task=eval",
+      absl::StrCat("--mode=", TrainModeName(o.mode)),
+      absl::StrCat("--ps_hosts=", ps_hosts),
+      absl::StrCat("--data_dir=", o.data_dir),
+  };
+  if (max_test_examples > 0) {
+    argv.push_back(absl::StrCat("--max_test_examples=", max_test_examples));
+  }
+  if (save_params && !o.save_params.empty()) {
+    argv.push_back(absl::StrCat("--save_params=", o.save_params));
+  }
+  argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
+  return argv;
+}
+
+TaskSpec ClusterPlan::FinalEval(
+    const std::vector<std::string>& server_addresses) const {
+  TaskSpec t = Task(TaskRole::kEval, 0, "eval");
+  t.argv = EvalArgv(absl::StrJoin(server_addresses, ","), 0,
+                    /*save_params=*/true);
+  return t;
+}
+
+TaskSpec ClusterPlan::CurveEval(
+    const std::vector<std::string>& server_addresses) const {
+  TaskSpec t = Task(TaskRole::kCurveEval, 0, "curve eval");
+  t.argv = EvalArgv(absl::StrJoin(server_addresses, ","),
+                    options_.eval_examples, /*save_params=*/false);
+  return t;
+}
+
+}  // namespace downpour

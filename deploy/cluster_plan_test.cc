@@ -1,0 +1,107 @@
+// File: deploy/cluster_plan_test.cc
+//
+// Every task's role, name, host, files and command line, without starting
+// anything.
+#include "deploy/cluster_plan.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace downpour {
+namespace {
+
+LaunchOptions Options() {
+  LaunchOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  o.epochs = 2;
+  o.batch_size = 32;
+  o.lr = 0.05;
+  o.optimizer = "sgd";
+  o.seed = 7;
+  o.data_dir = "/data";
+  o.ps_server_bin = "/bin/ps_server";
+  o.ps_worker_bin = "/bin/ps_worker";
+  o.max_train_examples = 640;
+  o.server_args = {"--extra_server=1"};
+  o.worker_args = {"--extra_worker=2"};
+  o.save_params = "/out/p.safetensors";
+  o.eval_examples = 500;
+  return o;
+}
+
+std::string Args(const TaskSpec& t) { return absl::StrJoin(t.argv, " "); }
+
+TEST(ClusterPlanTest, ServersListenOnAnyPortAndReportIt) {
+  const ClusterPlan plan(Options(), "/logs");
+  const std::vector<TaskSpec> servers = plan.Servers();
+  ASSERT_EQ(servers.size(), 2u);
+  const TaskSpec& s = servers[1];
+  EXPECT_EQ(s.role, TaskRole::kServer);
+  EXPECT_EQ(s.index, 1);
+  EXPECT_EQ(s.name, "ps 1");
+  EXPECT_EQ(s.host, kDefaultHost);
+  EXPECT_EQ(s.port, 0);
+  EXPECT_EQ(s.port_file, "/logs/ps_1.port");
+  EXPECT_EQ(s.log_path, "/logs/ps_1.log");
+  EXPECT_EQ(Args(s),
+            "/bin/ps_server --port=0 --port_file=/logs/ps_1.port "
+            "--shard_index=1 --num_shards=2 --optimizer=sgd --lr=0.05 "
+            "--mode=async --num_workers=2 --replicas_to_aggregate=0 "
+            "--staleness=2 --staleness_aware=false --drop_stale_threshold=0 "
+            "--sync_timeout_s=30 --min_replicas=1 --extra_server=1");
+  EXPECT_EQ(plan.ServerAddress(7001), "127.0.0.1:7001");
+}
+
+TEST(ClusterPlanTest, WorkersAndEvaluationsUseTheServerAddresses) {
+  LaunchOptions o = Options();
+  o.mode = TrainMode::kSync;
+  const ClusterPlan plan(o, "/logs", "10.0.0.5");
+  const std::vector<std::string> ps = {"10.0.0.5:7000", "10.0.0.5:7001"};
+  const std::vector<TaskSpec> workers = plan.Workers(ps);
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[1].name, "worker 1");
+  EXPECT_EQ(workers[1].host, "10.0.0.5");
+  EXPECT_EQ(workers[1].log_path, "/logs/worker_1.log");
+  EXPECT_EQ(Args(workers[1]),
+            "/bin/ps_worker --ps_hosts=10.0.0.5:7000,10.0.0.5:7001 "
+            "--worker_index=1 --num_workers=2 --task=train --mode=sync "
+            "--epochs=2 --batch_size=32 --seed=7 --data_dir=/data "
+            "--n_fetch=1 --n_push=1 --device=auto --gpus= --replicas=1 "
+            "--local_aggregation=sum --max_train_examples=640 "
+            "--extra_worker=2");
+  const TaskSpec eval = plan.FinalEval(ps);
+  EXPECT_EQ(eval.role, TaskRole::kEval);
+  EXPECT_EQ(eval.name, "eval");
+  EXPECT_EQ(Args(eval),
+            "/bin/ps_worker --task=eval --mode=sync "
+            "--ps_hosts=10.0.0.5:7000,10.0.0.5:7001 --data_dir=/data "
+            "--save_params=/out/p.safetensors --extra_worker=2");
+  const TaskSpec curve = plan.CurveEval(ps);
+  EXPECT_EQ(curve.role, TaskRole::kCurveEval);
+  EXPECT_EQ(curve.log_path, "/logs/curve_eval.log");
+  EXPECT_EQ(Args(curve),
+            "/bin/ps_worker --task=eval --mode=sync "
+            "--ps_hosts=10.0.0.5:7000,10.0.0.5:7001 --data_dir=/data "
+            "--max_test_examples=500 --extra_worker=2");
+}
+
+TEST(ClusterPlanTest, ReplicasThatPushAloneCountAsServerWorkers) {
+  LaunchOptions o = Options();
+  o.gpus = "0,1";
+  o.local_aggregation = "none";
+  o.max_train_examples = 0;
+  const ClusterPlan plan(o, "/logs");
+  EXPECT_THAT(Args(plan.Servers()[0]), ::testing::HasSubstr(" --num_workers=4 "));
+  const std::string w = Args(plan.Workers({"h:1"})[0]);
+  EXPECT_THAT(w, ::testing::HasSubstr(" --num_workers=2 "));
+  EXPECT_THAT(w, ::testing::HasSubstr(" --gpus=0,1 "));
+  EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--max_train_examples")));
+}
+
+}  // namespace
+}  // namespace downpour

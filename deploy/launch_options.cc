@@ -1,0 +1,144 @@
+#include "deploy/launch_options.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "deploy/fs.h"
+
+namespace downpour {
+
+int LaunchOptions::ReplicasPerWorker() const {
+  if (gpus.empty()) return replicas;
+  return static_cast<int>(
+      std::vector<std::string>(absl::StrSplit(gpus, ',', absl::SkipEmpty()))
+          .size());
+}
+
+absl::StatusOr<TrainMode> ParseModeFlag(absl::string_view value) {
+  absl::StatusOr<TrainMode> mode = ParseTrainMode(value);
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown --mode=", value, "; valid modes: async, sync, ssp"));
+  }
+  return mode;
+}
+
+namespace {
+
+absl::Status AtLeastOne(const char* flag, int64_t v) {
+  if (v >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be >= 1, got ", v));
+}
+
+// Process counts and devices.
+absl::Status ValidateTopology(const LaunchOptions& o) {
+  auto at_least_one = AtLeastOne;
+  DP_RETURN_IF_ERROR(at_least_one("servers", o.servers));
+  DP_RETURN_IF_ERROR(at_least_one("workers", o.workers));
+  DP_RETURN_IF_ERROR(at_least_one("epochs", o.epochs));
+  DP_RETURN_IF_ERROR(at_least_one("batch_size", o.batch_size));
+  DP_RETURN_IF_ERROR(at_least_one("n_fetch", o.n_fetch));
+  DP_RETURN_IF_ERROR(at_least_one("n_push", o.n_push));
+  DP_RETURN_IF_ERROR(at_least_one("replicas", o.replicas));
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu or cuda, got '", o.device, "'"));
+  }
+  if (o.local_aggregation != "sum" && o.local_aggregation != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--local_aggregation must be sum or none, got '", o.local_aggregation,
+        "'"));
+  }
+  if (!o.gpus.empty() && o.device == "cpu") {
+    return absl::InvalidArgumentError("--gpus needs --device=cuda or auto");
+  }
+  return absl::OkStatus();
+}
+
+// The consistency mode's parameters (passed to the servers).
+absl::Status ValidateModeOptions(const LaunchOptions& o) {
+  if (o.replicas_to_aggregate < 0 || o.replicas_to_aggregate > o.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas_to_aggregate must be in [0, --workers=", o.workers,
+        "] (0 = all workers), got ", o.replicas_to_aggregate));
+  }
+  if (o.min_replicas < 1 || o.min_replicas > o.workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min_replicas must be in [1, --workers=", o.workers,
+                     "], got ", o.min_replicas));
+  }
+  if (o.staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness must be >= 0, got ", o.staleness));
+  }
+  if (o.staleness_aware && o.mode != TrainMode::kAsync) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness_aware applies to --mode=async, not --mode=",
+                     TrainModeName(o.mode)));
+  }
+  if (o.drop_stale_threshold < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--drop_stale_threshold must be >= 0 (0 = off), got ",
+                     o.drop_stale_threshold));
+  }
+  if (!std::isfinite(o.sync_timeout_s) || o.sync_timeout_s <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync_timeout_s must be a positive number, got ", o.sync_timeout_s));
+  }
+  return absl::OkStatus();
+}
+
+// Training, evaluation and the files the run needs.
+absl::Status ValidateRun(const LaunchOptions& o) {
+  auto at_least_one = AtLeastOne;
+  if (o.eval_every < absl::ZeroDuration() ||
+      o.eval_every == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        "--eval_every_s must be a finite number >= 0 (0 = off)");
+  }
+  DP_RETURN_IF_ERROR(at_least_one("eval_examples", o.eval_examples));
+  if (o.max_train_examples < 0) {
+    return absl::InvalidArgumentError(
+        "--max_train_examples must be >= 0 (0 = all)");
+  }
+  if (!std::isfinite(o.lr) || o.lr <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr must be a positive number, got ", o.lr));
+  }
+  if (o.optimizer.empty()) {
+    return absl::InvalidArgumentError("--optimizer must not be empty");
+  }
+  if (!IsDirectory(o.data_dir)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_dir=", o.data_dir, " is not a directory (fetch the data set "
+        "or point --data_dir at it)"));
+  }
+  if (o.startup_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--startup_timeout_s must be > 0");
+  }
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"ps_server_bin",
+                                                   o.ps_server_bin},
+        std::pair<const char*, const std::string&>{"ps_worker_bin",
+                                                   o.ps_worker_bin}}) {
+    if (!IsExecutableFile(path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, "=", path, " is not an executable file"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
+  DP_RETURN_IF_ERROR(ValidateTopology(o));
+  DP_RETURN_IF_ERROR(ValidateModeOptions(o));
+  return ValidateRun(o);
+}
+
+}  // namespace downpour

@@ -1,0 +1,109 @@
+// File: deploy/launch_options.h
+//
+// Every tunable of the cluster launcher in one struct, and its validation.
+// deploy/launch_main.cc maps one flag to each field and parses --mode with
+// ParseModeFlag; everything below main takes the struct.
+//
+//   LaunchOptions o;
+//   DP_ASSIGN_OR_RETURN(o.mode, ParseModeFlag(flag_value));
+//   DP_RETURN_IF_ERROR(ValidateLaunchOptions(o));
+//
+// Plain data and pure functions (ValidateLaunchOptions stats data_dir and
+// the binaries); thread-compatible.
+#ifndef DOWNPOUR_DEPLOY_LAUNCH_OPTIONS_H_
+#define DOWNPOUR_DEPLOY_LAUNCH_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/train_mode.h"
+
+namespace downpour {
+
+// Every tunable of the launcher. launch_main.cc maps one flag to each field
+// (flag name = field name unless noted).
+struct LaunchOptions {
+  int servers = 2;                 // Parameter-server shards, >= 1.
+  int workers = 2;                 // Training worker processes, >= 1.
+  // Compute devices of each worker process: "auto", "cpu" or "cuda", and the
+  // GPUs it runs one replica on each (e.g. "0,1,2,3"; "0,0" runs two replicas
+  // on GPU 0). Empty gpus: one replica (or `replicas` CPU replicas).
+  std::string device = "auto";
+  std::string gpus;
+  int replicas = 1;
+  // Replicas of one process: "sum" (one push of their mean gradient) or
+  // "none" (each replica is a worker of its own, as far as servers know).
+  std::string local_aggregation = "sum";
+  // Replicas per worker process (from gpus or replicas).
+  int ReplicasPerWorker() const;
+  // Workers the servers see: workers, times the replicas when each replica
+  // pushes on its own.
+  int ServerWorkers() const {
+    return local_aggregation == "none" ? workers * ReplicasPerWorker() : workers;
+  }
+  // kAsync (Downpour), kSync (the servers aggregate a step's gradients
+  // from replicas_to_aggregate workers before applying them) or kSsp
+  // (stale-synchronous: no worker runs more than `staleness` steps ahead of
+  // the slowest). Passed to servers, workers and the evaluations as --mode.
+  TrainMode mode = TrainMode::kAsync;
+  // The six below are passed to every server as the flags of the same name;
+  // ps_server documents their exact semantics.
+  int replicas_to_aggregate = 0;   // sync: gradients per step; 0 = all
+                                   // workers, fewer = backup workers.
+                                   // In [0, workers].
+  int staleness = 2;               // ssp: clocks a worker may run ahead of
+                                   // the slowest; >= 0.
+  bool staleness_aware = false;    // async only: divide each update's step
+                                   // by its staleness.
+  int64_t drop_stale_threshold = 0;  // async: drop updates staler than
+                                     // this; 0 = never; >= 0.
+  double sync_timeout_s = 30;      // sync/ssp: seconds to wait for a missing
+                                   // worker before going on without it; > 0.
+  int min_replicas = 1;            // sync/ssp: fewest workers to go on with;
+                                   // below it the job aborts. In [1, workers].
+  int epochs = 3;                  // Passed to workers, >= 1.
+  int batch_size = 64;             // Passed to workers, >= 1.
+  double lr = 0.05;                // Passed to servers.
+  std::string optimizer = "adagrad";  // Passed to servers.
+  int64_t seed = 1;                // Passed to workers.
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";  // Must exist.
+  std::string save_params;         // Passed to the final eval when non-empty.
+  std::string summary_json;        // Summary JSON also written here if set.
+  std::string curve_csv;           // If set, "seconds,test_accuracy" rows of
+                                   // Summary::curve are written here.
+  // Accuracy-vs-time curve: every eval_every of training wall time an
+  // evaluation on the first eval_examples test examples is started, unless
+  // the previous one is still running (that tick is skipped). Zero = off.
+  absl::Duration eval_every = absl::ZeroDuration();  // --eval_every_s.
+  int64_t eval_examples = 5000;    // >= 1; --max_test_examples of those runs.
+  int n_fetch = 1;                 // Passed to workers.
+  int n_push = 1;                  // Passed to workers.
+  int64_t max_train_examples = 0;  // 0 = all; passed to workers only if > 0.
+  std::vector<std::string> server_args;  // Appended to each ps_server argv.
+  std::vector<std::string> worker_args;  // Appended to each ps_worker argv
+                                         // (training and eval).
+  std::string ps_server_bin;       // Path to ps_server; must be executable.
+  std::string ps_worker_bin;       // Path to ps_worker; must be executable.
+  std::string log_dir;             // Empty: a fresh directory under $TMPDIR
+                                   // (or /tmp). Created if missing.
+  absl::Duration startup_timeout = absl::Seconds(60);  // --startup_timeout_s.
+  absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM→SIGKILL delay.
+  absl::Duration rate_report_interval = absl::Seconds(5);  // "cluster:" lines.
+};
+
+// The value of --mode; InvalidArgument "unknown --mode=<v>; valid modes:
+// async, sync, ssp" for anything else.
+absl::StatusOr<TrainMode> ParseModeFlag(absl::string_view value);
+
+// Checks the options before anything starts. InvalidArgument for a bad value
+// (naming the flag).
+absl::Status ValidateLaunchOptions(const LaunchOptions& options);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_DEPLOY_LAUNCH_OPTIONS_H_

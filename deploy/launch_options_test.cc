@@ -1,0 +1,125 @@
+// File: deploy/launch_options_test.cc
+//
+// The replica arithmetic, --mode parsing and every validation error of the
+// launcher's options.
+#include "deploy/launch_options.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/test_files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace downpour {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(LaunchOptionsTest, ServersCountReplicasThatPushOnTheirOwn) {
+  LaunchOptions o;
+  o.workers = 2;
+  o.gpus = "0,0,1";
+  EXPECT_EQ(o.ReplicasPerWorker(), 3);
+  EXPECT_EQ(o.ServerWorkers(), 2);
+  o.local_aggregation = "none";
+  EXPECT_EQ(o.ServerWorkers(), 6);
+  o.gpus.clear();
+  o.replicas = 2;
+  EXPECT_EQ(o.ServerWorkers(), 4);
+}
+
+TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
+  LaunchOptions o;
+  o.ps_server_bin = "/bin/sh";
+  o.ps_worker_bin = "/bin/sh";
+  o.data_dir = TestTmpDir();
+  EXPECT_TRUE(ValidateLaunchOptions(o).ok());
+
+  LaunchOptions bad = o;
+  for (const char* mode : {"async", "sync", "ssp"}) {
+    absl::StatusOr<TrainMode> parsed = ParseModeFlag(mode);
+    ASSERT_TRUE(parsed.ok()) << mode;
+    EXPECT_STREQ(TrainModeName(*parsed), mode);
+    bad.mode = *parsed;
+    EXPECT_TRUE(ValidateLaunchOptions(bad).ok()) << mode;
+  }
+  absl::Status st = ParseModeFlag("bogus").status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "unknown --mode=bogus; valid modes: async, sync, ssp");
+
+  // Replica counts are bounded by --workers (2 here).
+  bad = o;
+  bad.replicas_to_aggregate = 2;
+  bad.min_replicas = 2;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad.replicas_to_aggregate = 3;
+  st = ValidateLaunchOptions(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("--replicas_to_aggregate must be in [0, --workers=2]"));
+  bad.replicas_to_aggregate = -1;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--replicas_to_aggregate"));
+  bad = o;
+  bad.min_replicas = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--min_replicas must be in [1, --workers=2], got 0"));
+  bad.min_replicas = 3;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--min_replicas"));
+  bad = o;
+  bad.staleness = -1;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--staleness must be >= 0"));
+  bad.staleness = 0;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad = o;
+  bad.staleness_aware = true;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  for (TrainMode mode : {TrainMode::kSync, TrainMode::kSsp}) {
+    bad.mode = mode;
+    st = ValidateLaunchOptions(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("--staleness_aware applies to --mode=async"));
+  }
+  bad = o;
+  bad.drop_stale_threshold = -1;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--drop_stale_threshold"));
+  bad = o;
+  bad.sync_timeout_s = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--sync_timeout_s must be a positive number"));
+  bad.sync_timeout_s = 0.5;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad = o;
+  bad.eval_every = absl::Seconds(-1);
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--eval_every_s"));
+  bad = o;
+  bad.eval_examples = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--eval_examples must be >= 1"));
+
+  bad = o;
+  bad.workers = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--workers must be >= 1"));
+  bad = o;
+  bad.servers = 0;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--servers"));
+  bad = o;
+  bad.data_dir = "/nonexistent/dir";
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--data_dir=/nonexistent/dir"));
+  bad = o;
+  bad.ps_worker_bin = "/nonexistent/ps_worker";
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--ps_worker_bin"));
+}
+
+}  // namespace
+}  // namespace downpour

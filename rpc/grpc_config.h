@@ -1,0 +1,43 @@
+// File: rpc/grpc_config.h
+//
+// gRPC settings the parameter servers and their clients must agree on: the
+// message size limit, the names of the bulk methods (called through a
+// generic stub, served as raw byte buffers) and the builder / channel
+// configuration that applies them. Both sides include this file; neither
+// includes the other's headers.
+//
+//   grpc::ServerBuilder b;
+//   ConfigureServerBuilder(&b);
+//   grpc::ChannelArguments args;
+//   ConfigureChannelArguments(&args);
+//
+// Thread-safety: stateless functions and constants.
+#ifndef DOWNPOUR_RPC_GRPC_CONFIG_H_
+#define DOWNPOUR_RPC_GRPC_CONFIG_H_
+
+#include "grpcpp/server_builder.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace downpour {
+
+// Largest request or response the server and clients accept (bytes), set
+// explicitly on both sides. Clients cut transfers into parts of a few MiB
+// (GrpcClientOptions::part_bytes), far below it; a larger message is refused
+// by gRPC with RESOURCE_EXHAUSTED and the server goes on.
+inline constexpr int kMaxMessageBytes = 64 << 20;
+
+// Full names of the bulk methods of proto/parameter_server.proto.
+inline constexpr char kPullMethod[] = "/downpour.proto.ParameterServer/Pull";
+inline constexpr char kPushMethod[] = "/downpour.proto.ParameterServer/Push";
+inline constexpr char kPushPullMethod[] =
+    "/downpour.proto.ParameterServer/PushPull";
+
+// Sets the message limits above on a server being built / on a client
+// channel. (Larger HTTP/2 frames and TCP read chunks were measured with
+// tests/bench:transport_bench and were slower than gRPC's defaults here.)
+void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+void ConfigureChannelArguments(grpc::ChannelArguments* args);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_RPC_GRPC_CONFIG_H_

@@ -1,0 +1,83 @@
+#include "server/ps_host.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/grpc_config.h"
+
+namespace downpour {
+namespace {
+
+// The host part of "host:port" (everything before the last ':'), so that
+// "[::1]:0" gives "[::1]".
+std::string HostPart(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create(
+    const ParameterServerHostOptions& options) {
+  if (options.listen_addresses.empty()) {
+    return absl::InvalidArgumentError("no address to listen on");
+  }
+  if (options.service.debug_drop_reply_every < 0) {
+    return absl::InvalidArgumentError("debug_drop_reply_every must be >= 0");
+  }
+  DP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      BuildServerCredentials(options.security));
+  std::unique_ptr<ParameterServerHost> host(new ParameterServerHost());
+  host->listen_addresses_ = options.listen_addresses;
+  DP_ASSIGN_OR_RETURN(host->store_, ParameterStore::Create(options.store));
+  host->service_ = NewParameterServerService(host->store_.get(), options.service);
+
+  grpc::ServerBuilder builder;
+  // ServerBuilder writes each bound port through its pointer at start.
+  host->ports_.assign(options.listen_addresses.size(), 0);
+  for (size_t a = 0; a < options.listen_addresses.size(); ++a) {
+    builder.AddListeningPort(options.listen_addresses[a], credentials,
+                             &host->ports_[a]);
+  }
+  builder.RegisterService(host->service_.get());
+  ConfigureServerBuilder(&builder);
+  host->server_ = builder.BuildAndStart();
+  for (size_t a = 0; a < options.listen_addresses.size(); ++a) {
+    if (host->server_ == nullptr || host->ports_[a] == 0) {
+      // With no server there is nothing to shut down; the destructor
+      // handles a started one.
+      return absl::UnavailableError(absl::StrCat(
+          "could not listen on ", options.listen_addresses[a]));
+    }
+  }
+  return host;
+}
+
+ParameterServerHost::~ParameterServerHost() {
+  Shutdown();
+  Wait();
+}
+
+std::string ParameterServerHost::address(int i) const {
+  return absl::StrCat(HostPart(listen_addresses_[i]), ":", ports_[i]);
+}
+
+void ParameterServerHost::Shutdown(absl::Duration grace) {
+  absl::MutexLock l(&shutdown_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Waiting pulls first: gRPC's shutdown waits for every call to finish.
+  if (store_ != nullptr) store_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(grace));
+  }
+}
+
+void ParameterServerHost::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace downpour

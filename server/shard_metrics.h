@@ -1,0 +1,89 @@
+// File: server/shard_metrics.h
+//
+// The counters a shard keeps about its traffic, for ShardStats
+// (common/shard_stats.h): pulls, pushes applied and duplicate, bytes,
+// refused requests by reason, dropped updates, and the staleness of applied
+// chunk updates (mean, max and a histogram for p50/p99). Mode-specific
+// figures (steps, evictions, ssp lead) come from the step policy instead.
+//
+//   metrics.RecordStaleness(s);
+//   return metrics.Reject("wrong_size", absl::InvalidArgumentError(...));
+//   ShardStats s; metrics.FillStats(&s);
+//
+// Thread-safety: every method may be called concurrently. The counters are
+// relaxed atomics (one fetch_add on the push path); a snapshot taken while
+// requests run may mix counts from before and after a request.
+#ifndef DOWNPOUR_SERVER_SHARD_METRICS_H_
+#define DOWNPOUR_SERVER_SHARD_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shard_stats.h"
+
+namespace downpour {
+
+// Counts of applied-update staleness: exact up to kBuckets - 2, the last
+// bucket holds everything above. Lock-free.
+class StalenessHistogram {
+ public:
+  static constexpr int kBuckets = 1025;
+  void Add(int64_t staleness, int64_t times = 1);
+  // Smallest staleness with at least q of the mass at or below it (0 when
+  // empty).
+  int64_t Quantile(double q) const;
+
+ private:
+  std::array<std::atomic<int64_t>, kBuckets> counts_{};
+};
+
+class ShardMetrics {
+ public:
+  void RecordPull(int64_t bytes) {
+    pulls_.fetch_add(1, std::memory_order_relaxed);
+    bytes_pulled_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  void RecordPushBytes(int64_t bytes) {
+    bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  // A whole push (all its parts) was taken in.
+  void RecordPushApplied() {
+    pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void RecordDuplicate() {
+    pushes_duplicate_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // A push (or a sync gradient) dropped as too stale.
+  void RecordDropped() { dropped_stale_.fetch_add(1, std::memory_order_relaxed); }
+  // `times` applied chunk updates, each of staleness `staleness`.
+  void RecordStaleness(int64_t staleness, int64_t times = 1);
+
+  // Counts a refused request under `reason` and returns `status`.
+  absl::Status Reject(const std::string& reason, absl::Status status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Sets the fields this unit counts: pulls, pushes_applied,
+  // pushes_duplicate, bytes_pulled, bytes_pushed, rejected, staleness_mean,
+  // staleness_max, staleness_p50, staleness_p99, dropped_stale.
+  void FillStats(ShardStats* s) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  std::atomic<int64_t> pulls_{0}, pushes_applied_{0}, pushes_duplicate_{0};
+  std::atomic<int64_t> bytes_pulled_{0}, bytes_pushed_{0};
+  std::atomic<int64_t> staleness_sum_{0}, staleness_count_{0};
+  std::atomic<int64_t> staleness_max_{0};
+  std::atomic<int64_t> dropped_stale_{0};
+  StalenessHistogram staleness_hist_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, int64_t> rejected_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_SHARD_METRICS_H_

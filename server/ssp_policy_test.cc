@@ -1,0 +1,58 @@
+// Tests of the ssp step policy (server/ssp_policy.h) through ParameterStore's public API.
+#include "server/parameter_store.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "server/store_test_util.h"
+
+namespace downpour {
+namespace {
+
+using namespace store_test;  // NOLINT: test helpers only.
+
+TEST(SspModeTest, PullWaitsWhileAheadOfTheBound) {
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/1);
+  // Worker 0 runs ahead: clock 2 while worker 1 is at 0.
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 1).ok());
+  auto ahead = StartPull(*f->store, 0, /*clock=*/2);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(ahead->done.HasBeenNotified());  // 0 < 2 - 1
+  auto within = StartPull(*f->store, 0, /*clock=*/1);
+  EXPECT_TRUE(within->done.HasBeenNotified());  // 0 >= 1 - 1
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(ahead->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(ahead->status.ok());
+  EXPECT_EQ(f->store->Stats().ssp_max_lead, 1);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));  // applied on arrival
+}
+
+TEST(SspModeTest, StalledWorkerIsEvictedAfterTimeout) {
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Milliseconds(150), 0);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  auto waiting = StartPull(*f->store, 0, 1);
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok());
+  EXPECT_EQ(f->store->Stats().evicted_workers, std::vector<int32_t>{1});
+}
+
+TEST(PushPartsTest, SspClockAdvancesOncePerWholePush) {
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/0);
+  TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 0, 2}, a0.chunks).ok());
+  // Worker 0 at clock 1 may not pull while worker 1 has only half a push.
+  auto waiting = StartPull(*f->store, 0, /*clock=*/1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  EXPECT_FALSE(waiting->done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 1, 2}, a1.chunks).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
+}
+}  // namespace
+}  // namespace downpour

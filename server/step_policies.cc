@@ -1,0 +1,35 @@
+#include "server/step_policies.h"
+
+#include <utility>
+
+#include "common/status_macros.h"
+#include "server/async_policy.h"
+#include "server/ssp_policy.h"
+#include "server/sync_policy.h"
+#include "server/waiting_policy.h"
+
+namespace downpour {
+
+absl::Status ValidateStepPolicyOptions(const ParameterStoreOptions& options) {
+  if (options.mode != TrainMode::kAsync) {
+    DP_RETURN_IF_ERROR(ValidateWaitingOptions(options));
+  }
+  if (options.drop_stale_threshold < 0) {
+    return absl::InvalidArgumentError("drop_stale_threshold must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<StepPolicy> CreateStepPolicy(StepContext ctx) {
+  switch (ctx.options->mode) {
+    case TrainMode::kAsync:
+      return NewAsyncPolicy(std::move(ctx));
+    case TrainMode::kSync:
+      return NewSyncPolicy(std::move(ctx));
+    case TrainMode::kSsp:
+      return NewSspPolicy(std::move(ctx));
+  }
+  return nullptr;
+}
+
+}  // namespace downpour

@@ -1,0 +1,247 @@
+#include "server/sync_policy.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "server/byte_runs.h"
+#include "server/waiting_policy.h"
+
+namespace downpour {
+namespace {
+
+// One worker's gradient for the current step, as its parts come.
+struct PendingGrad {
+  int64_t seq = 0;
+  int32_t num_parts = 1;
+  int32_t parts_in = 0;
+  int64_t chunks_in = 0;
+  std::vector<bool> have;   // By local chunk index.
+  std::vector<float> grad;  // The shard's chunks concatenated, local order.
+  bool complete() const { return parts_in == num_parts; }
+};
+
+class SyncPolicy final : public WaitingPolicy {
+ public:
+  explicit SyncPolicy(StepContext ctx) : WaitingPolicy(std::move(ctx)) {}
+
+  absl::Status CheckPush(const PushId& id, size_t num_chunks) override;
+  absl::StatusOr<PushResult> Apply(const PushId& id,
+                                   absl::Span<const ChunkBytes> grads,
+                                   bool completes_push) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  bool IsReadyLocked(const PullSpec& spec) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return spec.min_version <= step_;
+  }
+  // The step goes on with the gradients already in.
+  int SurvivorsLocked(int) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return CompleteCountLocked();
+  }
+  void OnLeaveLocked(int32_t, Outbox*) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    MaybeCompleteStepLocked();
+  }
+  void OnTickLocked(absl::Time now, Outbox* out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillStatsLocked(ShardStats* s) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    s->steps = step_;
+  }
+
+  // Adds the part to the worker's pending gradient for this step. An error
+  // refuses the worker's whole gradient for the step.
+  absl::Status AddPartLocked(const PushId& id,
+                             absl::Span<const ChunkBytes> grads,
+                             PendingGrad* p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Workers whose gradient for this step has all its parts.
+  int CompleteCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int StepTargetLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the step if enough gradients are in.
+  void MaybeCompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the mean of the complete pending gradients as step_ -> step_ + 1.
+  void CompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  // Gradients for step_ by worker id (ordered: deterministic sums).
+  std::map<int32_t, PendingGrad> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Time pending_since_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status SyncPolicy::CheckPush(const PushId& id, size_t num_chunks) {
+  DP_RETURN_IF_ERROR(WaitingPolicy::CheckPush(id, num_chunks));
+  const size_t shard_chunks = ctx_.chunks->size();
+  if (id.num_parts == 1 && num_chunks != shard_chunks) {
+    return ctx_.metrics->Reject(
+        "bad_request",
+        absl::InvalidArgumentError(absl::StrCat(
+            "push: sync mode needs all ", shard_chunks, " chunks of shard ",
+            options_.shard_index, " in one push, got ", num_chunks)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> SyncPolicy::Apply(
+    const PushId& id, absl::Span<const ChunkBytes> grads,
+    bool completes_push) {
+  const int32_t worker_id = id.worker_id;
+  PushResult result;
+  Outbox out;
+  absl::Status error;
+  {
+    absl::MutexLock l(&mu_);
+    if (AbortedLocked()) return AbortedStatusLocked();
+    int64_t base = std::numeric_limits<int64_t>::max();
+    for (const ChunkBytes& g : grads) base = std::min(base, g.base_version);
+    auto it = pending_.find(worker_id);
+    if (base < step_ || (it != pending_.end() && it->second.seq != id.seq)) {
+      // Computed from an older step, or a second gradient for this step.
+      ctx_.metrics->RecordDropped();
+      result.dropped = true;
+      return result;
+    }
+    ReactivateLocked(worker_id, absl::StrCat("step ", step_), &out);
+    if (it == pending_.end()) {
+      if (pending_.empty()) pending_since_ = absl::Now();
+      it = pending_.emplace(worker_id, PendingGrad()).first;
+      it->second.seq = id.seq;
+      it->second.num_parts = id.num_parts;
+      it->second.have.assign(ctx_.chunks->size(), false);
+      it->second.grad.resize(ctx_.chunks->total_elements());
+    }
+    error = AddPartLocked(id, grads, &it->second);
+    if (!error.ok()) {
+      pending_.erase(it);  // The whole gradient of this step is refused.
+    } else if (completes_push) {
+      MaybeCompleteStepLocked();
+      TakeReadyWaitersLocked(&out);
+    }
+  }
+  if (!error.ok()) {
+    Deliver(&out);
+    return ctx_.metrics->Reject("bad_request", error);
+  }
+  if (completes_push) ctx_.metrics->RecordPushApplied();
+  Deliver(&out);
+  return result;
+}
+
+absl::Status SyncPolicy::AddPartLocked(const PushId& id,
+                                       absl::Span<const ChunkBytes> grads,
+                                       PendingGrad* p) const {
+  const ShardChunks& chunks = *ctx_.chunks;
+  for (const ChunkBytes& g : grads) {
+    if (p->have[chunks.LocalIndex(g.chunk_id)]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: chunk ", g.chunk_id, " sent in two parts of seq ", id.seq));
+    }
+  }
+  for (const ChunkBytes& g : grads) {
+    const int idx = chunks.LocalIndex(g.chunk_id);
+    p->have[idx] = true;
+    ++p->chunks_in;
+    CopyValues(g, p->grad.data() + chunks.offset(idx));
+  }
+  ++p->parts_in;
+  if (p->complete() && p->chunks_in != static_cast<int64_t>(chunks.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push: sync mode needs all ", chunks.size(), " chunks of shard ",
+        options_.shard_index, ", the ", p->num_parts, " parts of seq ", id.seq,
+        " carried ", p->chunks_in));
+  }
+  return absl::OkStatus();
+}
+
+int SyncPolicy::CompleteCountLocked() const {
+  int n = 0;
+  for (const auto& [w, p] : pending_) n += p.complete() ? 1 : 0;
+  return n;
+}
+
+int SyncPolicy::StepTargetLocked() const {
+  // Workers that contributed to this step and then left still count for it.
+  int active = ActiveCountLocked();
+  for (const auto& [worker, grad] : pending_) {
+    if (!active_[worker] && grad.complete()) ++active;
+  }
+  return options_.replicas_to_aggregate > 0
+             ? std::min(options_.replicas_to_aggregate, active)
+             : active;
+}
+
+void SyncPolicy::MaybeCompleteStepLocked() {
+  const int complete = CompleteCountLocked();
+  if (complete == 0) return;
+  if (complete >= std::max(StepTargetLocked(), 1)) CompleteStepLocked();
+}
+
+void SyncPolicy::CompleteStepLocked() {
+  // Gradients still missing parts when the step completes are dropped.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.complete()) {
+      ++it;
+    } else {
+      ctx_.metrics->RecordDropped();
+      it = pending_.erase(it);
+    }
+  }
+  if (pending_.empty()) return;
+  const ShardChunks& chunks = *ctx_.chunks;
+  const float scale = 1.0f / static_cast<float>(pending_.size());
+  std::vector<float> sum;
+  for (size_t idx = 0; idx < chunks.size(); ++idx) {
+    ChunkState& st = chunks.at(idx);
+    const int64_t n = st.info().num_elements;
+    sum.assign(n, 0.0f);
+    // Worker-index order (std::map), so the sum is the same on every run.
+    for (const auto& [worker, grad] : pending_) {
+      const float* g = grad.grad.data() + chunks.offset(idx);
+      for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
+    }
+    st.ApplyDense(sum.data(), scale, *ctx_.optimizer, step_ + 1);
+  }
+  // Every chunk update of a sync step is fresh: staleness 0, counted per
+  // chunk update as in async mode.
+  ctx_.metrics->RecordStaleness(
+      0, static_cast<int64_t>(pending_.size() * chunks.size()));
+  ++step_;
+  pending_.clear();
+}
+
+void SyncPolicy::OnTickLocked(absl::Time now, Outbox* out) {
+  if (pending_.empty() || now - pending_since_ <= options_.sync_timeout) {
+    return;
+  }
+  std::vector<int32_t> missing;
+  for (int32_t w = 0; w < static_cast<int32_t>(active_.size()); ++w) {
+    auto it = pending_.find(w);
+    if (active_[w] && (it == pending_.end() || !it->second.complete())) {
+      missing.push_back(w);
+    }
+  }
+  if (!missing.empty()) {
+    EvictLocked(missing,
+                absl::StrCat("no gradient for step ", step_, " within ",
+                             absl::FormatDuration(options_.sync_timeout)),
+                out);
+  }
+  if (!AbortedLocked() && CompleteCountLocked() >= options_.min_replicas) {
+    CompleteStepLocked();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<StepPolicy> NewSyncPolicy(StepContext ctx) {
+  return std::make_unique<SyncPolicy>(std::move(ctx));
+}
+
+}  // namespace downpour

@@ -1,0 +1,31 @@
+// File: server/sync_policy.h
+//
+// Synchronous mode: the update for step v is the mean of the gradients the
+// workers computed from step v, summed in worker-index order (so the result
+// is bit-identical from run to run), applied once when
+// `replicas_to_aggregate` (0: all active workers) of them have arrived.
+// Gradients from older steps, a second gradient for a step, and gradients
+// still missing parts when the step completes are dropped and counted. A
+// pull may wait for a step (PullSpec::min_version). The parts of a push
+// together carry every chunk of the shard exactly once. Waiting, leaving,
+// eviction and abort: server/waiting_policy.h; after a timeout the step
+// completes with the gradients already in if at least min_replicas are.
+//
+// Thread-safety: see server/step_policy.h. The step's gradients are held
+// under the policy's lock; completing a step takes each chunk's lock in
+// turn.
+#ifndef DOWNPOUR_SERVER_SYNC_POLICY_H_
+#define DOWNPOUR_SERVER_SYNC_POLICY_H_
+
+#include <memory>
+
+#include "server/step_policy.h"
+
+namespace downpour {
+
+// ctx.options must satisfy ValidateWaitingOptions (server/waiting_policy.h).
+std::unique_ptr<StepPolicy> NewSyncPolicy(StepContext ctx);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_SYNC_POLICY_H_

@@ -1,0 +1,164 @@
+// Tests of the sync step policy (server/sync_policy.h) through ParameterStore's public API.
+#include "server/parameter_store.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "server/store_test_util.h"
+
+namespace downpour {
+namespace {
+
+using namespace store_test;  // NOLINT: test helpers only.
+
+TEST(SyncModeTest, StepIsTheMeanAppliedOnceWhenAllArrive) {
+  auto f = NewModeStore(TrainMode::kSync, 3);
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 2, 1, 3.0f, 0).ok());
+  int64_t v = -1;
+  EXPECT_EQ(Values(*f->store, &v), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(v, 0);
+  EXPECT_FALSE(waiting->done.HasBeenNotified());
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 2.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(waiting->status.ok());
+  EXPECT_EQ(waiting->version, 1);
+  EXPECT_EQ(Values(*f->store, &v), std::vector<float>(6, -2.0f));
+  EXPECT_EQ(v, 1);
+  EXPECT_EQ(f->store->Stats().steps, 1);
+  // A gradient computed from step 0 now is stale: dropped and counted.
+  auto late = PushConst(*f->store, 0, 2, 100.0f, 0);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->dropped);
+  EXPECT_EQ(f->store->Stats().dropped_stale, 1);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
+}
+
+TEST(SyncModeTest, BackupWorkersCompleteWithFirstK) {
+  auto f = NewModeStore(TrainMode::kSync, 3, /*k=*/2);
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 2.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 4.0f, 0).ok());
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));
+  auto straggler = PushConst(*f->store, 2, 1, 50.0f, 0);
+  ASSERT_TRUE(straggler.ok());
+  EXPECT_TRUE(straggler->dropped);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -3.0f));
+}
+
+TEST(SyncModeTest, MissingWorkerIsEvictedAfterTimeoutNotAHang) {
+  auto f = NewModeStore(TrainMode::kSync, 3, 0, 1, absl::Milliseconds(200));
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 3.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
+  ShardStats s = f->store->Stats();
+  EXPECT_EQ(s.evicted_workers, std::vector<int32_t>{2});
+  EXPECT_TRUE(s.aborted.empty());
+  {
+    absl::MutexLock l(&f->mu);
+    ASSERT_FALSE(f->logs.empty());
+    EXPECT_NE(f->logs[0].find("worker 2"), std::string::npos) << f->logs[0];
+  }
+  // The next step needs only the two remaining workers.
+  ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 1).ok());
+  ASSERT_TRUE(PushConst(*f->store, 1, 2, 1.0f, 1).ok());
+  EXPECT_EQ(f->store->Stats().steps, 2);
+}
+
+TEST(SyncModeTest, TooFewWorkersAbortsNamingTheMissingOne) {
+  auto f = NewModeStore(TrainMode::kSync, 3, 0, /*min_replicas=*/3,
+                        absl::Milliseconds(150));
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(PushConst(*f->store, 2, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(waiting->status.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(waiting->status.message().find("worker 1"), std::string::npos)
+      << waiting->status;
+  EXPECT_EQ(PushConst(*f->store, 0, 2, 1.0f, 0).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));  // nothing applied
+}
+
+TEST(SyncModeTest, LeavingWorkerIsNotWaitedFor) {
+  auto f = NewModeStore(TrainMode::kSync, 2);
+  ASSERT_TRUE(f->store->Leave(1).ok());
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 2.0f, 0).ok());
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
+  // A push missing chunks is refused in sync mode.
+  std::vector<float> g(6, 1.0f);
+  std::vector<ChunkBytes> one = {{0, 1, g.data(), 16}};
+  EXPECT_EQ(f->store->Push(0, 2, one).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Log messages are delivered with no lock of the store held, so the log
+// callback may call back into the store (it used to run under the lock).
+TEST(SyncModeTest, EvictionIsLoggedOutsideTheStoreLocks) {
+  ParameterStoreOptions o;
+  o.optimizer.name = "sgd";
+  o.mode = TrainMode::kSync;
+  o.num_workers = 2;
+  o.sync_timeout = absl::Milliseconds(100);
+  absl::Mutex mu;
+  std::vector<size_t> evicted_seen;
+  ParameterStore* raw = nullptr;
+  o.log = [&](const std::string&) {
+    const ShardStats s = raw->Stats();
+    absl::MutexLock l(&mu);
+    evicted_seen.push_back(s.evicted_workers.size());
+  };
+  auto store = std::move(*ParameterStore::Create(o));
+  raw = store.get();
+  std::vector<float> zeros(6, 0.0f);
+  std::vector<ChunkBytes> init;
+  const ShardMap map = *ComputeShardMap(TinyLayout());
+  for (const Chunk& c : map.chunks) {
+    init.push_back({c.id, 0, zeros.data() + c.flat_offset, c.num_elements * 4});
+  }
+  ASSERT_TRUE(store->Declare(TinyLayout(), init).ok());
+  auto waiting = StartPull(*store, 1, -1);
+  ASSERT_TRUE(PushConst(*store, 0, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
+  absl::MutexLock l(&mu);
+  ASSERT_FALSE(evicted_seen.empty());
+  EXPECT_EQ(evicted_seen[0], 1u);  // Logged after worker 1's eviction.
+}
+
+TEST(PushPartsTest, SyncStepWaitsForEveryPartOfEveryWorker) {
+  auto f = NewModeStore(TrainMode::kSync, 2);
+  TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);
+  TinyPart b0 = PartOf(0, 3.0f, 0), b1 = PartOf(1, 3.0f, 0);
+  ASSERT_TRUE(f->store->Push(PushId{0, 1, 1, 2}, a1.chunks).ok());
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 0, 2}, b0.chunks).ok());
+  ASSERT_TRUE(f->store->Push(PushId{0, 1, 0, 2}, a0.chunks).ok());
+  EXPECT_EQ(f->store->Stats().steps, 0);  // Worker 1 has half its gradient in.
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 1, 2}, b1.chunks).ok());
+  EXPECT_EQ(f->store->Stats().steps, 1);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));  // -mean(1, 3)
+}
+
+TEST(PushPartsTest, SyncRefusesAChunkSentInTwoParts) {
+  auto f = NewModeStore(TrainMode::kSync, 1);
+  TinyPart a0 = PartOf(0, 1.0f, 0);
+  ASSERT_TRUE(f->store->Push(PushId{0, 1, 0, 2}, a0.chunks).ok());
+  EXPECT_EQ(f->store->Push(PushId{0, 1, 1, 2}, a0.chunks).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f->store->Stats().steps, 0);
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));
+  // The worker's next push, whole, completes the step.
+  ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 0).ok());
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -1.0f));
+}
+}  // namespace
+}  // namespace downpour

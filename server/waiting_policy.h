@@ -1,0 +1,133 @@
+// File: server/waiting_policy.h
+//
+// The part the sync and ssp modes share: a job of `num_workers` workers of
+// which some are active, pulls that wait until the mode lets them through,
+// and no unbounded wait: a worker that leaves is no longer waited for, and
+// after `sync_timeout` the workers being waited for are evicted (named in
+// the log and the stats) and the job goes on with the rest, or, when fewer
+// than `min_replicas` remain, is aborted: every later push and waiting pull
+// then fails with ABORTED naming the missing workers.
+//
+// A subclass (SyncPolicy, SspPolicy) says when a pull is ready and what a
+// timeout or a leave does, in hooks called with mu_ held. Messages for the
+// log and pulls made ready are collected in an Outbox while mu_ is held and
+// delivered by Deliver() after it is released, so no callback (log, sink,
+// done) ever runs under mu_.
+//
+// Thread-safety: see server/step_policy.h.
+#ifndef DOWNPOUR_SERVER_WAITING_POLICY_H_
+#define DOWNPOUR_SERVER_WAITING_POLICY_H_
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/step_policy.h"
+
+namespace downpour {
+
+// Checks the options the sync and ssp modes need: num_workers >= 1,
+// 0 <= replicas_to_aggregate <= num_workers, 1 <= min_replicas <=
+// num_workers, staleness >= 0, a positive sync_timeout, and none of the
+// async-only options.
+absl::Status ValidateWaitingOptions(const ParameterStoreOptions& o);
+
+class WaitingPolicy : public StepPolicy {
+ public:
+  // ctx.options must satisfy ValidateWaitingOptions.
+  explicit WaitingPolicy(StepContext ctx);
+
+  // Refuses worker ids at or above num_workers.
+  absl::Status CheckPush(const PushId& id, size_t num_chunks) override;
+  void PullWhenReady(PullSpec spec, PullSink sink, PullDone done) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Leave(int32_t worker_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Duration TickInterval() const override;
+  void OnTick() override ABSL_LOCKS_EXCLUDED(mu_);
+  void Shutdown() override ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets evicted_workers and aborted, then the subclass's FillStatsLocked.
+  void FillStats(ShardStats* s) const override ABSL_LOCKS_EXCLUDED(mu_);
+
+ protected:
+  // A pull waiting for a sync step or for the ssp bound.
+  struct Waiter {
+    PullSpec spec;
+    PullSink sink;
+    PullDone done;
+    absl::Time since;
+  };
+  // What to do once mu_ is released.
+  struct Outbox {
+    std::vector<std::string> logs;
+    std::list<Waiter> ready;
+  };
+
+  // ---- Hooks, called with mu_ held ----
+  // True when the mode lets `spec` be answered now (not asked when the job
+  // is aborted or shutting down: those answer every pull).
+  virtual bool IsReadyLocked(const PullSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+  // A pull with `spec` is about to be answered.
+  virtual void OnPullAnsweredLocked(const PullSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {}
+  // How many workers the job goes on with after an eviction left
+  // `remaining` active ones (compared with min_replicas).
+  virtual int SurvivorsLocked(int remaining) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+  // `worker_id` left (already marked inactive).
+  virtual void OnLeaveLocked(int32_t worker_id, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {}
+  // A timer tick at `now` while the job is neither aborted nor stopping.
+  virtual void OnTickLocked(absl::Time now, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+  virtual void FillStatsLocked(ShardStats* s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+
+  // ---- Helpers for subclasses ----
+  bool AbortedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !aborted_.empty();
+  }
+  absl::Status AbortedStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::AbortedError(aborted_);
+  }
+  int ActiveCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks `worker_id` active again after an eviction, with a log line
+  // "worker N is back at <where>".
+  void ReactivateLocked(int32_t worker_id, const std::string& where,
+                        Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops waiting for `workers`; aborts the job when too few remain.
+  void EvictLocked(const std::vector<int32_t>& workers, const std::string& why,
+                   Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the waiting pulls that can be answered now into out->ready.
+  void TakeReadyWaitersLocked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs the messages, then answers the ready pulls (ABORTED if the job is).
+  void Deliver(Outbox* out) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const StepContext ctx_;
+  const ParameterStoreOptions& options_;  // *ctx_.options
+
+  mutable absl::Mutex mu_;
+  // By worker id: not left and not evicted (or back since).
+  std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
+  // Oldest first.
+  std::list<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+
+ private:
+  bool ReadyLocked(const PullSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !aborted_.empty() || stopping_ || IsReadyLocked(spec);
+  }
+
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int32_t> evicted_ ABSL_GUARDED_BY(mu_);
+  std::string aborted_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_WAITING_POLICY_H_

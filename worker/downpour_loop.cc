@@ -1,0 +1,130 @@
+#include "worker/downpour_loop.h"
+
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace downpour {
+
+absl::StatusOr<std::unique_ptr<DownpourLoop>> DownpourLoop::Create(
+    const TrainerOptions& options, absl::Span<const Replica> replicas,
+    ParameterClient* client,
+    std::function<void(const Progress&)> on_progress) {
+  if (options.n_fetch < 1 || options.n_push < 1) {
+    return absl::InvalidArgumentError("n_fetch and n_push must be >= 1");
+  }
+  if (options.mode == TrainMode::kSync &&
+      (options.n_fetch != 1 || options.n_push != 1)) {
+    return absl::InvalidArgumentError(
+        "sync mode pushes and fetches every step: use n_fetch = n_push = 1");
+  }
+  HostAllocator* alloc = options.host_allocator != nullptr
+                             ? options.host_allocator
+                             : DefaultHostAllocator();
+  // The replica's own step between fetches only makes sense when it keeps
+  // its parameters for more than one step.
+  const float local_lr = options.n_fetch > 1 ? options.local_lr : 0.0f;
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaGroup> group,
+                      ReplicaGroup::Create(replicas, alloc, local_lr));
+  ExchangeOptions eo;
+  eo.mode = options.mode;
+  eo.n_fetch = options.n_fetch;
+  eo.overlap = options.overlap;
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<Exchange> exchange,
+                      Exchange::Create(eo, client, group.get(), alloc));
+  return std::unique_ptr<DownpourLoop>(
+      new DownpourLoop(options, client, std::move(on_progress),
+                       std::move(group), std::move(exchange)));
+}
+
+DownpourLoop::DownpourLoop(const TrainerOptions& options,
+                           ParameterClient* client,
+                           std::function<void(const Progress&)> on_progress,
+                           std::unique_ptr<ReplicaGroup> group,
+                           std::unique_ptr<Exchange> exchange)
+    : options_(options),
+      client_(client),
+      on_progress_(std::move(on_progress)),
+      group_(std::move(group)),
+      exchange_(std::move(exchange)),
+      begin_(absl::Now()),
+      window_(begin_) {}
+
+absl::StatusOr<TrainResult> DownpourLoop::Run() {
+  begin_ = absl::Now();
+  window_ = ProgressWindow(begin_);
+  clock_.Restart();
+  // First parameters: always a plain pull.
+  DP_RETURN_IF_ERROR(exchange_->PullFirst());
+  window_.times().pull += clock_.Lap();
+  while (options_.max_steps == 0 || result_.steps < options_.max_steps) {
+    DP_ASSIGN_OR_RETURN(const bool stepped, Step());
+    if (!stepped) break;
+  }
+  DP_RETURN_IF_ERROR(Finish());
+  return result_;
+}
+
+absl::StatusOr<bool> DownpourLoop::Step() {
+  clock_.Restart();
+  if (!group_->NextBatches()) return false;
+  epoch_ = group_->epoch();
+  window_.times().data += clock_.Lap();
+
+  if (result_.steps > 0 && result_.steps % options_.n_fetch == 0) {
+    DP_RETURN_IF_ERROR(exchange_->Fetch());
+    window_.times().pull += clock_.Lap();
+  }
+
+  DP_RETURN_IF_ERROR(Compute());
+  window_.times().compute += clock_.Lap();
+
+  if (result_.steps % options_.n_push == 0) {
+    DP_RETURN_IF_ERROR(exchange_->Push(result_.steps));
+    result_.pushes = exchange_->pushes();
+    window_.times().push += clock_.Lap();
+  }
+  MaybeReport();
+  return true;
+}
+
+absl::Status DownpourLoop::Compute() {
+  DP_ASSIGN_OR_RETURN(const GroupStep s, group_->Compute(result_.steps));
+  if (options_.debug_step_delay > absl::ZeroDuration()) {
+    absl::SleepFor(options_.debug_step_delay);
+  }
+  ++result_.steps;
+  result_.examples += s.examples;
+  window_.AddStep(s.loss, s.examples);
+  return absl::OkStatus();
+}
+
+void DownpourLoop::MaybeReport() {
+  if (options_.log_every <= 0 || result_.steps % options_.log_every != 0) {
+    return;
+  }
+  const PhaseTimes times = window_.times();
+  const Progress p = window_.Close(result_.steps, epoch_);
+  if (on_progress_) on_progress_(p);
+  result_.final_loss = p.loss;
+  logged_window_ = true;
+  result_.total += times;
+}
+
+absl::Status DownpourLoop::Finish() {
+  clock_.Restart();
+  DP_RETURN_IF_ERROR(exchange_->Finish());
+  result_.pushes = exchange_->pushes();
+  window_.times().push += clock_.Lap();
+  DP_RETURN_IF_ERROR(client_->Leave());
+  if (window_.steps() > 0 &&
+      (!logged_window_ || window_.steps() * 2 >= options_.log_every)) {
+    result_.final_loss = window_.MeanLoss();
+  }
+  result_.total += window_.times();
+  result_.seconds = absl::ToDoubleSeconds(absl::Now() - begin_);
+  return absl::OkStatus();
+}
+
+}  // namespace downpour

@@ -1,0 +1,109 @@
+// File: worker/exchange.h
+//
+// How a Downpour worker trades gradients for parameters with the servers.
+// Two implementations behind one interface, picked by Exchange::Create:
+//
+//  * synchronous: Fetch() pulls and Push() pushes on the calling thread, so
+//    the replicas wait for both;
+//  * overlapped: Push() hands step t's gradient (and, at a fetch step, the
+//    pull of the next parameters, as one PushPull) to a background thread
+//    while the replicas compute step t+1. In async and ssp mode Fetch() then
+//    takes the newest parameters that have arrived (one step older than
+//    without overlap); in sync mode it waits for the step's parameters, so
+//    results are identical to the synchronous exchange.
+//
+// What a pull waits for depends on the mode: sync's pull after a push waits
+// until the servers completed the step after the pushed one; ssp's pull
+// carries this worker's clock (pushes so far); async never waits.
+//
+// Usage (the Downpour loop, see downpour_loop.h):
+//   DP_ASSIGN_OR_RETURN(auto ex, Exchange::Create(o, client, group, alloc));
+//   DP_RETURN_IF_ERROR(ex->PullFirst());
+//   for each step: if fetching, ex->Fetch(); compute; if pushing, ex->Push(s);
+//   DP_RETURN_IF_ERROR(ex->Finish());
+//
+// Thread-safety: one thread calls every method; the overlapped exchange's
+// background job touches only its own staging buffers and the client, and
+// Push/Fetch/Finish wait for it before touching those buffers.
+// Ownership: the client and the replica group are borrowed and must outlive
+// the exchange; the exchange owns its (possibly pinned) host staging.
+#ifndef DOWNPOUR_WORKER_EXCHANGE_H_
+#define DOWNPOUR_WORKER_EXCHANGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/host_allocator.h"
+#include "common/train_mode.h"
+#include "worker/ps_client.h"
+#include "worker/replica_group.h"
+
+namespace downpour {
+
+struct ExchangeOptions {
+  TrainMode mode = TrainMode::kAsync;
+  // Fetch parameters every n_fetch steps (>= 1).
+  int n_fetch = 1;
+  // Push and pull in the background while computing.
+  bool overlap = false;
+};
+
+class Exchange {
+ public:
+  // Host staging for parameters and gradients comes from `alloc`
+  // (ResourceExhausted when it has no memory for them).
+  static absl::StatusOr<std::unique_ptr<Exchange>> Create(
+      const ExchangeOptions& options, ParameterClient* client,
+      ReplicaGroup* group, HostAllocator* alloc);
+  virtual ~Exchange() = default;
+
+  // The first parameters: a plain pull (no wait), loaded into the group.
+  absl::Status PullFirst();
+  // Before a fetch step's compute: new parameters into the group (if the
+  // overlapped exchange has none yet in async/ssp mode, the group keeps its
+  // parameters).
+  virtual absl::Status Fetch() = 0;
+  // After a push step: pushes the group's mean gradient. `steps` counts the
+  // steps completed, this one included.
+  virtual absl::Status Push(int64_t steps) = 0;
+  // The end of the run: waits for background work, then pushes what the
+  // group accrued since the last push, if anything.
+  absl::Status Finish();
+
+  int64_t pushes() const { return pushes_; }
+
+ protected:
+  struct Snapshot {
+    HostArray<float> params;
+    std::vector<int64_t> versions;  // Of each chunk, as pulled.
+  };
+
+  Exchange(const ExchangeOptions& options, ParameterClient* client,
+           ReplicaGroup* group, HostArray<float> params,
+           HostArray<float> grads);
+
+  // What a pull waits for, given the versions the last push was based on.
+  PullOptions WaitFor(const std::vector<int64_t>& pushed_from) const;
+  // Loads `s` into the group; unless `s` is current_, it becomes current_.
+  absl::Status Load(Snapshot* s);
+  // Waits for the background job, if any.
+  virtual absl::Status WaitBackground() { return absl::OkStatus(); }
+  // Gathers the group's gradient into grads_ and pushes it now.
+  absl::Status PushNow();
+
+  const ExchangeOptions options_;
+  ParameterClient* const client_;  // Not owned.
+  ReplicaGroup* const group_;      // Not owned.
+  const int64_t n_;
+  Snapshot current_;        // The parameters in use.
+  HostArray<float> grads_;  // The gradient being assembled.
+  int64_t seq_ = 0;         // Sequence number of the last push.
+  int64_t pushes_ = 0;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_EXCHANGE_H_

@@ -1,0 +1,170 @@
+// The gRPC client against real servers in this process (ParameterServerHost
+// on loopback): every call of the ParameterClient interface over two shards,
+// its option checks, a server listed under the wrong shard, and retries of
+// replies the servers drop.
+#include "worker/grpc_ps_client.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/ps_host.h"
+
+namespace downpour {
+namespace {
+
+// Shards with sgd at rate 1 (a push of g turns v into exactly v - g).
+std::vector<std::unique_ptr<ParameterServerHost>> StartShards(
+    int n, int drop_reply_every = 0) {
+  std::vector<std::unique_ptr<ParameterServerHost>> hosts;
+  for (int s = 0; s < n; ++s) {
+    ParameterServerHostOptions o;
+    o.store.shard_index = s;
+    o.store.num_shards = n;
+    o.store.optimizer.name = "sgd";
+    o.store.optimizer.learning_rate = 1;
+    o.service.debug_drop_reply_every = drop_reply_every;
+    auto host = ParameterServerHost::Create(o);
+    EXPECT_TRUE(host.ok()) << host.status();
+    if (host.ok()) hosts.push_back(std::move(*host));
+  }
+  return hosts;
+}
+
+std::vector<std::string> Addresses(
+    const std::vector<std::unique_ptr<ParameterServerHost>>& hosts) {
+  std::vector<std::string> out;
+  for (const auto& h : hosts) out.push_back(h->address());
+  return out;
+}
+
+ModelLayout Layout(int shards) {
+  ModelLayout l;
+  l.tensors = {{"w", {64, 33}}, {"b", {7}}, {"scalar", {}}};
+  l.num_shards = shards;
+  l.max_chunk_bytes = 1024;
+  return l;
+}
+
+std::vector<float> Ramp(int64_t n, float scale) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(i % 97);
+  return v;
+}
+
+TEST(GrpcParameterClientTest, EveryCallOverTwoShards) {
+  auto hosts = StartShards(2);
+  ASSERT_EQ(hosts.size(), 2u);
+  GrpcClientOptions o;
+  o.hosts = Addresses(hosts);
+  o.worker_id = 3;
+  o.part_bytes = 4096;
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const ModelLayout layout = Layout(2);
+  const int64_t n = layout.NumElements();
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  EXPECT_EQ((*client)->Pull(absl::MakeSpan(params), &versions).code(),
+            absl::StatusCode::kFailedPrecondition);  // Before Declare.
+
+  const std::vector<float> init = Ramp(n, 0.5f);
+  ASSERT_TRUE((*client)->Declare(layout, init).ok());
+  EXPECT_EQ((*client)->shard_map().total_elements, n);
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+  EXPECT_EQ(params, init);
+
+  const std::vector<float> g = Ramp(n, 0.25f);
+  ASSERT_TRUE((*client)->Push(1, g, versions).ok());
+  std::vector<float> after(n);
+  std::vector<int64_t> after_versions;
+  ASSERT_TRUE((*client)
+                  ->PushPull(2, g, versions, absl::MakeSpan(after),
+                             &after_versions, PullOptions())
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i] - g[i]) << i;
+  for (int64_t v : after_versions) EXPECT_EQ(v, 2);
+
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 2u);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ((*stats)[s].shard_index, s);
+    EXPECT_EQ((*stats)[s].pushes_applied, 2);
+    EXPECT_EQ((*stats)[s].optimizer, "sgd");
+  }
+  EXPECT_TRUE((*client)->Leave().ok());
+}
+
+TEST(GrpcParameterClientTest, OptionsAreChecked) {
+  GrpcClientOptions o;
+  EXPECT_EQ(NewGrpcParameterClient(o).status().code(),
+            absl::StatusCode::kInvalidArgument);  // No hosts.
+  o.hosts = {"localhost"};
+  EXPECT_EQ(NewGrpcParameterClient(o).status().code(),
+            absl::StatusCode::kInvalidArgument);  // Not host:port.
+  o.hosts = {"127.0.0.1:1"};
+  o.part_bytes = 100;
+  EXPECT_EQ(NewGrpcParameterClient(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.part_bytes = 1 << 20;
+  o.connections_per_shard = 65;
+  EXPECT_EQ(NewGrpcParameterClient(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.connections_per_shard = 0;
+  o.security.mode = static_cast<TransportSecurityOptions::Mode>(42);
+  EXPECT_EQ(NewGrpcParameterClient(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.security = TransportSecurityOptions();
+  EXPECT_TRUE(NewGrpcParameterClient(o).ok());  // Nothing is dialled yet.
+}
+
+TEST(GrpcParameterClientTest, ServersListedInTheWrongOrderAreRefused) {
+  auto hosts = StartShards(2);
+  ASSERT_EQ(hosts.size(), 2u);
+  GrpcClientOptions o;
+  o.hosts = {hosts[1]->address(), hosts[0]->address()};
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok());
+  const ModelLayout layout = Layout(2);
+  const absl::Status s = (*client)->Declare(
+      layout, std::vector<float>(layout.NumElements(), 0.0f));
+  // The server refuses chunks it does not hold (or, for a declaration
+  // without values, the client sees the shard index it reports).
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shard 1"), std::string::npos) << s;
+}
+
+// Every other reply is lost after its request took effect: the client's
+// retries still leave each push applied exactly once.
+TEST(GrpcParameterClientTest, RetriesOfDroppedRepliesApplyOnce) {
+  auto hosts = StartShards(2, /*drop_reply_every=*/2);
+  ASSERT_EQ(hosts.size(), 2u);
+  GrpcClientOptions o;
+  o.hosts = Addresses(hosts);
+  o.part_bytes = 4096;
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok());
+  const ModelLayout layout = Layout(2);
+  const int64_t n = layout.NumElements();
+  ASSERT_TRUE((*client)->Declare(layout, std::vector<float>(n, 0.0f)).ok());
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+  constexpr int kPushes = 5;
+  for (int seq = 1; seq <= kPushes; ++seq) {
+    ASSERT_TRUE(
+        (*client)->Push(seq, std::vector<float>(n, -1.0f), versions).ok());
+  }
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+  for (float x : params) ASSERT_EQ(x, static_cast<float>(kPushes));
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok());
+  int64_t duplicates = 0;
+  for (const ShardStats& s : *stats) duplicates += s.pushes_duplicate;
+  EXPECT_GT(duplicates, 0);
+}
+
+}  // namespace
+}  // namespace downpour
