@@ -23,7 +23,6 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -71,15 +70,6 @@ class HostArray {
     return a;
   }
 
-  // Deprecated: throws std::bad_alloc when the allocation fails. Library
-  // code uses Create(); this remains for tests/bench/gpu_bench_main.cc.
-  HostArray(HostAllocator* alloc, size_t n, bool zero = false)
-      : alloc_(alloc), size_(n) {
-    if (n == 0) return;
-    data_ = static_cast<T*>(alloc_->Allocate(n * sizeof(T)));
-    if (data_ == nullptr) throw std::bad_alloc();
-    if (zero) std::memset(data_, 0, n * sizeof(T));
-  }
   HostArray(HostArray&& o) noexcept { *this = std::move(o); }
   HostArray& operator=(HostArray&& o) noexcept {
     if (this != &o) {

@@ -1,6 +1,9 @@
 #include "common/sharding.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -130,6 +133,86 @@ TEST(ShardingTest, RejectsBadLayouts) {
   l = CnnLayout(2);
   l.tensors.clear();
   EXPECT_FALSE(ComputeShardMap(l).ok());
+}
+
+
+// The message of a refused layout, for checking that it names the limit.
+std::string Refusal(const ModelLayout& l) {
+  absl::StatusOr<ShardMap> map = ComputeShardMap(l);
+  if (map.ok()) return "accepted with " + std::to_string(map->chunks.size()) +
+                       " chunks";
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(map.status().message());
+}
+
+ModelLayout OneTensor(std::vector<int64_t> shape) {
+  ModelLayout l;
+  l.tensors = {{"w", std::move(shape)}};
+  return l;
+}
+
+// Shapes whose element count overflows 64 bits, or that no server could
+// hold, are refused with the limit named (they used to be accepted with
+// wrapped sizes: [2^32, 2^32] as 0 floats, [3, 2^62] as a negative count).
+TEST(ShardingTest, RefusesAbsurdShapesNamingTheLimit) {
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{int64_t{1} << 33},
+                                         {int64_t{1} << 40},
+                                         {int64_t{1} << 32, int64_t{1} << 32},
+                                         {3, int64_t{1} << 62},
+                                         {kMax},
+                                         {kMax, kMax, 0},
+                                         {int64_t{1} << 31, int64_t{1} << 31}}) {
+    const std::string why = Refusal(OneTensor(shape));
+    EXPECT_NE(why.find("max_total_elements"), std::string::npos) << why;
+    EXPECT_NE(why.find("'w'"), std::string::npos) << why;
+  }
+  // The total over tensors counts, not just each tensor.
+  ModelLayout two = OneTensor({int64_t{1} << 31});
+  two.tensors.push_back({"v", {int64_t{1} << 31}});
+  two.tensors.push_back({"u", {1}});
+  EXPECT_NE(Refusal(two).find("max_total_elements"), std::string::npos);
+  // Exactly at the limit is fine (layout only: nothing is allocated for
+  // values here).
+  ModelLayout at_limit = OneTensor({int64_t{1} << 16, int64_t{1} << 16});
+  auto map = ComputeShardMap(at_limit);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->total_elements, int64_t{1} << 32);
+  // Zero dimensions stay allowed, whatever the others are (below the limit).
+  EXPECT_TRUE(ComputeShardMap(OneTensor({0, int64_t{1} << 30, 7})).ok());
+  EXPECT_NE(Refusal(OneTensor({4, -2})).find("negative"), std::string::npos);
+}
+
+TEST(ShardingTest, RefusesTooManyTensorsDimensionsChunksOrShards) {
+  ModelLayout many;
+  for (int i = 0; i <= (1 << 16); ++i) {
+    many.tensors.push_back({"t" + std::to_string(i), {1}});
+  }
+  EXPECT_NE(Refusal(many).find("max_tensors"), std::string::npos);
+  EXPECT_NE(Refusal(OneTensor(std::vector<int64_t>(33, 1))).find("max_rank"),
+            std::string::npos);
+  // 4-byte chunks of a 2^19-element tensor: 2^19 chunks.
+  ModelLayout tiny_chunks = OneTensor({int64_t{1} << 19});
+  tiny_chunks.max_chunk_bytes = 4;
+  EXPECT_NE(Refusal(tiny_chunks).find("max_chunks"), std::string::npos);
+  ModelLayout shards = CnnLayout(100000);
+  EXPECT_NE(Refusal(shards).find("max_shards"), std::string::npos);
+}
+
+TEST(ShardingTest, MaxChunkBytesMustBeAPositiveMultipleOfFourAndBounded) {
+  for (int64_t bytes : {int64_t{0}, int64_t{-4}, int64_t{2}, int64_t{6},
+                        int64_t{1023}, (int64_t{1} << 30) + 4,
+                        std::numeric_limits<int64_t>::max()}) {
+    ModelLayout l = CnnLayout(2);
+    l.max_chunk_bytes = bytes;
+    EXPECT_NE(Refusal(l).find("max_chunk_bytes"), std::string::npos) << bytes;
+  }
+  ModelLayout l = CnnLayout(2);
+  l.max_chunk_bytes = int64_t{1} << 30;
+  EXPECT_TRUE(ComputeShardMap(l).ok());
+  l.max_chunk_bytes = 4;
+  EXPECT_TRUE(ComputeShardMap(l).ok());  // 225,034 chunks: within the limit.
 }
 
 }  // namespace

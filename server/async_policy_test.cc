@@ -46,6 +46,20 @@ TEST(AsyncModeTest, StalenessAwareScalingAndDropThreshold) {
   EXPECT_EQ(s.staleness_p99, 2);
 }
 
+// With num_workers given, async mode refuses ids at or above it; with 0 it
+// takes any id >= 0.
+TEST(AsyncModeTest, WorkerIdAtOrAboveNumWorkersIsRefused) {
+  auto f = NewModeStore(TrainMode::kAsync, 4);
+  auto r = PushConst(*f->store, 4, 1, 1.0f, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("worker_id 4"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));
+  ASSERT_TRUE(PushConst(*f->store, 3, 1, 1.0f, 0).ok());
+  auto any = NewModeStore(TrainMode::kAsync, 0);
+  ASSERT_TRUE(PushConst(*any->store, 1000, 1, 1.0f, 0).ok());
+}
+
 TEST(PushPartsTest, AsyncPartsAreEachAppliedOnceAndCountAsOnePush) {
   auto f = NewModeStore(TrainMode::kAsync, 1);
   const ShardMap map = *ComputeShardMap(TinyLayout());

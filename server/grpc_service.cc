@@ -1,5 +1,6 @@
 #include "server/grpc_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -83,6 +84,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* DeclareModel(
       grpc::CallbackServerContext* ctx, const proto::DeclareModelRequest* req,
       proto::DeclareModelResponse* resp) override {
+    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
     const std::vector<ChunkBytes> initial = ViewChunks(req->initial());
     for (const proto::ChunkValues& c : req->initial()) {
       if (c.encoding() != proto::RAW_F32) {
@@ -95,6 +97,7 @@ class ParameterServerService final : public ServiceBase {
     if (fresh.ok()) {
       resp->set_initialized_now(*fresh);
       resp->set_shard_index(store_->Stats().shard_index);
+      if (options_.observer != nullptr) options_.observer->OnDeclared();
     }
     return Finish(ctx, fresh.status());
   }
@@ -106,6 +109,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
+    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
     proto::PullRequest req;
     if (absl::Status s = ParseSmall(*request, &req); !s.ok()) {
       return Finish(ctx, s);
@@ -168,6 +172,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
+    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
     absl::StatusOr<PushResult> r = ApplyPush(*request, /*push_pull=*/false, &msg);
     if (r.ok() && DropThisReply()) r = DroppedReply();
@@ -187,6 +192,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
+    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
     absl::StatusOr<PushResult> r = ApplyPush(*request, /*push_pull=*/true, &msg);
     if (!r.ok()) return Finish(ctx, r.status());
@@ -211,6 +217,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
                                      const proto::StatsRequest*,
                                      proto::StatsResponse* resp) override {
+    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
     StatsToProto(store_->Stats(), resp);
     return Finish(ctx, absl::OkStatus());
   }
@@ -259,7 +266,35 @@ class ParameterServerService final : public ServiceBase {
     const PushId id{msg->worker_id, msg->seq, msg->part,
                     msg->num_parts == 0 ? 1 : msg->num_parts};
     // The slices (and so `ranges`) stay alive until the store returns.
-    return store_->Push(id, grads);
+    if (options_.observer == nullptr) return store_->Push(id, grads);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<PushResult> r = store_->Push(id, grads);
+    if (r.ok()) ReportPush(*msg, *r, absl::Now() - start);
+    return r;
+  }
+
+  // ServiceOptions::observer, after a push the store handled.
+  void ReportPush(const wire::PushMessage& msg, const PushResult& r,
+                  absl::Duration apply_time) {
+    PushEvent e;
+    e.worker_id = msg.worker_id;
+    e.duplicate = r.duplicate;
+    e.dropped = r.dropped;
+    e.apply_time = apply_time;
+    for (size_t i = 0; i < msg.chunks.size(); ++i) {
+      e.bytes += msg.chunks[i].data.size;
+      if (i < r.versions.size()) {
+        e.staleness.push_back(
+            std::max<int64_t>(0, r.versions[i] - 1 - msg.chunks[i].version));
+      }
+    }
+    options_.observer->OnPush(e);
+  }
+
+  // ServiceOptions::authenticator.
+  absl::Status Authorize(const grpc::CallbackServerContext& ctx) const {
+    if (options_.authenticator == nullptr) return absl::OkStatus();
+    return options_.authenticator->Check(ctx);
   }
 
   // The gradients of a parsed push as the store takes them. float32

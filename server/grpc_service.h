@@ -16,7 +16,9 @@
 #include <memory>
 
 #include "grpcpp/impl/codegen/service_type.h"
+#include "rpc/auth_token.h"
 #include "server/parameter_store.h"
+#include "server/service_observer.h"
 
 namespace downpour {
 
@@ -26,6 +28,11 @@ struct ServiceOptions {
   // on the network (clients retry; a retried push is not applied twice).
   // 0: never.
   int debug_drop_reply_every = 0;
+  // Security and operations: when set (not owned; must outlive the
+  // service), every handler first refuses a call without the job's token
+  // (UNAUTHENTICATED, nothing read), and pushes/declarations are reported.
+  const TokenAuthenticator* authenticator = nullptr;
+  ServiceObserver* observer = nullptr;
 };
 
 // `store` must outlive the service. Handlers run on gRPC's callback threads;

@@ -71,6 +71,84 @@ TEST(ParameterStoreTest, LayoutMismatchIsRejectedAndChangesNothing) {
   EXPECT_FALSE(fresh->Stats().initialized);
 }
 
+// An absurd layout is refused before anything is built, and the shard still
+// takes a valid one afterwards (it used to keep the absurd one and then
+// refuse the valid one as "differing").
+TEST(ParameterStoreTest, AbsurdLayoutIsRefusedAndAValidOneStillDeclares) {
+  Fixture f = MakeFixture(1);
+  auto store = NewStore(0, 1);
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{int64_t{1} << 33},
+                                         {int64_t{1} << 32, int64_t{1} << 32},
+                                         {3, int64_t{1} << 62}}) {
+    ModelLayout absurd = f.layout;
+    absurd.tensors[0].shape = shape;
+    auto r = store->Declare(absurd, {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.status();
+    EXPECT_NE(r.status().message().find("max_total_elements"),
+              std::string::npos)
+        << r.status();
+  }
+  ModelLayout bad_chunks = f.layout;
+  bad_chunks.max_chunk_bytes = 6;
+  EXPECT_FALSE(store->Declare(bad_chunks, {}).ok());
+  EXPECT_FALSE(store->Stats().initialized);
+  auto ok = store->Declare(f.layout, ChunksOf(f, 0, f.flat));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(*ok);
+  EXPECT_TRUE(store->Stats().initialized);
+}
+
+// The mismatch message names the first difference, not a summary that two
+// different layouts share.
+TEST(ParameterStoreTest, LayoutMismatchSaysWhatDiffers) {
+  ModelLayout a;
+  a.tensors = {{"b", {3}}, {"w", {4, 8}}};
+  ModelLayout b = a;
+  b.tensors[1].shape = {8, 4};
+  auto store = NewStore(0, 1);
+  ASSERT_TRUE(store->Declare(a, {}).ok());
+  auto r = store->Declare(b, {});
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(r.status().message());
+  EXPECT_NE(msg.find("differs"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[8,4]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[4,8]"), std::string::npos) << msg;
+  ModelLayout c = a;
+  c.max_chunk_bytes = 4096;
+  r = store->Declare(c, {});
+  EXPECT_NE(r.status().message().find("max_chunk_bytes 4096"),
+            std::string::npos)
+      << r.status();
+  ModelLayout d = a;
+  d.tensors.push_back({"x", {1}});
+  r = store->Declare(d, {});
+  EXPECT_NE(r.status().message().find("3 tensors"), std::string::npos)
+      << r.status();
+}
+
+// DeclareModelResponse.initialized_now: "this request initialized the
+// shard": only the call that gives the last chunk its values says true.
+TEST(ParameterStoreTest, OnlyTheDeclarationThatCompletesTheShardInitializesIt) {
+  Fixture f = MakeFixture(1);
+  auto store = NewStore(0, 1);
+  std::vector<ChunkBytes> init = ChunksOf(f, 0, f.flat);
+  ASSERT_GE(init.size(), 2u);
+  const std::vector<ChunkBytes> first(init.begin(), init.begin() + 1);
+  const std::vector<ChunkBytes> rest(init.begin() + 1, init.end());
+  auto r1 = store->Declare(f.layout, first);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_FALSE(*r1);
+  auto r2 = store->Declare(f.layout, rest);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_TRUE(*r2);
+  auto r3 = store->Declare(f.layout, init);
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  EXPECT_FALSE(*r3);
+}
+
 TEST(ParameterStoreTest, BadInitialValuesLeaveStoreUninitialized) {
   Fixture f = MakeFixture(2);
   auto store = NewStore(0, 2);

@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create
                              &host->ports_[a]);
   }
   builder.RegisterService(host->service_.get());
+  for (grpc::Service* extra : options.extra_services) {
+    builder.RegisterService(extra);
+  }
   ConfigureServerBuilder(&builder);
   host->server_ = builder.BuildAndStart();
   for (size_t a = 0; a < options.listen_addresses.size(); ++a) {

@@ -48,6 +48,9 @@ struct ParameterServerHostOptions {
   // port, see ParameterServerHost::port().
   std::vector<std::string> listen_addresses = {"127.0.0.1:0"};
   TransportSecurityOptions security;
+  // More services on the same server (e.g. server/job_control.h's). Not
+  // owned; each must outlive the host.
+  std::vector<grpc::Service*> extra_services;
 };
 
 class ParameterServerHost {

@@ -5,10 +5,12 @@
 // With --port=0 a free port is chosen; --port_file receives it (written
 // atomically once the server accepts calls), which is how deploy:launch and
 // the integration tests find their servers.
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
@@ -17,7 +19,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/flags/reflection.h"
+#include "common/cluster_spec.h"
 #include "common/malloc_tuning.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/net_probe.h"
+#include "server/job_control.h"
 #include "server/ps_host.h"
 
 ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one.");
@@ -53,6 +61,21 @@ ABSL_FLAG(int, debug_drop_reply_every, 0,
 ABSL_FLAG(int, min_replicas, 1,
           "Sync/ssp: fewest workers to go on with; below it the job aborts.");
 
+// Across machines: the cluster spec (common/cluster_spec.h). With
+// --worker_hosts, TF_CONFIG or Slurm's variables the server takes its shard,
+// port and worker count from the spec and exits once the job is over.
+ABSL_FLAG(std::string, ps_hosts, "",
+          "Cluster spec: comma-separated host:port of every server (with "
+          "--worker_hosts).");
+ABSL_FLAG(std::string, worker_hosts, "",
+          "Cluster spec: comma-separated host:port of every worker; worker 0 "
+          "is the chief.");
+ABSL_FLAG(std::string, task_type, "ps", "Cluster spec: ps or worker.");
+ABSL_FLAG(int, task_index, 0, "Cluster spec: this task's index in its list.");
+ABSL_FLAG(int, num_ps, 1, "Slurm: the first N ranks are servers.");
+ABSL_FLAG(int, base_port, 2222,
+          "Slurm: a task listens on base_port + its offset on its node.");
+
 namespace {
 
 absl::Notification* g_stop = nullptr;  // Set only in main, for the handler.
@@ -75,7 +98,8 @@ bool WritePortFile(const std::string& path, int port) {
 
 // The host's options from the flags; InvalidArgument with the message to
 // print for a bad flag (the store checks the rest of its options).
-absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags() {
+absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
+    std::optional<downpour::ClusterSpec>* spec) {
   downpour::ParameterServerHostOptions host_options;
   downpour::ParameterStoreOptions& options = host_options.store;
   options.shard_index = absl::GetFlag(FLAGS_shard_index);
@@ -110,6 +134,22 @@ absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags() {
   }
   host_options.listen_addresses = {
       absl::StrCat(absl::GetFlag(FLAGS_bind), ":", port)};
+  // Across machines: a spec overrides shard, shards, workers and address.
+  downpour::ClusterSpecInputs in;
+  in.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
+  in.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
+  in.task_type = absl::GetFlag(FLAGS_task_type);
+  in.task_index = absl::GetFlag(FLAGS_task_index);
+  in.num_ps = absl::GetFlag(FLAGS_num_ps);
+  in.base_port = absl::GetFlag(FLAGS_base_port);
+  DP_ASSIGN_OR_RETURN(*spec, downpour::ResolveClusterSpec(
+                                 in, downpour::ProcessEnvLookup()));
+  if (spec->has_value()) {
+    const bool bind_set =
+        absl::GetFlagReflectionHandle(FLAGS_bind).IsSpecifiedOnCommandLine();
+    DP_RETURN_IF_ERROR(downpour::ApplyClusterSpec(
+        **spec, bind_set ? absl::GetFlag(FLAGS_bind) : "", &host_options));
+  }
   return host_options;
 }
 
@@ -125,31 +165,52 @@ int main(int argc, char** argv) {
   // keep it; the binaries turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
+  std::optional<downpour::ClusterSpec> spec;  // Across machines.
   absl::StatusOr<downpour::ParameterServerHostOptions> host_options =
-      HostOptionsFromFlags();
+      HostOptionsFromFlags(&spec);
   if (!host_options.ok()) {
     std::fprintf(stderr, "ps_server: %s\n",
                  std::string(host_options.status().message()).c_str());
     return 2;
   }
   const downpour::ParameterStoreOptions& options = host_options->store;
+  // Across machines: a job from a spec ends itself (server/job_control.h).
+  std::unique_ptr<downpour::JobState> job;
+  std::unique_ptr<grpc::Service> job_service;
+  std::atomic<downpour::ParameterStore*> job_store{nullptr};
+  if (spec.has_value()) {
+    std::printf("ps_server: %s\n", downpour::ClusterSpecToString(*spec).c_str());
+    job = std::make_unique<downpour::JobState>(
+        options.num_workers, options.optimizer.name,
+        options.optimizer.learning_rate);
+    job_service = downpour::NewJobControlService(job.get(), [&job_store] {
+      downpour::ParameterStore* store = job_store.load();
+      return store == nullptr ? std::string() : store->Stats().aborted;
+    });
+    host_options->extra_services.push_back(job_service.get());
+  }
   auto host = downpour::ParameterServerHost::Create(*host_options);
   if (!host.ok()) {
     // Unavailable: the address could not be listened on (exit 1); anything
     // else is a bad flag (exit 2).
     const bool listen_failed =
         host.status().code() == absl::StatusCode::kUnavailable;
+    // Across machines: say why (gRPC does not).
+    const absl::Status why =
+        listen_failed ? downpour::ProbeListen(host_options->listen_addresses[0])
+                      : absl::OkStatus();
     std::fprintf(stderr, "ps_server: %s\n",
-                 listen_failed ? std::string(host.status().message()).c_str()
-                               : host.status().ToString().c_str());
+                 !why.ok() ? std::string(why.message()).c_str()
+                 : listen_failed ? std::string(host.status().message()).c_str()
+                                 : host.status().ToString().c_str());
     return listen_failed ? 1 : 2;
   }
   const int bound_port = (*host)->port();
-  std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s:%d\n",
+  std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s\n",
               options.shard_index, options.num_shards,
               downpour::TrainModeName(options.mode),
               options.optimizer.name.c_str(), options.optimizer.learning_rate,
-              absl::GetFlag(FLAGS_bind).c_str(), bound_port);
+              (*host)->address().c_str());
   std::fflush(stdout);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty() && !WritePortFile(port_file, bound_port)) {
@@ -163,7 +224,16 @@ int main(int argc, char** argv) {
   g_stop = &stop;
   std::signal(SIGINT, HandleSignal);
   std::signal(SIGTERM, HandleSignal);
-  stop.WaitForNotification();
+  downpour::JobEnd end;
+  if (job != nullptr) {
+    downpour::ParameterStore* store = (*host)->store();
+    job_store.store(store);
+    end = downpour::WaitForJobEnd(job.get(), *store, &stop);
+    std::printf("ps_server: shard %d: %s\n", options.shard_index,
+                end.reason.c_str());
+  } else {
+    stop.WaitForNotification();
+  }
 
   // Waiting pulls are answered first, then the server stops.
   (*host)->Shutdown(absl::Seconds(2));
@@ -171,5 +241,9 @@ int main(int argc, char** argv) {
   const downpour::ShardStats stats = (*host)->store()->Stats();
   std::printf("ps_server: shard %d stopped: %s\n", options.shard_index,
               downpour::ShardStatsToJson(stats).c_str());
-  return 0;
+  if (end.exit_code != 0) {
+    std::fprintf(stderr, "ps_server: shard %d: exiting with status %d: %s\n",
+                 options.shard_index, end.exit_code, end.reason.c_str());
+  }
+  return end.exit_code;
 }

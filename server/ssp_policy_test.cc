@@ -42,6 +42,29 @@ TEST(SspModeTest, StalledWorkerIsEvictedAfterTimeout) {
   EXPECT_EQ(f->store->Stats().evicted_workers, std::vector<int32_t>{1});
 }
 
+// A pull for a clock no active worker has reached (here on a fresh job) is
+// answered DEADLINE_EXCEEDED after the timeout; it evicts nobody (it used to
+// evict every worker and abort the job). A clock absurdly ahead is refused
+// at once.
+TEST(SspModeTest, PullNoWorkerStandsBehindEndsAtTheTimeoutEvictingNobody) {
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Milliseconds(200), 0);
+  auto absurd = StartPull(*f->store, 0, /*clock=*/1000000000);
+  ASSERT_TRUE(absurd->done.HasBeenNotified());
+  EXPECT_EQ(absurd->status.code(), absl::StatusCode::kInvalidArgument)
+      << absurd->status;
+  auto waiting = StartPull(*f->store, 0, /*clock=*/1);
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(3)))
+      << "the pull outlived the sync timeout";
+  EXPECT_EQ(waiting->status.code(), absl::StatusCode::kDeadlineExceeded)
+      << waiting->status;
+  EXPECT_NE(waiting->status.message().find("clock 1"), std::string::npos)
+      << waiting->status;
+  ShardStats s = f->store->Stats();
+  EXPECT_TRUE(s.evicted_workers.empty());
+  EXPECT_TRUE(s.aborted.empty()) << s.aborted;
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+}
+
 TEST(PushPartsTest, SspClockAdvancesOncePerWholePush) {
   auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Seconds(30), /*s=*/0);
   TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);

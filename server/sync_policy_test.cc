@@ -134,6 +134,73 @@ TEST(SyncModeTest, EvictionIsLoggedOutsideTheStoreLocks) {
   EXPECT_EQ(evicted_seen[0], 1u);  // Logged after worker 1's eviction.
 }
 
+// No wait outlives the sync timeout, whatever the pull asks for: on a fresh
+// job where nobody has pushed, a pull for step 1 is answered
+// DEADLINE_EXCEEDED after about the timeout, naming the step, and nobody is
+// evicted for it (a pull alone does not make the workers late).
+TEST(SyncModeTest, PullForAStepNobodyPushedForEndsAtTheTimeout) {
+  auto f = NewModeStore(TrainMode::kSync, 2, 0, 1, absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(3)))
+      << "the pull outlived the sync timeout";
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_EQ(waiting->status.code(), absl::StatusCode::kDeadlineExceeded)
+      << waiting->status;
+  EXPECT_NE(waiting->status.message().find("step 1"), std::string::npos)
+      << waiting->status;
+  ShardStats s = f->store->Stats();
+  EXPECT_TRUE(s.evicted_workers.empty());
+  EXPECT_TRUE(s.aborted.empty()) << s.aborted;
+  EXPECT_EQ(s.rejected["wait_timeout"], 1);
+  // The job is untouched: a step still needs both workers.
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  EXPECT_EQ(f->store->Stats().steps, 0);
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 3.0f, 0).ok());
+  EXPECT_EQ(f->store->Stats().steps, 1);
+}
+
+// A min_version far beyond the next step is refused at once; one a few
+// steps ahead waits, but no longer than the timeout: the missing worker is
+// evicted as usual, the step completes, and the pull, still short of its
+// step, ends with DEADLINE_EXCEEDED.
+TEST(SyncModeTest, PullFarAheadIsRefusedAndOneAheadEndsAtTheTimeout) {
+  auto f = NewModeStore(TrainMode::kSync, 2, 0, 1, absl::Milliseconds(200));
+  auto absurd = StartPull(*f->store, 1000000000, -1);
+  ASSERT_TRUE(absurd->done.HasBeenNotified());
+  EXPECT_EQ(absurd->status.code(), absl::StatusCode::kInvalidArgument)
+      << absurd->status;
+  EXPECT_NE(absurd->status.message().find("1000000000"), std::string::npos)
+      << absurd->status;
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  auto ahead = StartPull(*f->store, 3, -1);
+  ASSERT_TRUE(ahead->done.WaitForNotificationWithTimeout(absl::Seconds(3)))
+      << "the pull outlived the sync timeout";
+  EXPECT_EQ(ahead->status.code(), absl::StatusCode::kDeadlineExceeded)
+      << ahead->status;
+  ShardStats s = f->store->Stats();
+  EXPECT_EQ(s.steps, 1);
+  EXPECT_EQ(s.evicted_workers, std::vector<int32_t>{1});
+}
+
+// The refusal of a push missing chunks says what sync mode needs.
+TEST(SyncModeTest, PushMissingChunksIsRefusedSayingWhy) {
+  auto f = NewModeStore(TrainMode::kSync, 1);
+  TinyPart a0 = PartOf(0, 1.0f, 0);
+  auto r = f->store->Push(0, 1, a0.chunks);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("every chunk"), std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("carries 1"), std::string::npos)
+      << r.status();
+  // Cut into parts, the parts together must carry them all.
+  ASSERT_TRUE(f->store->Push(PushId{0, 2, 0, 2}, a0.chunks).ok());
+  r = f->store->Push(PushId{0, 2, 1, 2}, {});
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("every chunk"), std::string::npos)
+      << r.status();
+}
+
 TEST(PushPartsTest, SyncStepWaitsForEveryPartOfEveryWorker) {
   auto f = NewModeStore(TrainMode::kSync, 2);
   TinyPart a0 = PartOf(0, 1.0f, 0), a1 = PartOf(1, 1.0f, 0);

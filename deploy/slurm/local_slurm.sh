@@ -90,9 +90,9 @@ install_packages() {
 }
 
 free_port() {  # a TCP port nobody listens on, from 20000-59999
-  local p i used
+  local p used
   used=$(ss -Htln 2>/dev/null | awk '{n=split($4,a,":"); print a[n]}')
-  for i in $(seq 200); do
+  for _ in $(seq 200); do
     p=$((20000 + RANDOM % 40000))
     grep -qx "$p" <<<"$used" || { echo "$p"; return 0; }
   done
@@ -254,8 +254,10 @@ cmd_stop() {
   if [[ ! -d "$DIR" ]]; then say "nothing under $DIR"; return 0; fi
   if pid_alive "$DIR/run/slurmctld.pid"; then
     # Cancel what still runs in our cluster so that no slurmstepd outlives it.
-    SLURM_CONF="$CONF" scancel --full --quiet --state=RUNNING,PENDING \
-      $(SLURM_CONF="$CONF" squeue -h -o %i 2>/dev/null) 2>/dev/null
+    local ids
+    ids=$(SLURM_CONF="$CONF" squeue -h -o %i 2>/dev/null | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    [[ -n "${ids// /}" ]] && SLURM_CONF="$CONF" scancel --full $ids 2>/dev/null
     none_left() { [[ -z "$(SLURM_CONF="$CONF" squeue -h -t R,CG,PD 2>/dev/null)" ]]; }
     wait_for 15 none_left || say "jobs still listed: $(SLURM_CONF="$CONF" squeue -h 2>&1)"
   fi
@@ -271,6 +273,7 @@ cmd_check() {
   pid_alive "$DIR/run/slurmctld.pid" || die "not running (start first)"
   local out n rc
   say "srun -n 4 ..."
+  # shellcheck disable=SC2016  # expanded by the tasks, not here
   out=$(timeout 120 srun -n 4 bash -c \
     'echo $SLURM_PROCID $SLURM_STEP_NODELIST $SLURM_STEP_TASKS_PER_NODE $SLURM_STEP_NUM_TASKS $SLURM_LOCALID' 2>&1)
   rc=$?

@@ -13,7 +13,8 @@
 //   CudaBenchOptions o; o.device_ordinal = 0;
 //   DP_ASSIGN_OR_RETURN(BenchDevice dev, OpenCudaBenchDevice(o));
 //   BuildModel("fashion_cnn", dev.backend.get(), 256);
-//   HostArray<float> params(dev.host_allocator, n);
+//   DP_ASSIGN_OR_RETURN(auto params,
+//                       HostArray<float>::Create(dev.host_allocator, n));
 #ifndef DOWNPOUR_TESTS_BENCH_BENCH_DEVICE_H_
 #define DOWNPOUR_TESTS_BENCH_BENCH_DEVICE_H_
 

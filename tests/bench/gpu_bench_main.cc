@@ -184,6 +184,23 @@ absl::StatusOr<Measurement> Measure(
   return m;
 }
 
+// `n` elements of host staging memory from the device's host allocator. A
+// failure (pinned memory runs out long before pageable memory does) says
+// which buffer and how to make it fit.
+template <typename T>
+absl::StatusOr<HostArray<T>> HostBuffer(const BenchDevice& dev,
+                                        const char* what, size_t n) {
+  absl::StatusOr<HostArray<T>> a = HostArray<T>::Create(dev.host_allocator, n);
+  if (!a.ok()) {
+    return absl::Status(
+        a.status().code(),
+        absl::StrCat("host buffer for the ", what, " (", n, " elements): ",
+                     a.status().message(),
+                     "; try smaller --batch_sizes or --pool_batches"));
+  }
+  return a;
+}
+
 absl::StatusOr<Row> MeasureBatchSize(const Options& o, const BenchDevice& dev,
                                      int batch) {
   Backend* const backend = dev.backend.get();
@@ -194,12 +211,18 @@ absl::StatusOr<Row> MeasureBatchSize(const Options& o, const BenchDevice& dev,
   const int classes = model->num_classes();
 
   // Host staging memory, as a worker holds it.
-  HostArray<float> params(dev.host_allocator, n);
-  HostArray<float> grads(dev.host_allocator, n);
-  HostArray<float> images(dev.host_allocator,
-                          static_cast<size_t>(o.pool_batches) * batch * example);
-  HostArray<int32_t> labels(dev.host_allocator,
-                            static_cast<size_t>(o.pool_batches) * batch);
+  DP_ASSIGN_OR_RETURN(HostArray<float> params,
+                      HostBuffer<float>(dev, "parameters", n));
+  DP_ASSIGN_OR_RETURN(HostArray<float> grads,
+                      HostBuffer<float>(dev, "gradients", n));
+  DP_ASSIGN_OR_RETURN(
+      HostArray<float> images,
+      HostBuffer<float>(dev, "input images",
+                        static_cast<size_t>(o.pool_batches) * batch * example));
+  DP_ASSIGN_OR_RETURN(
+      HostArray<int32_t> labels,
+      HostBuffer<int32_t>(dev, "input labels",
+                          static_cast<size_t>(o.pool_batches) * batch));
   const std::vector<float> init = model->InitialParameters(o.seed);
   std::copy(init.begin(), init.end(), params.begin());
   std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ull);

@@ -216,12 +216,12 @@ netns_setup() {
 # Kills processes still inside namespace $1 (pids from `ip netns pids`, so
 # only processes inside our own namespaces), TERM first then KILL.
 _netns_kill_inside() {
-  local ns="$1" pids t
+  local ns="$1" pids
   pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
   [[ -z "${pids// /}" ]] && return 0
   # shellcheck disable=SC2086
   kill -TERM $pids 2>/dev/null
-  for t in 1 2 3 4 5 6 7 8 9 10; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
     [[ -z "${pids// /}" ]] && return 0
     sleep 0.2

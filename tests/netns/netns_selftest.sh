@@ -117,7 +117,7 @@ check_nothing_left() {  # <label> <prefix-with-pid>
   local what="$1" p="$2" left
   left=$(ip netns list | awk '{print $1}' | grep -E "^${p}-" || true)
   [[ -z "$left" ]] && ok "$what: no namespace ${p}-* left" ||
-    fail "$what: namespaces left: $(echo $left)"
+    fail "$what: namespaces left: ${left//$'\n'/ }"
   left=$(ls -d /etc/netns/"${p}"-* 2>/dev/null || true)
   [[ -z "$left" ]] && ok "$what: no /etc/netns/${p}-* left" ||
     fail "$what: /etc/netns entries left: $left"
@@ -192,7 +192,7 @@ sleeper=$!
 sleep 0.3
 netns_cleanup
 netns_cleanup   # idempotent
-for t in $(seq 20); do kill -0 "$sleeper" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 20); do kill -0 "$sleeper" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$sleeper" 2>/dev/null; then
   fail "process inside host 2 survived netns_cleanup"; kill "$sleeper" 2>/dev/null
 else
@@ -231,6 +231,7 @@ check_nothing_left "after part 2" "$P2"
 # --- 3. the trap of netns_setup ----------------------------------------------------
 echo "== 3. netns_setup's trap cleans up on SIGTERM and on exit"
 for how in term exit; do
+  # shellcheck disable=SC2016  # expanded by the inner bash
   out=$(env -u NETNS_NO_TRAP bash -c '
       source "$1"
       netns_setup dptrap 2 || exit 3

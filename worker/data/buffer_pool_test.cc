@@ -37,8 +37,8 @@ using ::testing::HasSubstr;
 TEST(BatcherTest, HandBuiltBatchIsAPlainValue) {
   Batch b;
   b.size = 2;
-  b.images = HostArray<float>(DefaultHostAllocator(), 8, /*zero=*/true);
-  b.labels = HostArray<int32_t>(DefaultHostAllocator(), 2, /*zero=*/true);
+  b.images = *HostArray<float>::Create(DefaultHostAllocator(), 8, /*zero=*/true);
+  b.labels = *HostArray<int32_t>::Create(DefaultHostAllocator(), 2, /*zero=*/true);
   Batch moved = std::move(b);
   EXPECT_EQ(moved.images.size(), 8u);
   EXPECT_EQ(moved.labels[1], 0);

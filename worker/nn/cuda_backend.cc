@@ -2,7 +2,9 @@
 //
 // The CUDA implementation of Backend (see cuda_backend.h). Host code only,
 // compiled by g++ against the C APIs of the CUDA runtime, cuDNN 9 and cuBLAS;
-// the custom kernels live in cuda_kernels.cu (nvcc).
+// the custom kernels live in cuda_kernels.cu (nvcc), the cuDNN descriptors
+// in cudnn_descriptors.h, the cuDNN algorithm queries in cudnn_conv_algos.h
+// and the error-to-Status macros in cuda_status.h.
 //
 // BRING-UP STATUS (no GPU was available while this was written):
 //  * Verified: compiles with g++ 12 against CUDA 13.0 / cuDNN 9.19 / cuBLAS
@@ -14,8 +16,8 @@
 //    allocator returns nullptr (cuda_backend_test's NoGpu tests); every GPU
 //    test skips. cuDNN descriptors need no device, so a scratch program
 //    checked them against libcudnn 9.19 here: the tensor, filter,
-//    convolution (with CUDNN_FMA_MATH) and pooling descriptors this file
-//    builds are accepted, and cudnnGetConvolution2dForwardOutputDim /
+//    convolution (with CUDNN_FMA_MATH) and pooling descriptors that
+//    cudnn_descriptors.cc builds are accepted, and cudnnGetConvolution2dForwardOutputDim /
 //    cudnnGetPooling2dForwardOutputDim give ConvDesc/PoolDesc's output sizes
 //    for the test shapes (pooling drops trailing rows/columns). The GPU
 //    tests' own logic was exercised by running them with a second CPU
@@ -63,7 +65,6 @@
 #include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -71,255 +72,18 @@
 #include "common/host_allocator.h"
 #include "common/status_macros.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/conv_algo_choice.h"
 #include "worker/nn/cuda_kernels.h"
+#include "worker/nn/cuda_status.h"
+#include "worker/nn/cudnn_conv_algos.h"
+#include "worker/nn/cudnn_descriptors.h"
 
 namespace downpour {
 namespace {
-
-// ---- Error conversion -------------------------------------------------------
-
-bool IsStickyCudaError(cudaError_t e) {
-  switch (e) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorAssert:
-    case cudaErrorLaunchTimeout:
-      return true;
-    default:
-      return false;
-  }
-}
-
-absl::Status CudaError(cudaError_t e, const char* expr) {
-  // Resets the thread's last-error slot so that a later, unrelated
-  // cudaGetLastError() does not report this error again. Sticky errors
-  // (a faulted kernel) cannot be cleared: the context stays unusable.
-  (void)cudaGetLastError();
-  std::string msg = absl::StrCat(expr, " failed: ", cudaGetErrorName(e), " (",
-                                 cudaGetErrorString(e), ")");
-  if (IsStickyCudaError(e)) {
-    absl::StrAppend(&msg,
-                    "; this error may come from earlier asynchronous work and "
-                    "leaves the device context unusable (restart the process)");
-  }
-  switch (e) {
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(msg);
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNoDevice:
-    case cudaErrorNoKernelImageForDevice:
-    case cudaErrorUnsupportedPtxVersion:
-      return absl::FailedPreconditionError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
-
-absl::Status CudnnError(cudnnStatus_t s, const char* expr) {
-  char detail[512] = {0};
-  cudnnGetLastErrorString(detail, sizeof(detail));
-  std::string msg = absl::StrCat(expr, " failed: ", cudnnGetErrorString(s));
-  if (detail[0] != '\0') {
-    absl::StrAppend(&msg, " (last cuDNN message: ", detail, ")");
-  }
-  switch (s) {
-    case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED:
-    case CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED:
-      return absl::ResourceExhaustedError(msg);
-    default:
-      break;
-  }
-  if (s / 1000 * 1000 == CUDNN_STATUS_NOT_SUPPORTED) {
-    return absl::UnimplementedError(msg);
-  }
-  return absl::InternalError(msg);
-}
-
-absl::Status CublasError(cublasStatus_t s, const char* expr) {
-  std::string msg = absl::StrCat(expr, " failed: ", cublasGetStatusString(s));
-  if (s == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
-  if (s == CUBLAS_STATUS_NOT_INITIALIZED) {
-    return absl::FailedPreconditionError(msg);
-  }
-  return absl::InternalError(msg);
-}
-
-#define DP_CUDA_RETURN_IF_ERROR(expr)                                       \
-  do {                                                                      \
-    const cudaError_t dp_cuda_err_ = (expr);                                \
-    if (dp_cuda_err_ != cudaSuccess) return CudaError(dp_cuda_err_, #expr); \
-  } while (0)
-
-#define DP_CUDNN_RETURN_IF_ERROR(expr)          \
-  do {                                          \
-    const cudnnStatus_t dp_cudnn_st_ = (expr);  \
-    if (dp_cudnn_st_ != CUDNN_STATUS_SUCCESS) { \
-      return CudnnError(dp_cudnn_st_, #expr);   \
-    }                                           \
-  } while (0)
-
-#define DP_CUBLAS_RETURN_IF_ERROR(expr)           \
-  do {                                            \
-    const cublasStatus_t dp_cublas_st_ = (expr);  \
-    if (dp_cublas_st_ != CUBLAS_STATUS_SUCCESS) { \
-      return CublasError(dp_cublas_st_, #expr);   \
-    }                                             \
-  } while (0)
 
 // Prefixes a status message with where it happened.
 absl::Status Annotate(const absl::Status& s, const std::string& where) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
-}
-
-// ---- cuDNN descriptor owners ------------------------------------------------
-
-template <typename T>
-struct DescTraits;
-template <>
-struct DescTraits<cudnnTensorDescriptor_t> {
-  static cudnnStatus_t Create(cudnnTensorDescriptor_t* d) {
-    return cudnnCreateTensorDescriptor(d);
-  }
-  static void Destroy(cudnnTensorDescriptor_t d) {
-    cudnnDestroyTensorDescriptor(d);
-  }
-};
-template <>
-struct DescTraits<cudnnFilterDescriptor_t> {
-  static cudnnStatus_t Create(cudnnFilterDescriptor_t* d) {
-    return cudnnCreateFilterDescriptor(d);
-  }
-  static void Destroy(cudnnFilterDescriptor_t d) {
-    cudnnDestroyFilterDescriptor(d);
-  }
-};
-template <>
-struct DescTraits<cudnnConvolutionDescriptor_t> {
-  static cudnnStatus_t Create(cudnnConvolutionDescriptor_t* d) {
-    return cudnnCreateConvolutionDescriptor(d);
-  }
-  static void Destroy(cudnnConvolutionDescriptor_t d) {
-    cudnnDestroyConvolutionDescriptor(d);
-  }
-};
-template <>
-struct DescTraits<cudnnPoolingDescriptor_t> {
-  static cudnnStatus_t Create(cudnnPoolingDescriptor_t* d) {
-    return cudnnCreatePoolingDescriptor(d);
-  }
-  static void Destroy(cudnnPoolingDescriptor_t d) {
-    cudnnDestroyPoolingDescriptor(d);
-  }
-};
-
-// Owns one cuDNN descriptor (null until Create succeeds).
-template <typename T>
-class Desc {
- public:
-  Desc() = default;
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  ~Desc() {
-    if (d_ != nullptr) DescTraits<T>::Destroy(d_);
-  }
-  absl::Status Create() {
-    DP_CUDNN_RETURN_IF_ERROR(DescTraits<T>::Create(&d_));
-    return absl::OkStatus();
-  }
-  T get() const { return d_; }
-
- private:
-  T d_ = nullptr;
-};
-
-absl::Status SetTensor4d(cudnnTensorDescriptor_t d, int n, int c, int h,
-                         int w) {
-  DP_CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(
-      d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
-  return absl::OkStatus();
-}
-
-std::string ConvShape(const ConvDesc& d) {
-  return absl::StrCat("x ", d.batch, "x", d.in_channels, "x", d.in_h, "x",
-                      d.in_w, ", w ", d.out_channels, "x", d.in_channels, "x",
-                      d.kernel_h, "x", d.kernel_w, ", stride ", d.stride,
-                      ", pad ", d.pad);
-}
-
-// ---- Convolution algorithm choice -------------------------------------------
-
-bool IsTransformAlgo(cudnnConvolutionFwdAlgo_t a) {
-  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
-         a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
-         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
-         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
-}
-bool IsTransformAlgo(cudnnConvolutionBwdDataAlgo_t a) {
-  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
-         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
-         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
-         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
-}
-bool IsTransformAlgo(cudnnConvolutionBwdFilterAlgo_t a) {
-  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
-         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
-         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
-         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
-}
-
-template <typename Algo>
-struct AlgoChoice {
-  Algo algo{};
-  size_t workspace = 0;
-};
-
-// Picks an algorithm from cuDNN's heuristic ranking by the rule of
-// conv_algo_choice.h. `workspace_size(algo, &bytes)` wraps the matching
-// cudnnGet*WorkspaceSize.
-//
-// The entries' mathType is ignored on purpose: it says which math the
-// algorithm would use at best, while the convolution descriptor, set to
-// CUDNN_FMA_MATH, is what restricts the kernels that actually run (PyTorch
-// does the same when TF32 is disallowed). An algorithm without an FMA
-// kernel for the shape fails the workspace query and is skipped.
-template <typename Algo, typename Perf, typename WorkspaceFn>
-absl::StatusOr<AlgoChoice<Algo>> ChooseAlgo(const std::vector<Perf>& ranking,
-                                            const std::vector<Algo>& fallbacks,
-                                            bool allow_transform, size_t limit,
-                                            WorkspaceFn workspace_size) {
-  std::vector<RankedAlgo> ranked;
-  ranked.reserve(ranking.size());
-  for (const Perf& p : ranking) {
-    ranked.push_back(RankedAlgo{static_cast<int>(p.algo),
-                                p.status == CUDNN_STATUS_SUCCESS,
-                                p.determinism == CUDNN_DETERMINISTIC});
-  }
-  std::vector<int> fallback_ids;
-  for (Algo a : fallbacks) fallback_ids.push_back(static_cast<int>(a));
-  DP_ASSIGN_OR_RETURN(
-      const ConvAlgoChoice c,
-      ChooseConvAlgo(
-          ranked, fallback_ids, allow_transform, limit,
-          [](int a) { return IsTransformAlgo(static_cast<Algo>(a)); },
-          [&](int a, size_t* bytes) {
-            if (workspace_size(static_cast<Algo>(a), bytes) ==
-                CUDNN_STATUS_SUCCESS) {
-              return true;
-            }
-            // Consume cuDNN's message for this expected failure so that a
-            // later CudnnError does not attach it to an unrelated error.
-            char ignored[256];
-            cudnnGetLastErrorString(ignored, sizeof(ignored));
-            return false;
-          }));
-  return AlgoChoice<Algo>{static_cast<Algo>(c.algo), c.workspace};
 }
 
 // ---- The backend ------------------------------------------------------------
@@ -543,14 +307,15 @@ class CudaBackend final : public Backend {
       if (!s.ok()) return Annotate(s, "Conv2dForward(" + ConvShape(d) + ")");
     }
     DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->fwd.workspace));
+    const ConvDescriptors& cd = *plan->desc;
     const float one = 1.f, zero = 0.f;
     DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-        dnn_, &one, plan->x.get(), x, plan->w.get(), w, plan->conv.get(),
-        plan->fwd.algo, ws, plan->fwd.workspace, &zero, plan->y.get(), y));
+        dnn_, &one, cd.x(), x, cd.w(), w, cd.conv(), plan->fwd.algo, ws,
+        plan->fwd.workspace, &zero, cd.y(), y));
     if (b != nullptr) {
       // y += b broadcast over N, H, W.
-      DP_CUDNN_RETURN_IF_ERROR(cudnnAddTensor(dnn_, &one, plan->bias.get(), b,
-                                              &one, plan->y.get(), y));
+      DP_CUDNN_RETURN_IF_ERROR(
+          cudnnAddTensor(dnn_, &one, cd.bias(), b, &one, cd.y(), y));
     }
     return absl::OkStatus();
   }
@@ -568,11 +333,11 @@ class CudaBackend final : public Backend {
       }
     }
     DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->bwd_data.workspace));
+    const ConvDescriptors& cd = *plan->desc;
     const float one = 1.f, zero = 0.f;
     DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-        dnn_, &one, plan->w.get(), w, plan->y.get(), dy, plan->conv.get(),
-        plan->bwd_data.algo, ws, plan->bwd_data.workspace, &zero, plan->x.get(),
-        dx));
+        dnn_, &one, cd.w(), w, cd.y(), dy, cd.conv(), plan->bwd_data.algo, ws,
+        plan->bwd_data.workspace, &zero, cd.x(), dx));
     return absl::OkStatus();
   }
 
@@ -599,14 +364,14 @@ class CudaBackend final : public Backend {
       }
     }
     DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->bwd_filter.workspace));
+    const ConvDescriptors& cd = *plan->desc;
     const float one = 1.f, zero = 0.f;
     DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-        dnn_, &one, plan->x.get(), x, plan->y.get(), dy, plan->conv.get(),
-        plan->bwd_filter.algo, ws, plan->bwd_filter.workspace, &zero,
-        plan->w.get(), dw));
+        dnn_, &one, cd.x(), x, cd.y(), dy, cd.conv(), plan->bwd_filter.algo, ws,
+        plan->bwd_filter.workspace, &zero, cd.w(), dw));
     if (db != nullptr) {
       DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(
-          dnn_, &one, plan->y.get(), dy, &zero, plan->bias.get(), db));
+          dnn_, &one, cd.y(), dy, &zero, cd.bias(), db));
     }
     return absl::OkStatus();
   }
@@ -633,11 +398,11 @@ class CudaBackend final : public Backend {
     DP_RETURN_IF_ERROR(ValidatePool(d, "MaxPoolForward"));
     if (d.batch == 0) return absl::OkStatus();
     DP_RETURN_IF_ERROR(UseDevice());
-    DP_ASSIGN_OR_RETURN(PoolPlan * plan, GetPoolPlan(d));
+    DP_ASSIGN_OR_RETURN(const PoolDescriptors* pd, GetPoolPlan(d));
     const float one = 1.f, zero = 0.f;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnPoolingForward(dnn_, plan->pool.get(), &one,
-                                                 plan->x.get(), x, &zero,
-                                                 plan->y.get(), y));
+    DP_CUDNN_RETURN_IF_ERROR(cudnnPoolingForward(dnn_, pd->pool(), &one,
+                                                 pd->x(), x, &zero, pd->y(),
+                                                 y));
     return absl::OkStatus();
   }
 
@@ -684,23 +449,15 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // Descriptors and chosen algorithms for one convolution shape. x is
-  // (N, C, H, W), y is (N, O, OH, OW), w is (O, C, KH, KW), bias (1, O, 1, 1).
+  // Descriptors and chosen algorithms for one convolution shape.
   struct ConvPlan {
-    Desc<cudnnTensorDescriptor_t> x, y, bias;
-    Desc<cudnnFilterDescriptor_t> w;
-    Desc<cudnnConvolutionDescriptor_t> conv;
+    std::unique_ptr<ConvDescriptors> desc;
     bool fwd_ready = false, bwd_data_ready = false, bwd_filter_ready = false;
-    AlgoChoice<cudnnConvolutionFwdAlgo_t> fwd;
-    AlgoChoice<cudnnConvolutionBwdDataAlgo_t> bwd_data;
-    AlgoChoice<cudnnConvolutionBwdFilterAlgo_t> bwd_filter;
+    CudnnAlgoChoice<cudnnConvolutionFwdAlgo_t> fwd;
+    CudnnAlgoChoice<cudnnConvolutionBwdDataAlgo_t> bwd_data;
+    CudnnAlgoChoice<cudnnConvolutionBwdFilterAlgo_t> bwd_filter;
   };
   using ConvKey = std::array<int, 9>;
-
-  struct PoolPlan {
-    Desc<cudnnTensorDescriptor_t> x, y;
-    Desc<cudnnPoolingDescriptor_t> pool;
-  };
   using PoolKey = std::array<int, 5>;
 
   static size_t Bytes(int64_t n) { return static_cast<size_t>(n) * 4; }
@@ -739,153 +496,50 @@ class CudaBackend final : public Backend {
                          d.kernel_w, d.stride,       d.pad};
     auto it = conv_plans_.find(key);
     if (it != conv_plans_.end()) return it->second.get();
-
     auto plan = std::make_unique<ConvPlan>();
-    DP_RETURN_IF_ERROR(plan->x.Create());
-    DP_RETURN_IF_ERROR(plan->y.Create());
-    DP_RETURN_IF_ERROR(plan->bias.Create());
-    DP_RETURN_IF_ERROR(plan->w.Create());
-    DP_RETURN_IF_ERROR(plan->conv.Create());
-    DP_RETURN_IF_ERROR(
-        SetTensor4d(plan->x.get(), d.batch, d.in_channels, d.in_h, d.in_w));
-    DP_RETURN_IF_ERROR(SetTensor4d(plan->y.get(), d.batch, d.out_channels,
-                                   d.OutH(), d.OutW()));
-    DP_RETURN_IF_ERROR(SetTensor4d(plan->bias.get(), 1, d.out_channels, 1, 1));
-    DP_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(
-        plan->w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.out_channels,
-        d.in_channels, d.kernel_h, d.kernel_w));
-    // Cross-correlation (no kernel flip), like the CPU backend and PyTorch.
-    DP_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
-        plan->conv.get(), d.pad, d.pad, d.stride, d.stride, /*dilation_h=*/1,
-        /*dilation_w=*/1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    // FMA math: no TF32 tensor cores (CUDNN_DEFAULT_MATH would allow them for
-    // fp32 on Ampere and newer).
-    DP_CUDNN_RETURN_IF_ERROR(
-        cudnnSetConvolutionMathType(plan->conv.get(), CUDNN_FMA_MATH));
-
-    int n = 0, c = 0, h = 0, w = 0;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(
-        plan->conv.get(), plan->x.get(), plan->w.get(), &n, &c, &h, &w));
-    if (n != d.batch || c != d.out_channels || h != d.OutH() || w != d.OutW()) {
-      return absl::InternalError(absl::StrCat(
-          "convolution ", ConvShape(d), ": cuDNN output ", n, "x", c, "x", h,
-          "x", w, " differs from the expected ", d.batch, "x", d.out_channels,
-          "x", d.OutH(), "x", d.OutW()));
-    }
+    DP_ASSIGN_OR_RETURN(plan->desc, ConvDescriptors::Create(d));
     ConvPlan* raw = plan.get();
     conv_plans_.emplace(key, std::move(plan));
     return raw;
   }
 
   absl::Status ChooseForward(ConvPlan* plan) {
-    int max_count = 0;
-    DP_CUDNN_RETURN_IF_ERROR(
-        cudnnGetConvolutionForwardAlgorithmMaxCount(dnn_, &max_count));
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> ranking(std::max(1, max_count));
-    int returned = 0;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
-        dnn_, plan->x.get(), plan->w.get(), plan->conv.get(), plan->y.get(),
-        static_cast<int>(ranking.size()), &returned, ranking.data()));
-    ranking.resize(std::max(0, returned));
-    const std::vector<cudnnConvolutionFwdAlgo_t> fallbacks = {
-        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
-        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-        CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
     DP_ASSIGN_OR_RETURN(
         plan->fwd,
-        ChooseAlgo(ranking, fallbacks, options_.allow_transform_conv_algorithms,
-                   WorkspaceLimit(),
-                   [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
-                     return cudnnGetConvolutionForwardWorkspaceSize(
-                         dnn_, plan->x.get(), plan->w.get(), plan->conv.get(),
-                         plan->y.get(), a, bytes);
-                   }));
+        ChooseForwardAlgo(dnn_, *plan->desc,
+                          options_.allow_transform_conv_algorithms,
+                          WorkspaceLimit()));
     plan->fwd_ready = true;
     return absl::OkStatus();
   }
 
   absl::Status ChooseBackwardData(ConvPlan* plan) {
-    int max_count = 0;
-    DP_CUDNN_RETURN_IF_ERROR(
-        cudnnGetConvolutionBackwardDataAlgorithmMaxCount(dnn_, &max_count));
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranking(
-        std::max(1, max_count));
-    int returned = 0;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        dnn_, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(),
-        static_cast<int>(ranking.size()), &returned, ranking.data()));
-    ranking.resize(std::max(0, returned));
-    const std::vector<cudnnConvolutionBwdDataAlgo_t> fallbacks = {
-        CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
     DP_ASSIGN_OR_RETURN(
         plan->bwd_data,
-        ChooseAlgo(ranking, fallbacks, options_.allow_transform_conv_algorithms,
-                   WorkspaceLimit(),
-                   [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
-                     return cudnnGetConvolutionBackwardDataWorkspaceSize(
-                         dnn_, plan->w.get(), plan->y.get(), plan->conv.get(),
-                         plan->x.get(), a, bytes);
-                   }));
+        ChooseBackwardDataAlgo(dnn_, *plan->desc,
+                               options_.allow_transform_conv_algorithms,
+                               WorkspaceLimit()));
     plan->bwd_data_ready = true;
     return absl::OkStatus();
   }
 
   absl::Status ChooseBackwardFilter(ConvPlan* plan) {
-    int max_count = 0;
-    DP_CUDNN_RETURN_IF_ERROR(
-        cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(dnn_, &max_count));
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranking(
-        std::max(1, max_count));
-    int returned = 0;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        dnn_, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(),
-        static_cast<int>(ranking.size()), &returned, ranking.data()));
-    ranking.resize(std::max(0, returned));
-    const std::vector<cudnnConvolutionBwdFilterAlgo_t> fallbacks = {
-        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
-        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
-        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3};
     DP_ASSIGN_OR_RETURN(
         plan->bwd_filter,
-        ChooseAlgo(ranking, fallbacks, options_.allow_transform_conv_algorithms,
-                   WorkspaceLimit(),
-                   [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
-                     return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                         dnn_, plan->x.get(), plan->y.get(), plan->conv.get(),
-                         plan->w.get(), a, bytes);
-                   }));
+        ChooseBackwardFilterAlgo(dnn_, *plan->desc,
+                                 options_.allow_transform_conv_algorithms,
+                                 WorkspaceLimit()));
     plan->bwd_filter_ready = true;
     return absl::OkStatus();
   }
 
-  absl::StatusOr<PoolPlan*> GetPoolPlan(const PoolDesc& d) {
+  absl::StatusOr<PoolDescriptors*> GetPoolPlan(const PoolDesc& d) {
     const PoolKey key = {d.batch, d.channels, d.in_h, d.in_w, d.window};
     auto it = pool_plans_.find(key);
     if (it != pool_plans_.end()) return it->second.get();
-
-    auto plan = std::make_unique<PoolPlan>();
-    DP_RETURN_IF_ERROR(plan->x.Create());
-    DP_RETURN_IF_ERROR(plan->y.Create());
-    DP_RETURN_IF_ERROR(plan->pool.Create());
-    DP_RETURN_IF_ERROR(
-        SetTensor4d(plan->x.get(), d.batch, d.channels, d.in_h, d.in_w));
-    DP_RETURN_IF_ERROR(
-        SetTensor4d(plan->y.get(), d.batch, d.channels, d.OutH(), d.OutW()));
-    DP_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
-        plan->pool.get(), CUDNN_POOLING_MAX, CUDNN_NOT_PROPAGATE_NAN, d.window,
-        d.window, /*verticalPadding=*/0, /*horizontalPadding=*/0, d.window,
-        d.window));
-    int n = 0, c = 0, h = 0, w = 0;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(
-        plan->pool.get(), plan->x.get(), &n, &c, &h, &w));
-    if (n != d.batch || c != d.channels || h != d.OutH() || w != d.OutW()) {
-      return absl::InternalError(
-          absl::StrCat("max pooling ", d.batch, "x", d.channels, "x", d.in_h,
-                       "x", d.in_w, " window ", d.window, ": cuDNN output ", n,
-                       "x", c, "x", h, "x", w, " differs from the expected ",
-                       d.batch, "x", d.channels, "x", d.OutH(), "x", d.OutW()));
-    }
-    PoolPlan* raw = plan.get();
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<PoolDescriptors> plan,
+                        PoolDescriptors::Create(d));
+    PoolDescriptors* raw = plan.get();
     pool_plans_.emplace(key, std::move(plan));
     return raw;
   }
@@ -907,7 +561,7 @@ class CudaBackend final : public Backend {
   // Grow without bound in the number of distinct shapes, which is small in
   // training (the batch size, the last partial batch, the eval batch).
   std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
-  std::map<PoolKey, std::unique_ptr<PoolPlan>> pool_plans_;
+  std::map<PoolKey, std::unique_ptr<PoolDescriptors>> pool_plans_;
 };
 
 // cudaHostAlloc-backed staging memory (see cuda_backend.h).

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_allocator.h"
 #include "gmock/gmock.h"
@@ -222,7 +223,14 @@ TEST_F(CudaVsCpuTest, AllocateZeroedCopyAndName) {
   DeviceBuffer d = UploadTo(gpu_.get(), v);
   ExpectExact(Download(gpu_.get(), d), v, "pageable round trip");
   std::unique_ptr<HostAllocator> pinned = NewCudaPinnedHostAllocator();
-  HostArray<float> src(pinned.get(), v.size()), dst(pinned.get(), v.size());
+  absl::StatusOr<HostArray<float>> src_or =
+      HostArray<float>::Create(pinned.get(), v.size());
+  absl::StatusOr<HostArray<float>> dst_or =
+      HostArray<float>::Create(pinned.get(), v.size());
+  ASSERT_TRUE(src_or.ok()) << src_or.status();
+  ASSERT_TRUE(dst_or.ok()) << dst_or.status();
+  HostArray<float>& src = *src_or;
+  HostArray<float>& dst = *dst_or;
   std::copy(v.begin(), v.end(), src.begin());
   DeviceBuffer d2 = UploadTo(gpu_.get(), std::vector<float>(v.size(), 0.f));
   ASSERT_TRUE(gpu_->CopyToDevice(src.data(), d2.data(), v.size()).ok());

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Makes the certificates of one Downpour job with openssl:
+#   DIR/ca.pem, ca.key        the job's CA (keep ca.key off the job's hosts)
+#   DIR/server.pem, server.key  servers' certificate (serverAuth + clientAuth)
+#   DIR/client.pem, client.key  workers' certificate (clientAuth)
+#   DIR/token                 a random bearer token (mode 600)
+# Subject alternative names always include localhost, 127.0.0.1 and ::1; add
+# the job's hosts and IPs as further arguments:
+#   bash deploy/make_certs.sh certs/ ps0.example.org 10.0.0.5
+# Then: ps_server --tls_cert=certs/server.pem --tls_key=certs/server.key \
+#         --tls_ca=certs/ca.pem --auth_token_file=certs/token ...
+set -euo pipefail
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 DIR [HOST_OR_IP ...]" >&2
+  exit 2
+fi
+DIR=$1; shift
+command -v openssl >/dev/null || { echo "make_certs: openssl not found (apt-get install openssl)" >&2; exit 1; }
+mkdir -p "$DIR"
+umask 077
+DAYS=${DAYS:-825}
+
+san="DNS:localhost,IP:127.0.0.1,IP:::1"
+for h in "$@"; do
+  if [[ $h =~ ^[0-9.]+$ || $h == *:* ]]; then san+=",IP:$h"; else san+=",DNS:$h"; fi
+done
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$DIR/ca.key" -out "$DIR/ca.pem" -days "$DAYS" \
+  -subj "/CN=downpour-job-ca" \
+  -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+
+issue() {  # name, extendedKeyUsage
+  local name=$1 eku=$2 ext
+  ext=$(mktemp)
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=%s\nsubjectAltName=%s\n' \
+    "$eku" "$san" > "$ext"
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$DIR/$name.key" -out "$DIR/$name.csr" -subj "/CN=downpour-$name" 2>/dev/null
+  openssl x509 -req -in "$DIR/$name.csr" -CA "$DIR/ca.pem" -CAkey "$DIR/ca.key" \
+    -CAcreateserial -out "$DIR/$name.pem" -days "$DAYS" -extfile "$ext" 2>/dev/null
+  rm -f "$ext" "$DIR/$name.csr"
+}
+issue server "serverAuth,clientAuth"
+issue client "clientAuth"
+rm -f "$DIR/ca.srl"
+openssl rand -hex 32 > "$DIR/token"
+chmod 644 "$DIR"/*.pem
+echo "make_certs: wrote CA, server and client certificates and a token to $DIR (SAN: $san)"

@@ -1,0 +1,139 @@
+#include "worker/nn/cudnn_conv_algos.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/status_macros.h"
+#include "worker/nn/conv_algo_choice.h"
+#include "worker/nn/cuda_status.h"
+
+namespace downpour {
+namespace {
+
+bool IsTransformAlgo(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool IsTransformAlgo(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool IsTransformAlgo(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+// Picks an algorithm from cuDNN's heuristic ranking by the rule of
+// conv_algo_choice.h. `workspace_size(algo, &bytes)` wraps the matching
+// cudnnGet*WorkspaceSize.
+template <typename Algo, typename Perf, typename WorkspaceFn>
+absl::StatusOr<CudnnAlgoChoice<Algo>> ChooseAlgo(
+    const std::vector<Perf>& ranking, const std::vector<Algo>& fallbacks,
+    bool allow_transform, size_t limit, WorkspaceFn workspace_size) {
+  std::vector<RankedAlgo> ranked;
+  ranked.reserve(ranking.size());
+  for (const Perf& p : ranking) {
+    ranked.push_back(RankedAlgo{static_cast<int>(p.algo),
+                                p.status == CUDNN_STATUS_SUCCESS,
+                                p.determinism == CUDNN_DETERMINISTIC});
+  }
+  std::vector<int> fallback_ids;
+  for (Algo a : fallbacks) fallback_ids.push_back(static_cast<int>(a));
+  DP_ASSIGN_OR_RETURN(
+      const ConvAlgoChoice c,
+      ChooseConvAlgo(
+          ranked, fallback_ids, allow_transform, limit,
+          [](int a) { return IsTransformAlgo(static_cast<Algo>(a)); },
+          [&](int a, size_t* bytes) {
+            if (workspace_size(static_cast<Algo>(a), bytes) ==
+                CUDNN_STATUS_SUCCESS) {
+              return true;
+            }
+            // Consume cuDNN's message for this expected failure so that a
+            // later CudnnError does not attach it to an unrelated error.
+            char ignored[256];
+            cudnnGetLastErrorString(ignored, sizeof(ignored));
+            return false;
+          }));
+  return CudnnAlgoChoice<Algo>{static_cast<Algo>(c.algo), c.workspace};
+}
+
+}  // namespace
+
+absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionFwdAlgo_t>> ChooseForwardAlgo(
+    cudnnHandle_t handle, const ConvDescriptors& cd, bool allow_transform,
+    size_t workspace_limit) {
+  int max_count = 0;
+  DP_CUDNN_RETURN_IF_ERROR(
+      cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> ranking(std::max(1, max_count));
+  int returned = 0;
+  DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
+      handle, cd.x(), cd.w(), cd.conv(), cd.y(),
+      static_cast<int>(ranking.size()), &returned, ranking.data()));
+  ranking.resize(std::max(0, returned));
+  const std::vector<cudnnConvolutionFwdAlgo_t> fallbacks = {
+      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+      CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
+  return ChooseAlgo(ranking, fallbacks, allow_transform, workspace_limit,
+                    [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+                      return cudnnGetConvolutionForwardWorkspaceSize(
+                          handle, cd.x(), cd.w(), cd.conv(), cd.y(), a, bytes);
+                    });
+}
+
+absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionBwdDataAlgo_t>>
+ChooseBackwardDataAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
+                       bool allow_transform, size_t workspace_limit) {
+  int max_count = 0;
+  DP_CUDNN_RETURN_IF_ERROR(
+      cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max_count));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranking(
+      std::max(1, max_count));
+  int returned = 0;
+  DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      handle, cd.w(), cd.y(), cd.conv(), cd.x(),
+      static_cast<int>(ranking.size()), &returned, ranking.data()));
+  ranking.resize(std::max(0, returned));
+  const std::vector<cudnnConvolutionBwdDataAlgo_t> fallbacks = {
+      CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
+  return ChooseAlgo(ranking, fallbacks, allow_transform, workspace_limit,
+                    [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+                      return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                          handle, cd.w(), cd.y(), cd.conv(), cd.x(), a, bytes);
+                    });
+}
+
+absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionBwdFilterAlgo_t>>
+ChooseBackwardFilterAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
+                         bool allow_transform, size_t workspace_limit) {
+  int max_count = 0;
+  DP_CUDNN_RETURN_IF_ERROR(
+      cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max_count));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranking(
+      std::max(1, max_count));
+  int returned = 0;
+  DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      handle, cd.x(), cd.y(), cd.conv(), cd.w(),
+      static_cast<int>(ranking.size()), &returned, ranking.data()));
+  ranking.resize(std::max(0, returned));
+  const std::vector<cudnnConvolutionBwdFilterAlgo_t> fallbacks = {
+      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3};
+  return ChooseAlgo(ranking, fallbacks, allow_transform, workspace_limit,
+                    [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+                      return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                          handle, cd.x(), cd.y(), cd.conv(), cd.w(), a, bytes);
+                    });
+}
+
+}  // namespace downpour

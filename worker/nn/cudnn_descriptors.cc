@@ -1,0 +1,104 @@
+#include "worker/nn/cudnn_descriptors.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/nn/cuda_status.h"
+
+namespace downpour {
+
+template <typename T>
+absl::Status Desc<T>::Create() {
+  DP_CUDNN_RETURN_IF_ERROR(DescTraits<T>::Create(&d_));
+  return absl::OkStatus();
+}
+
+// The handle types DescTraits knows.
+template class Desc<cudnnTensorDescriptor_t>;
+template class Desc<cudnnFilterDescriptor_t>;
+template class Desc<cudnnConvolutionDescriptor_t>;
+template class Desc<cudnnPoolingDescriptor_t>;
+
+absl::Status SetTensor4d(cudnnTensorDescriptor_t d, int n, int c, int h,
+                         int w) {
+  DP_CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(
+      d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  return absl::OkStatus();
+}
+
+std::string ConvShape(const ConvDesc& d) {
+  return absl::StrCat("x ", d.batch, "x", d.in_channels, "x", d.in_h, "x",
+                      d.in_w, ", w ", d.out_channels, "x", d.in_channels, "x",
+                      d.kernel_h, "x", d.kernel_w, ", stride ", d.stride,
+                      ", pad ", d.pad);
+}
+
+absl::StatusOr<std::unique_ptr<ConvDescriptors>> ConvDescriptors::Create(
+    const ConvDesc& d) {
+  std::unique_ptr<ConvDescriptors> cd(new ConvDescriptors());
+  DP_RETURN_IF_ERROR(cd->x_.Create());
+  DP_RETURN_IF_ERROR(cd->y_.Create());
+  DP_RETURN_IF_ERROR(cd->bias_.Create());
+  DP_RETURN_IF_ERROR(cd->w_.Create());
+  DP_RETURN_IF_ERROR(cd->conv_.Create());
+  DP_RETURN_IF_ERROR(
+      SetTensor4d(cd->x(), d.batch, d.in_channels, d.in_h, d.in_w));
+  DP_RETURN_IF_ERROR(
+      SetTensor4d(cd->y(), d.batch, d.out_channels, d.OutH(), d.OutW()));
+  DP_RETURN_IF_ERROR(SetTensor4d(cd->bias(), 1, d.out_channels, 1, 1));
+  DP_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(
+      cd->w(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.out_channels,
+      d.in_channels, d.kernel_h, d.kernel_w));
+  // Cross-correlation (no kernel flip), like the CPU backend and PyTorch.
+  DP_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
+      cd->conv(), d.pad, d.pad, d.stride, d.stride, /*dilation_h=*/1,
+      /*dilation_w=*/1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  // FMA math: no TF32 tensor cores (CUDNN_DEFAULT_MATH would allow them for
+  // fp32 on Ampere and newer).
+  DP_CUDNN_RETURN_IF_ERROR(
+      cudnnSetConvolutionMathType(cd->conv(), CUDNN_FMA_MATH));
+
+  int n = 0, c = 0, h = 0, w = 0;
+  DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(
+      cd->conv(), cd->x(), cd->w(), &n, &c, &h, &w));
+  if (n != d.batch || c != d.out_channels || h != d.OutH() || w != d.OutW()) {
+    return absl::InternalError(absl::StrCat(
+        "convolution ", ConvShape(d), ": cuDNN output ", n, "x", c, "x", h,
+        "x", w, " differs from the expected ", d.batch, "x", d.out_channels,
+        "x", d.OutH(), "x", d.OutW()));
+  }
+  return cd;
+}
+
+absl::StatusOr<std::unique_ptr<PoolDescriptors>> PoolDescriptors::Create(
+    const PoolDesc& d) {
+  std::unique_ptr<PoolDescriptors> pd(new PoolDescriptors());
+  DP_RETURN_IF_ERROR(pd->x_.Create());
+  DP_RETURN_IF_ERROR(pd->y_.Create());
+  DP_RETURN_IF_ERROR(pd->pool_.Create());
+  DP_RETURN_IF_ERROR(
+      SetTensor4d(pd->x(), d.batch, d.channels, d.in_h, d.in_w));
+  DP_RETURN_IF_ERROR(
+      SetTensor4d(pd->y(), d.batch, d.channels, d.OutH(), d.OutW()));
+  DP_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
+      pd->pool(), CUDNN_POOLING_MAX, CUDNN_NOT_PROPAGATE_NAN, d.window,
+      d.window, /*verticalPadding=*/0, /*horizontalPadding=*/0, d.window,
+      d.window));
+  int n = 0, c = 0, h = 0, w = 0;
+  DP_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(
+      pd->pool(), pd->x(), &n, &c, &h, &w));
+  if (n != d.batch || c != d.channels || h != d.OutH() || w != d.OutW()) {
+    return absl::InternalError(
+        absl::StrCat("max pooling ", d.batch, "x", d.channels, "x", d.in_h,
+                     "x", d.in_w, " window ", d.window, ": cuDNN output ", n,
+                     "x", c, "x", h, "x", w, " differs from the expected ",
+                     d.batch, "x", d.channels, "x", d.OutH(), "x", d.OutW()));
+  }
+  return pd;
+}
+
+}  // namespace downpour
