@@ -1,75 +1,225 @@
 #include "common/sharding.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <numeric>
-#include <set>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 
 namespace downpour {
 
 int64_t TensorSpec::NumElements() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return INT64_MAX;
+  }
   return n;
 }
 
 int64_t ModelLayout::NumElements() const {
   int64_t n = 0;
-  for (const TensorSpec& t : tensors) n += t.NumElements();
+  for (const TensorSpec& t : tensors) {
+    if (__builtin_add_overflow(n, t.NumElements(), &n)) return INT64_MAX;
+  }
   return n;
 }
 
 namespace {
 
-absl::Status ValidateLayout(const ModelLayout& layout) {
-  if (layout.num_shards < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_shards must be >= 1, got ", layout.num_shards));
+// Tensor names and shapes in messages, cut short: a refused layout may carry
+// names and ranks of any size.
+std::string Quoted(const std::string& name) {
+  constexpr size_t kMaxShown = 64;
+  if (name.size() <= kMaxShown) return absl::StrCat("'", name, "'");
+  return absl::StrCat("'", name.substr(0, kMaxShown), "...' (",
+                      name.size(), " bytes)");
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  constexpr size_t kMaxShown = 8;
+  if (shape.size() <= kMaxShown) {
+    return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
   }
-  if (layout.max_chunk_bytes < 4) {
+  return absl::StrCat(
+      "[",
+      absl::StrJoin(shape.begin(), shape.begin() + kMaxShown, ","),
+      ",...] (rank ", shape.size(), ")");
+}
+
+// How many chunks a tensor of n elements is cut into (see the file comment).
+// n <= max_total_elements and max_chunk_bytes are validated: no overflow.
+int64_t PiecesOf(int64_t n, const ModelLayout& layout) {
+  const int64_t max_chunk_elems = layout.max_chunk_bytes / 4;
+  int64_t pieces = (n + max_chunk_elems - 1) / max_chunk_elems;
+  if (n * 4 > layout.spread_min_bytes) {
+    pieces = std::max<int64_t>(pieces, layout.num_shards);
+  }
+  return std::max<int64_t>(1, std::min<int64_t>(pieces, std::max<int64_t>(n, 1)));
+}
+
+}  // namespace
+
+absl::Status ValidateLayoutLimits(const LayoutLimits& l) {
+  if (l.max_tensors < 1 || l.max_rank < 0 || l.max_total_elements < 1 ||
+      l.max_total_elements > (int64_t{1} << 40) || l.max_chunks < 1 ||
+      l.max_chunks > INT32_MAX || l.max_shards < 1 || l.max_chunk_bytes < 4) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "max_chunk_bytes must be >= 4, got ", layout.max_chunk_bytes));
+        "layout limits must be positive, with max_total_elements <= 2^40 and "
+        "max_chunks < 2^31; got max_tensors ", l.max_tensors, ", max_rank ",
+        l.max_rank, ", max_total_elements ", l.max_total_elements,
+        ", max_chunks ", l.max_chunks, ", max_shards ", l.max_shards,
+        ", max_chunk_bytes ", l.max_chunk_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLayout(const ModelLayout& layout,
+                            const LayoutLimits& limits) {
+  if (absl::Status s = ValidateLayoutLimits(limits); !s.ok()) return s;
+  if (layout.num_shards < 1 || layout.num_shards > limits.max_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_shards must be in [1, max_shards = ",
+                     limits.max_shards, "], got ", layout.num_shards));
+  }
+  if (layout.max_chunk_bytes < 4 || layout.max_chunk_bytes % 4 != 0 ||
+      layout.max_chunk_bytes > limits.max_chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_chunk_bytes must be a multiple of 4 (whole float32 values) in "
+        "[4, ", limits.max_chunk_bytes, "], got ", layout.max_chunk_bytes));
   }
   if (layout.tensors.empty()) {
     return absl::InvalidArgumentError("layout has no tensors");
   }
-  std::set<std::string> names;
+  if (static_cast<int64_t>(layout.tensors.size()) > limits.max_tensors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout has ", layout.tensors.size(),
+                     " tensors, more than max_tensors = ", limits.max_tensors));
+  }
+  // Element counts, checked before anything else is done with them: no
+  // dimension exceeds the total limit, so a product of two of them cannot
+  // overflow before it is compared with the limit.
+  const int64_t max_elems = limits.max_total_elements;
+  int64_t total = 0, chunks = 0;
   for (const TensorSpec& t : layout.tensors) {
     if (t.name.empty()) {
       return absl::InvalidArgumentError("layout has a tensor with no name");
     }
-    if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layout names tensor '", t.name, "' twice"));
+    if (static_cast<int64_t>(t.shape.size()) > limits.max_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", Quoted(t.name), " has ", t.shape.size(),
+          " dimensions, more than max_rank = ", limits.max_rank));
     }
+    int64_t n = 1;
     for (int64_t d : t.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", t.name, "' has a negative dimension ", d));
+            "tensor ", Quoted(t.name), " has a negative dimension ", d));
       }
+      if (d > max_elems) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", Quoted(t.name), " has dimension ", d,
+            ", above max_total_elements = ", max_elems));
+      }
+    }
+    for (int64_t d : t.shape) {
+      if (d == 0) {
+        n = 0;
+        break;
+      }
+    }
+    for (int64_t d : t.shape) {
+      if (n == 0) break;
+      if (n > max_elems / d) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", Quoted(t.name), " of shape ", ShapeString(t.shape),
+            " has more than max_total_elements = ", max_elems,
+            " float32 elements"));
+      }
+      n *= d;
+    }
+    total += n;  // Both <= max_elems <= 2^40: no overflow.
+    if (total > max_elems) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layout has more than max_total_elements = ", max_elems,
+          " float32 elements (reached at tensor ", Quoted(t.name), " of shape ",
+          ShapeString(t.shape), ")"));
+    }
+    chunks += PiecesOf(n, layout);
+    if (chunks > limits.max_chunks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layout cuts into more than max_chunks = ", limits.max_chunks,
+          " chunks (reached at tensor ", Quoted(t.name), " with max_chunk_bytes ",
+          layout.max_chunk_bytes, "): use a larger max_chunk_bytes"));
+    }
+  }
+  // The names last: the set grows with the (now bounded) tensor count.
+  absl::flat_hash_set<absl::string_view> names;
+  names.reserve(layout.tensors.size());
+  for (const TensorSpec& t : layout.tensors) {
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout names tensor ", Quoted(t.name), " twice"));
     }
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+std::string LayoutDifference(const ModelLayout& a, const ModelLayout& b) {
+  if (a.num_shards != b.num_shards) {
+    return absl::StrCat("num_shards ", a.num_shards, " vs ", b.num_shards);
+  }
+  if (a.max_chunk_bytes != b.max_chunk_bytes) {
+    return absl::StrCat("max_chunk_bytes ", a.max_chunk_bytes, " vs ",
+                        b.max_chunk_bytes);
+  }
+  if (a.spread_min_bytes != b.spread_min_bytes) {
+    return absl::StrCat("spread_min_bytes ", a.spread_min_bytes, " vs ",
+                        b.spread_min_bytes);
+  }
+  const size_t n = std::min(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < n; ++i) {
+    const TensorSpec& x = a.tensors[i];
+    const TensorSpec& y = b.tensors[i];
+    if (x.name != y.name) {
+      return absl::StrCat("tensor ", i, ": name ", Quoted(x.name), " vs ",
+                          Quoted(y.name));
+    }
+    if (x.shape != y.shape) {
+      return absl::StrCat("tensor ", i, " ", Quoted(x.name), ": shape ",
+                          ShapeString(x.shape), " vs ", ShapeString(y.shape));
+    }
+  }
+  if (a.tensors.size() != b.tensors.size()) {
+    return absl::StrCat(a.tensors.size(), " tensors vs ", b.tensors.size());
+  }
+  return "";
+}
 
-absl::StatusOr<ShardMap> ComputeShardMap(const ModelLayout& layout) {
-  if (absl::Status s = ValidateLayout(layout); !s.ok()) return s;
-  const int64_t max_chunk_elems = layout.max_chunk_bytes / 4;
+absl::StatusOr<ShardMap> ComputeShardMap(const ModelLayout& layout,
+                                         const LayoutLimits& limits) {
+  // Every count below is bounded once the layout is valid.
+  if (absl::Status s = ValidateLayout(layout, limits); !s.ok()) return s;
   const int num_shards = layout.num_shards;
 
   ShardMap map;
+  int64_t num_chunks = 0;
+  for (const TensorSpec& t : layout.tensors) {
+    num_chunks += PiecesOf(t.NumElements(), layout);
+  }
+  map.chunks.reserve(num_chunks);
   int64_t offset = 0;
   for (int32_t t = 0; t < static_cast<int32_t>(layout.tensors.size()); ++t) {
     const int64_t n = layout.tensors[t].NumElements();
-    int64_t pieces = (n + max_chunk_elems - 1) / max_chunk_elems;
-    if (n * 4 > layout.spread_min_bytes) {
-      pieces = std::max<int64_t>(pieces, num_shards);
-    }
-    pieces = std::max<int64_t>(1, std::min<int64_t>(pieces, std::max<int64_t>(n, 1)));
+    const int64_t pieces = PiecesOf(n, layout);
     // Near-equal pieces: the first (n % pieces) get one extra element.
     const int64_t base = n / pieces, extra = n % pieces;
     for (int64_t p = 0; p < pieces; ++p) {
@@ -94,13 +244,18 @@ absl::StatusOr<ShardMap> ComputeShardMap(const ModelLayout& layout) {
   });
   map.shard_elements.assign(num_shards, 0);
   map.shard_chunks.assign(num_shards, {});
+  // The lightest shard, lowest index first among equals: a heap of
+  // (elements, shard) keeps this O(chunks * log(shards)).
+  using Load = std::pair<int64_t, int>;
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> lightest;
+  for (int k = 0; k < num_shards; ++k) lightest.push({0, k});
   for (int32_t id : order) {
-    const int shard = static_cast<int>(
-        std::min_element(map.shard_elements.begin(), map.shard_elements.end()) -
-        map.shard_elements.begin());
+    const int shard = lightest.top().second;
+    lightest.pop();
     map.chunks[id].shard = shard;
     map.shard_elements[shard] += map.chunks[id].num_elements;
     map.shard_chunks[shard].push_back(id);
+    lightest.push({map.shard_elements[shard], shard});
   }
   for (auto& ids : map.shard_chunks) std::sort(ids.begin(), ids.end());
   return map;

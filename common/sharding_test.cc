@@ -215,5 +215,53 @@ TEST(ShardingTest, MaxChunkBytesMustBeAPositiveMultipleOfFourAndBounded) {
   EXPECT_TRUE(ComputeShardMap(l).ok());  // 225,034 chunks: within the limit.
 }
 
+
+TEST(ShardingTest, LimitsAreOptionsAndAreThemselvesChecked) {
+  LayoutLimits limits;
+  limits.max_tensors = 7;
+  EXPECT_NE(ComputeShardMap(CnnLayout(2), limits).status().message().find(
+                "max_tensors = 7"),
+            std::string::npos);
+  limits = LayoutLimits();
+  limits.max_total_elements = 225034;  // CnnLayout's exact size.
+  EXPECT_TRUE(ComputeShardMap(CnnLayout(2), limits).ok());
+  limits.max_total_elements = 225033;
+  EXPECT_FALSE(ComputeShardMap(CnnLayout(2), limits).ok());
+  limits = LayoutLimits();
+  limits.max_chunks = 8;  // One chunk a tensor with 1 shard.
+  EXPECT_TRUE(ComputeShardMap(CnnLayout(1), limits).ok());
+  EXPECT_FALSE(ComputeShardMap(CnnLayout(2), limits).ok());  // fc1 spread
+  limits = LayoutLimits();
+  limits.max_chunks = int64_t{1} << 31;
+  EXPECT_FALSE(ValidateLayoutLimits(limits).ok());
+  EXPECT_FALSE(ComputeShardMap(CnnLayout(2), limits).ok());
+  EXPECT_TRUE(ValidateLayoutLimits(LayoutLimits()).ok());
+}
+
+TEST(ShardingTest, LayoutDifferenceNamesTheFirstDifference) {
+  ModelLayout a;
+  a.tensors = {{"b", {3}}, {"w", {4, 8}}};
+  ModelLayout b = a;
+  EXPECT_EQ(LayoutDifference(a, b), "");
+  b.tensors[1].shape = {8, 4};
+  EXPECT_EQ(LayoutDifference(a, b), "tensor 1 'w': shape [4,8] vs [8,4]");
+  b = a;
+  b.tensors[0].name = "c";
+  EXPECT_EQ(LayoutDifference(a, b), "tensor 0: name 'b' vs 'c'");
+  b = a;
+  b.tensors.pop_back();
+  EXPECT_EQ(LayoutDifference(a, b), "2 tensors vs 1");
+  b = a;
+  b.num_shards = 3;
+  EXPECT_EQ(LayoutDifference(a, b), "num_shards 1 vs 3");
+  b = a;
+  b.tensors[1].shape.assign(100, 1);
+  b.tensors[1].name.assign(1000, 'x');
+  const std::string long_diff = LayoutDifference(a, b);
+  EXPECT_LT(long_diff.size(), 200u) << long_diff;
+  b.tensors[1].name = "w";
+  EXPECT_NE(LayoutDifference(a, b).find("(rank 100)"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace downpour

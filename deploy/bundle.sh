@@ -4,7 +4,8 @@
 # the Fashion-MNIST files and run_gpu_checks.sh, into one folder and a
 # tarball (deploy/make_bundle.sh does the packing; its comment describes the
 # layout). GPU test programs (cc_tests named *cuda* or *gpu*, or tagged cuda
-# or gpu) are packed too, for run_gpu_checks.sh.
+# or gpu) are packed too, for run_gpu_checks.sh; the build fails when the
+# query fails or misses //worker/nn:cuda_backend_test or :cuda_train_test.
 #
 #   bash deploy/bundle.sh                   # dist/downpour-bundle{,.tar.gz}
 #   bash deploy/bundle.sh --out=/tmp/b --no_data
@@ -42,10 +43,28 @@ build_flags=(-c opt)
 [[ -n "$jobs" ]] && build_flags+=(--jobs="$jobs")
 
 programs=(//server:ps_server //worker:ps_worker //deploy:launch //tests/bench:gpu_bench)
-# GPU tests, if the tree has any.
-mapfile -t gpu_tests < <("${bazel_cmd[@]}" query --keep_going --output=label \
-  'kind("cc_test", attr(name, "cuda|gpu", //...) + attr(tags, "\b(cuda|gpu)\b", //...))' \
-  2>/dev/null || true)
+# GPU tests. A failed query is an error (not "no tests"), and the bundle
+# must carry at least the two CUDA test programs: run_gpu_checks.sh treats a
+# bundle without GPU tests as a failure, so find that out here.
+required_gpu_tests=(//worker/nn:cuda_backend_test //worker/nn:cuda_train_test)
+query_err="$(mktemp)"
+if ! query_out="$("${bazel_cmd[@]}" query --output=label \
+    'kind("cc_test", attr(name, "cuda|gpu", //...) + attr(tags, "\b(cuda|gpu)\b", //...))' \
+    2> "$query_err")"; then
+  cat "$query_err" >&2
+  echo "bundle.sh: bazel query for the GPU tests failed (see above)" >&2
+  rm -f "$query_err"
+  exit 1
+fi
+rm -f "$query_err"
+mapfile -t gpu_tests < <(sed '/^$/d' <<< "$query_out")
+for t in "${required_gpu_tests[@]}"; do
+  if ! printf '%s\n' "${gpu_tests[@]+"${gpu_tests[@]}"}" | grep -qxF -- "$t"; then
+    echo "bundle.sh: the GPU test $t was not found by bazel query; refusing" \
+         "to pack a bundle without it" >&2
+    exit 1
+  fi
+done
 
 echo "bundle.sh: building ${programs[*]} ${gpu_tests[*]+"${gpu_tests[*]}"}"
 "${bazel_cmd[@]}" build "${build_flags[@]}" "${programs[@]}" \
@@ -64,6 +83,11 @@ done
 for t in "${gpu_tests[@]+"${gpu_tests[@]}"}"; do
   p="$(label_path "$t")"
   args+=(--test_binary="$p=$bin_dir/$p")
+done
+for t in "${required_gpu_tests[@]}"; do
+  p="$(label_path "$t")"
+  [[ -x "$bin_dir/$p" ]] ||
+    { echo "bundle.sh: $t did not build to $bin_dir/$p" >&2; exit 1; }
 done
 args+=(--file=bench/gpu_bench.sh=tests/bench/gpu_bench.sh
        --file=bench/pytorch_fashion_cnn.py=tests/bench/pytorch_fashion_cnn.py)

@@ -167,8 +167,25 @@ add_binary() {  # list-file REL=PATH
   cp -L -- "$bin" "$out/libexec/$rel"
   chmod 755 "$out/libexec/$rel"
   pack_closure "$rel" "$bin"
+  # cuBLAS/cuDNN are dlopened by the CUDA backend (worker/nn/cuda_libs.cc),
+  # so ldd does not list them: find their sonames in the binary. The
+  # wrappers then look for them on the host, as optional libraries.
+  local so
+  while read -r so; do
+    [[ -n "$so" ]] || continue
+    dlopens["$rel"]=1
+    dlopen_wants["$so"]=1
+    if [[ "$so" =~ ^libcublas\.so\.([0-9]+)$ ]]; then
+      # cuBLAS loads cuBLASLt; NVRTC (cuDNN's runtime-compiled engines)
+      # matches the CUDA major, which is cuBLAS's.
+      dlopen_wants["libcublasLt.so.${BASH_REMATCH[1]}"]=1
+      dlopen_wants["libnvrtc.so.${BASH_REMATCH[1]}"]=1
+    fi
+  done < <(grep -aoE 'lib(cublas|cudnn)\.so\.[0-9]+' "$bin" | sort -u)
   printf '%s\t%s\n' "$rel" "$_needs" >> "$out/libexec/$list"
 }
+declare -A dlopens=()       # rel -> 1 when the program may dlopen CUDA libs
+declare -A dlopen_wants=()  # soname -> 1
 
 : > "$out/libexec/programs.txt"
 : > "$out/libexec/gpu_tests.txt"
@@ -190,7 +207,11 @@ cp "$FILES/check_libs.sh" "$out/bin/check_libs"
 cp "$FILES/run_gpu_checks.sh" "$out/run_gpu_checks.sh"
 cp "$FILES/README.txt" "$out/README.txt"
 chmod 755 "$out/bin/check_libs" "$out/run_gpu_checks.sh"
+for so in "${!dlopen_wants[@]}"; do
+  [[ " $wants " == *" $so "* ]] || wants="${wants:+$wants }$so"
+done
 printf '%s\n' "$wants" > "$out/libexec/cuda_wants.txt"
+printf '%s\n' "${!dlopen_wants[@]}" | sed '/^$/d' | sort > "$out/libexec/cuda_dlopen.txt"
 
 all_needs="$(cut -f2 "$out/libexec/programs.txt" | tr ' ' '\n' | sed '/^$/d' | sort -u | tr '\n' ' ')"
 all_needs="${all_needs% }"
@@ -201,7 +222,12 @@ write_wrapper() {  # REL NEEDS
   [[ -e "$out/bin/$name" ]] && die "two binaries named $name"
   # The launcher's children (ps_server, ps_worker) inherit its environment,
   # so its wrapper resolves what all programs need.
-  [[ "$rel" == deploy/launch ]] && needs="$all_needs"
+  local wants_if="\$DOWNPOUR_NEEDS"
+  [[ -n "${dlopens[$rel]:-}" ]] && wants_if=dlopen
+  if [[ "$rel" == deploy/launch ]]; then
+    needs="$all_needs"
+    ((${#dlopens[@]} > 0)) && wants_if=dlopen
+  fi
   local data_default=0
   if [[ "$no_data" == 0 && ( "$name" == launch || "$name" == ps_worker ) ]]; then
     data_default=1
@@ -214,7 +240,7 @@ self="\$(readlink -f -- "\${BASH_SOURCE[0]}")"
 DOWNPOUR_BUNDLE="\$(cd -- "\$(dirname -- "\$self")/.." && pwd -P)"
 DOWNPOUR_BINARY=$name
 DOWNPOUR_NEEDS="$needs"
-DOWNPOUR_WANTS="\$( [[ -n "\$DOWNPOUR_NEEDS" ]] && cat "\$DOWNPOUR_BUNDLE/libexec/cuda_wants.txt")"
+DOWNPOUR_WANTS="\$( [[ -n "$wants_if" ]] && cat "\$DOWNPOUR_BUNDLE/libexec/cuda_wants.txt")"
 source "\$DOWNPOUR_BUNDLE/libexec/downpour_env.sh" || exit 127
 EOF
   if [[ "$data_default" == 1 ]]; then

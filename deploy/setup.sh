@@ -18,6 +18,9 @@ PACKAGES=(
   nlohmann-json3-dev
   # The thread-safety build (--config=thread_safety): clang's -Wthread-safety.
   clang-14
+  # Security and operations: certificates (make_certs.sh), the Prometheus
+  # client library and a real Prometheus server for the metrics test.
+  openssl prometheus-cpp-dev libcivetweb-dev prometheus
   # The default training data: Fashion-MNIST under /usr/share/datasets/.
   dataset-fashion-mnist
 )

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace downpour {
 
 void ApplyOnArrival(const StepContext& ctx, const StalenessRule& rule,
@@ -30,8 +32,8 @@ class AsyncPolicy final : public StepPolicy {
         rule_{ctx_.options->staleness_aware,
               ctx_.options->drop_stale_threshold} {}
 
-  absl::Status CheckPush(const PushId&, size_t) override {
-    return absl::OkStatus();
+  absl::Status CheckPush(const PushId& id, size_t) override {
+    return CheckWorker(id.worker_id, "push");
   }
 
   absl::StatusOr<PushResult> Apply(const PushId&,
@@ -47,7 +49,9 @@ class AsyncPolicy final : public StepPolicy {
     done(ctx_.read(spec, sink));
   }
 
-  absl::Status Leave(int32_t) override { return absl::OkStatus(); }
+  absl::Status Leave(int32_t worker_id) override {
+    return CheckWorker(worker_id, "leave");
+  }
   absl::Duration TickInterval() const override {
     return absl::ZeroDuration();
   }
@@ -56,6 +60,17 @@ class AsyncPolicy final : public StepPolicy {
   void FillStats(ShardStats*) const override {}
 
  private:
+  // Ids at or above num_workers, when it is given, are not of this job.
+  absl::Status CheckWorker(int32_t worker_id, const char* what) const {
+    const int32_t workers = ctx_.options->num_workers;
+    if (workers == 0 || worker_id < workers) return absl::OkStatus();
+    return ctx_.metrics->Reject(
+        "bad_request",
+        absl::InvalidArgumentError(absl::StrCat(
+            what, ": worker_id ", worker_id, " is not below the job's ",
+            workers, " workers (--num_workers)")));
+  }
+
   const StepContext ctx_;
   const StalenessRule rule_;
 };

@@ -4,7 +4,9 @@
 // chunk under each chunk's own lock (pushes to different chunks never wait
 // on each other), optionally scaled by the update's staleness (Zhang et al.
 // 2016) or dropped above a staleness threshold. Pulls never wait; Leave and
-// the timer do nothing.
+// the timer do nothing. With num_workers > 0, pushes and leaves from a
+// worker_id at or above it are refused (InvalidArgument); with 0 any id >= 0
+// is taken.
 //
 // ApplyOnArrival is the apply step itself, shared with the ssp mode.
 //

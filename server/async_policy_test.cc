@@ -56,6 +56,8 @@ TEST(AsyncModeTest, WorkerIdAtOrAboveNumWorkersIsRefused) {
       << r.status();
   EXPECT_EQ(Values(*f->store), std::vector<float>(6, 0.0f));
   ASSERT_TRUE(PushConst(*f->store, 3, 1, 1.0f, 0).ok());
+  EXPECT_EQ(f->store->Leave(4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(f->store->Leave(3).ok());
   auto any = NewModeStore(TrainMode::kAsync, 0);
   ASSERT_TRUE(PushConst(*any->store, 1000, 1, 1.0f, 0).ok());
 }

@@ -188,7 +188,9 @@ absl::Status ParameterStoreImpl::StageLayout(const ModelLayout& layout) {
             " shards but this server is shard ", options_.shard_index, " of ",
             options_.num_shards)));
   }
-  absl::StatusOr<ShardMap> map = ComputeShardMap(layout);
+  // Checked against the limits before anything is built from it; a refusal
+  // leaves nothing staged, so a valid layout may still be declared.
+  absl::StatusOr<ShardMap> map = ComputeShardMap(layout, options_.layout_limits);
   if (!map.ok()) return metrics_.Reject("bad_request", map.status());
   layout_ = layout;
   map_ = *std::move(map);
@@ -229,12 +231,9 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
       return metrics_.Reject(
           "layout_mismatch",
           absl::InvalidArgumentError(absl::StrCat(
-              "declared layout (", layout.tensors.size(), " tensors, ",
-              layout.NumElements(), " floats, ", layout.num_shards,
-              " shards) differs from the one shard ", options_.shard_index,
-              " already holds (", layout_.tensors.size(), " tensors, ",
-              layout_.NumElements(), " floats, ", layout_.num_shards,
-              " shards)")));
+              "declared layout differs from the one shard ",
+              options_.shard_index, " already holds (declared vs held): ",
+              LayoutDifference(layout, layout_))));
     }
   } else {
     // Stage the layout (CheckChunkBytes reads it); keep it only if this
@@ -247,17 +246,17 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
     return s;
   }
   layout_published_ = true;
-  bool set_any = false;
+  const bool was_initialized = initialized_.load(std::memory_order_relaxed);
   for (const ChunkBytes& c : initial) {
     if (chunks_.at(chunks_.LocalIndex(c.chunk_id)).Initialize(c, *optimizer_)) {
       --chunks_without_values_;
-      set_any = true;
     }
   }
-  if (chunks_without_values_ == 0) {
-    initialized_.store(true, std::memory_order_release);
-  }
-  return set_any;
+  // Only the call that gives the last chunk its values initializes the
+  // shard (DeclareModelResponse.initialized_now).
+  const bool initialized_now = !was_initialized && chunks_without_values_ == 0;
+  if (initialized_now) initialized_.store(true, std::memory_order_release);
+  return initialized_now;
 }
 
 absl::Status ParameterStoreImpl::Read(const PullSpec& spec,
@@ -394,6 +393,7 @@ absl::Status ParameterStore::Pull(absl::Span<const int32_t> chunk_ids,
 absl::StatusOr<std::unique_ptr<ParameterStore>> ParameterStore::Create(
     const ParameterStoreOptions& options) {
   DP_RETURN_IF_ERROR(ValidateStepPolicyOptions(options));
+  DP_RETURN_IF_ERROR(ValidateLayoutLimits(options.layout_limits));
   if (options.num_shards < 1 || options.shard_index < 0 ||
       options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(absl::StrCat(

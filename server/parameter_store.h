@@ -17,10 +17,18 @@
 //  * ssp (stale-synchronous parallel): pushes apply on arrival, and a pull by
 //    a worker whose clock (pushes done) is c waits until the slowest active
 //    worker's clock is >= c - staleness.
-// No wait is unbounded: after `sync_timeout` the workers being waited for are
-// evicted (named in the log and the stats) and the job goes on with the rest,
-// or, when fewer than `min_replicas` remain, is aborted: every call then fails
-// with ABORTED naming the missing workers.
+// No wait outlives `sync_timeout` (plus one timer tick), whatever the pull
+// asks for. After the timeout the workers being waited for are evicted
+// (named in the log and the stats) and the job goes on with the rest, or,
+// when fewer than `min_replicas` remain, is aborted: every call then fails
+// with ABORTED naming the missing workers. Workers are evicted only on
+// behalf of one that is ahead of them: in sync mode a worker whose gradient
+// for the step is in, in ssp mode an active worker at the pull's clock. A
+// pull that no such worker stands behind (on a fresh job nobody has pushed;
+// a step or clock nobody reached) evicts nobody: it is answered
+// DEADLINE_EXCEEDED naming what it waited for. A pull asking for more than
+// 16 steps (sync) or clocks (ssp) beyond the furthest one on the shard is
+// InvalidArgument at once.
 // A push carries (worker_id, seq) and may be cut into parts (PushId); a part
 // already received for that worker and seq, or a part of an older seq, is a
 // retry and is acknowledged without being applied, so no update is lost or
@@ -72,10 +80,16 @@ class ParameterStore {
   // Declares the layout. `initial` holds initial values for some or all of
   // this shard's chunks (each at most once, full size, finite); each chunk
   // keeps the first values it is given, and the shard serves pulls and pushes
-  // once every chunk has values. Returns true when this call gave values to
-  // at least one chunk, false when all it carried were already set. A
-  // different layout than the first one declared, or one cut for another
-  // number of shards, is InvalidArgument; a bad call changes nothing.
+  // once every chunk has values. Returns true only for the call that
+  // initialized the shard, i.e. gave the last chunk without values its
+  // values (DeclareModelResponse.initialized_now); false for every other
+  // call, including earlier parts of a split declaration. The layout is
+  // checked against options.layout_limits (common/sharding.h) before
+  // anything is built from it: InvalidArgument naming the limit. A layout
+  // other than the first one accepted (the message names the first
+  // difference), or one cut for another number of shards, is
+  // InvalidArgument. A refused call changes nothing: after a refused first
+  // layout the shard still takes a valid one.
   virtual absl::StatusOr<bool> Declare(const ModelLayout& layout,
                                        absl::Span<const ChunkBytes> initial) = 0;
 
@@ -90,15 +104,22 @@ class ParameterStore {
   // `sink` and then `done` run exactly once, either now on this thread or
   // later on the thread that made the pull ready (a push, a leave, or the
   // store's timeout thread). `sink` is not called when the status is an
-  // error.
+  // error. In sync and ssp mode a pull that waits ends within sync_timeout
+  // (plus a tick): with the values, or ABORTED, or DEADLINE_EXCEEDED naming
+  // what it waited for; one asking for more than 16 steps or clocks beyond
+  // the shard is InvalidArgument at once (see the file comment).
   virtual void PullWhenReady(PullSpec spec,
                              std::function<void(const ChunkView&)> sink,
                              std::function<void(absl::Status)> done) = 0;
 
   // Applies gradients with the server optimizer (see the file comment).
-  // worker_id >= 0, seq >= 1, 0 <= part < num_parts, each chunk at most once
-  // per push. In sync mode the parts of a push together carry every chunk of
-  // the shard exactly once.
+  // worker_id >= 0 (and < num_workers when num_workers > 0, in every mode),
+  // seq >= 1, 0 <= part < num_parts, each chunk at most once per push. In
+  // sync mode a push must carry every chunk of the shard: the step's update
+  // is the mean of whole gradients. A one-part push missing chunks is
+  // InvalidArgument; a push cut into parts carries each chunk in exactly one
+  // part, and when its last part arrives without all of them the worker's
+  // gradient for the step is refused (InvalidArgument).
   virtual absl::StatusOr<PushResult> Push(const PushId& id,
                                           absl::Span<const ChunkBytes> grads) = 0;
   // A push in one part.

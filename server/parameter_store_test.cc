@@ -100,6 +100,22 @@ TEST(ParameterStoreTest, AbsurdLayoutIsRefusedAndAValidOneStillDeclares) {
   EXPECT_TRUE(store->Stats().initialized);
 }
 
+TEST(ParameterStoreTest, LayoutLimitsComeFromTheOptions) {
+  Fixture f = MakeFixture(1);
+  ParameterStoreOptions o;
+  o.layout_limits.max_tensors = 2;
+  auto store = ParameterStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto r = (*store)->Declare(f.layout, ChunksOf(f, 0, f.flat));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("max_tensors = 2"), std::string::npos)
+      << r.status();
+  EXPECT_EQ((*store)->Stats().rejected["bad_request"], 1);
+  o.layout_limits.max_chunks = 0;
+  EXPECT_EQ(ParameterStore::Create(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // The mismatch message names the first difference, not a summary that two
 // different layouts share.
 TEST(ParameterStoreTest, LayoutMismatchSaysWhatDiffers) {
@@ -168,7 +184,8 @@ TEST(ParameterStoreTest, DeclaredInPartsServesOnceEveryChunkHasValues) {
   ASSERT_GE(init.size(), 2u);
   const ChunkBytes last = init.back();
   init.pop_back();
-  ASSERT_TRUE(*store->Declare(f.layout, init));
+  // Not the call that initializes the shard (initialized_now).
+  ASSERT_FALSE(*store->Declare(f.layout, init));
   EXPECT_FALSE(store->Stats().initialized);
   EXPECT_EQ(store->Pull({}, [](const ChunkView&) {}).code(),
             absl::StatusCode::kFailedPrecondition);

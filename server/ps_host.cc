@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "rpc/grpc_config.h"
 
 namespace downpour {
@@ -15,6 +16,16 @@ namespace {
 std::string HostPart(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+HostOpsOptions OpsOptions(const ParameterServerHostOptions& o) {
+  HostOpsOptions ops;
+  ops.security = o.security;
+  ops.listen_addresses = o.listen_addresses;
+  ops.shard_index = o.store.shard_index;
+  ops.metrics_port = o.metrics_port;
+  ops.metrics_bind = o.metrics_bind;
+  return ops;
 }
 
 }  // namespace
@@ -32,7 +43,14 @@ absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create
   std::unique_ptr<ParameterServerHost> host(new ParameterServerHost());
   host->listen_addresses_ = options.listen_addresses;
   DP_ASSIGN_OR_RETURN(host->store_, ParameterStore::Create(options.store));
-  host->service_ = NewParameterServerService(host->store_.get(), options.service);
+  ParameterServerHost* const raw = host.get();
+  DP_ASSIGN_OR_RETURN(host->ops_, HostOps::Create(OpsOptions(options),
+                                                  host->store_.get(),
+                                                  [raw] { raw->SetServing(true); }));
+  ServiceOptions service_options = options.service;
+  service_options.authenticator = host->ops_->authenticator();
+  service_options.observer = host->ops_->observer();
+  host->service_ = NewParameterServerService(host->store_.get(), service_options);
 
   grpc::ServerBuilder builder;
   // ServerBuilder writes each bound port through its pointer at start.
@@ -46,7 +64,10 @@ absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create
     builder.RegisterService(extra);
   }
   ConfigureServerBuilder(&builder);
+  host->ops_->ConfigureBuilder(&builder);
+  grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1.Health
   host->server_ = builder.BuildAndStart();
+  if (host->server_ != nullptr) host->SetServing(false);
   for (size_t a = 0; a < options.listen_addresses.size(); ++a) {
     if (host->server_ == nullptr || host->ports_[a] == 0) {
       // With no server there is nothing to shut down; the destructor
@@ -63,6 +84,14 @@ ParameterServerHost::~ParameterServerHost() {
   Wait();
 }
 
+void ParameterServerHost::SetServing(bool serving) {
+  if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(serving);
+  }
+}
+
+int ParameterServerHost::metrics_port() const { return ops_->metrics_port(); }
+
 std::string ParameterServerHost::address(int i) const {
   return absl::StrCat(HostPart(listen_addresses_[i]), ":", ports_[i]);
 }
@@ -71,6 +100,7 @@ void ParameterServerHost::Shutdown(absl::Duration grace) {
   absl::MutexLock l(&shutdown_mu_);
   if (shut_down_) return;
   shut_down_ = true;
+  SetServing(false);  // Draining: health checks see NOT_SERVING first.
   // Waiting pulls first: gRPC's shutdown waits for every call to finish.
   if (store_ != nullptr) store_->Shutdown();
   if (server_ != nullptr) {

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "rpc/credentials.h"
 #include "server/grpc_service.h"
+#include "server/host_ops.h"
 #include "server/parameter_store.h"
 
 namespace grpc {
@@ -51,6 +52,10 @@ struct ParameterServerHostOptions {
   // More services on the same server (e.g. server/job_control.h's). Not
   // owned; each must outlive the host.
   std::vector<grpc::Service*> extra_services;
+  // Security and operations: the Prometheus endpoint (-1 off, 0 a free
+  // port; README "Observability").
+  int metrics_port = -1;
+  std::string metrics_bind = "127.0.0.1";
 };
 
 class ParameterServerHost {
@@ -74,6 +79,14 @@ class ParameterServerHost {
   // Owned by the host; valid until it is destroyed.
   ParameterStore* store() const { return store_.get(); }
 
+  // The grpc.health.v1.Health status of every service of this server:
+  // NOT_SERVING from the start until the first declaration (the host sets
+  // SERVING then), and from Shutdown on. Recovery calls it after a restore
+  // (SERVING) and when draining (NOT_SERVING).
+  void SetServing(bool serving);
+  // The bound Prometheus port, or -1 when metrics are off.
+  int metrics_port() const;
+
   // Answers every pull waiting on a sync step or the ssp bound (CANCELLED),
   // stops accepting calls and waits up to `grace` for those in flight, then
   // cancels the rest. Later calls do nothing.
@@ -89,6 +102,7 @@ class ParameterServerHost {
   std::vector<int> ports_;  // Written by gRPC once, at BuildAndStart.
   // Destroyed in reverse order: the server before the service and store.
   std::unique_ptr<ParameterStore> store_;
+  std::unique_ptr<HostOps> ops_;  // Token check, metrics; used by service_.
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
 

@@ -82,6 +82,11 @@ TEST(ParameterServerHostTest, BadOptionsAreRefused) {
   ParameterServerHostOptions bad_address;
   // An address of no interface here (TEST-NET-1, RFC 5737).
   bad_address.listen_addresses = {"192.0.2.1:0"};
+  // Plaintext on a non-loopback address is refused before listening...
+  EXPECT_EQ(ParameterServerHost::Create(bad_address).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // ...unless allowed; then the listen itself fails.
+  bad_address.security.allow_insecure = true;
   auto h = ParameterServerHost::Create(bad_address);
   EXPECT_EQ(h.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(std::string(h.status().message()),

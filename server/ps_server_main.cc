@@ -19,18 +19,20 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "absl/flags/reflection.h"
 #include "common/cluster_spec.h"
 #include "common/malloc_tuning.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/net_probe.h"
 #include "server/job_control.h"
+#include "rpc/security_flags.h"
 #include "server/ps_host.h"
 
 ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one.");
-ABSL_FLAG(std::string, bind, "127.0.0.1",
-          "Address to bind. Use 0.0.0.0 to serve workers on other hosts.");
+ABSL_FLAG(std::string, bind, "",
+          "Address to bind (default 127.0.0.1, or with a cluster spec the "
+          "host of this task's entry). Use 0.0.0.0 to serve workers on "
+          "other hosts.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here once serving.");
 ABSL_FLAG(int, shard_index, 0, "This server's shard, 0 <= index < num_shards.");
@@ -58,6 +60,13 @@ ABSL_FLAG(double, sync_timeout_s, 30,
 ABSL_FLAG(int, debug_drop_reply_every, 0,
           "Testing only: replace every Nth Pull/Push/PushPull reply, after "
           "it took effect, by UNAVAILABLE (a reply lost on the network).");
+// Security and operations (the TLS and token flags are in
+// rpc/security_flags.cc, shared by every binary).
+ABSL_FLAG(int, metrics_port, -1,
+          "Prometheus endpoint port (/metrics); -1 off, 0 a free one.");
+ABSL_FLAG(std::string, metrics_bind, "127.0.0.1",
+          "Address of the Prometheus endpoint.");
+
 ABSL_FLAG(int, min_replicas, 1,
           "Sync/ssp: fewest workers to go on with; below it the job aborts.");
 
@@ -133,7 +142,9 @@ absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
     return absl::InvalidArgumentError("--debug_drop_reply_every must be >= 0");
   }
   host_options.listen_addresses = {
-      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", port)};
+      absl::StrCat(absl::GetFlag(FLAGS_bind).empty() ? "127.0.0.1"
+                                                     : absl::GetFlag(FLAGS_bind),
+                   ":", port)};
   // Across machines: a spec overrides shard, shards, workers and address.
   downpour::ClusterSpecInputs in;
   in.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
@@ -145,11 +156,13 @@ absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
   DP_ASSIGN_OR_RETURN(*spec, downpour::ResolveClusterSpec(
                                  in, downpour::ProcessEnvLookup()));
   if (spec->has_value()) {
-    const bool bind_set =
-        absl::GetFlagReflectionHandle(FLAGS_bind).IsSpecifiedOnCommandLine();
     DP_RETURN_IF_ERROR(downpour::ApplyClusterSpec(
-        **spec, bind_set ? absl::GetFlag(FLAGS_bind) : "", &host_options));
+        **spec, absl::GetFlag(FLAGS_bind), &host_options));
   }
+  // Security and operations.
+  DP_ASSIGN_OR_RETURN(host_options.security, downpour::SecurityOptionsFromFlags());
+  host_options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  host_options.metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
   return host_options;
 }
 
@@ -206,6 +219,10 @@ int main(int argc, char** argv) {
     return listen_failed ? 1 : 2;
   }
   const int bound_port = (*host)->port();
+  if ((*host)->metrics_port() >= 0) {  // Security and operations.
+    std::printf("ps_server: metrics on http://%s:%d/metrics\n",
+                host_options->metrics_bind.c_str(), (*host)->metrics_port());
+  }
   std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s\n",
               options.shard_index, options.num_shards,
               downpour::TrainModeName(options.mode),

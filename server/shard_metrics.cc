@@ -2,12 +2,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace downpour {
 
+int StalenessHistogram::BucketOf(int64_t staleness) {
+  if (staleness < kExact) return static_cast<int>(std::max<int64_t>(staleness, 0));
+  const int k = 63 - __builtin_clzll(static_cast<uint64_t>(staleness));  // >= 10
+  // The 6 bits below the leading one pick the bucket within the octave.
+  const int sub = static_cast<int>(staleness >> (k - 6)) - kSubBuckets;
+  return kExact + (k - 10) * kSubBuckets + sub;
+}
+
+int64_t StalenessHistogram::ValueOf(int bucket) {
+  if (bucket < kExact) return bucket;
+  const int k = 10 + (bucket - kExact) / kSubBuckets;
+  const int sub = (bucket - kExact) % kSubBuckets;
+  const int64_t width = int64_t{1} << (k - 6);
+  return (kSubBuckets + sub) * width + width / 2;
+}
+
 void StalenessHistogram::Add(int64_t staleness, int64_t times) {
-  counts_[std::min<int64_t>(std::max<int64_t>(staleness, 0), kBuckets - 1)]
-      .fetch_add(times, std::memory_order_relaxed);
+  counts_[BucketOf(staleness)].fetch_add(times, std::memory_order_relaxed);
 }
 
 int64_t StalenessHistogram::Quantile(double q) const {
@@ -18,9 +34,10 @@ int64_t StalenessHistogram::Quantile(double q) const {
   int64_t seen = 0;
   for (int i = 0; i < kBuckets; ++i) {
     seen += counts_[i].load(std::memory_order_relaxed);
-    if (seen >= std::max<int64_t>(target, 1)) return i;
+    if (seen >= std::max<int64_t>(target, 1)) return ValueOf(i);
   }
-  return kBuckets - 1;
+  // Only when counts grew during the scan past what `total` saw.
+  return ValueOf(kBuckets - 1);
 }
 
 void ShardMetrics::RecordStaleness(int64_t staleness, int64_t times) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,10 @@ class SspPolicy final : public WaitingPolicy {
 
  private:
   bool IsReadyLocked(const PullSpec& spec) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckWaitLocked(const PullSpec& spec) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeWaitLocked(const PullSpec& spec) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Remembers how far ahead of the slowest worker a pull was answered.
   void OnPullAnsweredLocked(const PullSpec& spec) override
@@ -93,9 +98,37 @@ void SspPolicy::OnPullAnsweredLocked(const PullSpec& spec) {
   max_lead_ = std::max(max_lead_, spec.worker_clock - min_clock);
 }
 
+absl::Status SspPolicy::CheckWaitLocked(const PullSpec& spec) const {
+  if (spec.worker_clock < 0) return absl::OkStatus();
+  const int64_t max_clock = *std::max_element(clock_.begin(), clock_.end());
+  if (spec.worker_clock - max_clock <= kMaxAhead) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pull: worker_clock ", spec.worker_clock, " is more than ", kMaxAhead,
+      " beyond the furthest clock on shard ", options_.shard_index, " (",
+      max_clock, "); a worker pulls with the clock of the pushes it made"));
+}
+
+std::string SspPolicy::DescribeWaitLocked(const PullSpec& spec) const {
+  return absl::StrCat("every active worker to reach clock ",
+                      spec.worker_clock - options_.staleness, " (worker_clock ",
+                      spec.worker_clock, " - staleness ", options_.staleness,
+                      "); no active worker is at clock ", spec.worker_clock,
+                      ", the slowest is at ", MinActiveClockLocked());
+}
+
+// A waiter overdue for `sync_timeout` evicts the laggards below its bound
+// only when some active worker is at its clock: the worker pulling (its own
+// pushes are in before it pulls). A pull no active worker stands behind
+// evicts nobody; WaitingPolicy answers it DEADLINE_EXCEEDED.
 void SspPolicy::OnTickLocked(absl::Time now, Outbox* out) {
   for (const Waiter& w : waiters_) {
+    if (AbortedLocked()) return;
     if (now - w.since <= options_.sync_timeout) continue;
+    bool someone_at_clock = false;
+    for (size_t id = 0; id < clock_.size(); ++id) {
+      someone_at_clock |= active_[id] && clock_[id] >= w.spec.worker_clock;
+    }
+    if (!someone_at_clock) continue;
     const int64_t bound = w.spec.worker_clock - options_.staleness;
     std::vector<int32_t> laggards;
     for (int32_t id = 0; id < static_cast<int32_t>(clock_.size()); ++id) {
@@ -107,7 +140,6 @@ void SspPolicy::OnTickLocked(absl::Time now, Outbox* out) {
                                absl::FormatDuration(options_.sync_timeout)),
                   out);
     }
-    break;  // Evicting for the oldest waiter frees the others too.
   }
 }
 

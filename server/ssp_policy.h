@@ -6,8 +6,11 @@
 // (PullSpec::worker_clock) waits until the slowest active worker's clock is
 // >= c - staleness. The largest lead a pull was answered at is reported as
 // ShardStats::ssp_max_lead. Waiting, leaving, eviction and abort:
-// server/waiting_policy.h; after a timeout the workers holding back the
-// oldest waiting pull are evicted.
+// server/waiting_policy.h; after a timeout the workers holding back a
+// waiting pull are evicted if an active worker is at the pull's clock (the
+// puller's pushes are in before it pulls); a pull no active worker stands
+// behind evicts nobody and ends DEADLINE_EXCEEDED. A worker_clock more than
+// 16 beyond the furthest clock on the shard is refused at once.
 //
 // Thread-safety: see server/step_policy.h. Updates are applied under each
 // chunk's lock only; the clocks are under the policy's lock.

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/async_policy.h"
 #include "server/ssp_policy.h"
@@ -13,6 +14,10 @@ namespace downpour {
 absl::Status ValidateStepPolicyOptions(const ParameterStoreOptions& options) {
   if (options.mode != TrainMode::kAsync) {
     DP_RETURN_IF_ERROR(ValidateWaitingOptions(options));
+  }
+  if (options.num_workers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers must be >= 0, got ", options.num_workers));
   }
   if (options.drop_stale_threshold < 0) {
     return absl::InvalidArgumentError("drop_stale_threshold must be >= 0");

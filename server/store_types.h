@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/sharding.h"
 #include "common/train_mode.h"
 #include "server/optimizer.h"
 
@@ -32,6 +33,7 @@ struct ParameterStoreOptions {
   OptimizerOptions optimizer;
   TrainMode mode = TrainMode::kAsync;
   // Workers in the job (ids 0..num_workers-1); required for sync and ssp.
+  // In async mode 0 takes any worker_id >= 0; > 0 refuses ids at or above it.
   int32_t num_workers = 0;
   // Sync: gradients per step; 0 means all active workers. k < W gives backup
   // workers: the stragglers' gradients for a finished step are dropped.
@@ -42,21 +44,28 @@ struct ParameterStoreOptions {
   bool staleness_aware = false;
   // Async: drop updates whose staleness exceeds this (0: never drop).
   int64_t drop_stale_threshold = 0;
-  // Sync/ssp: longest wait for missing workers before evicting them.
+  // Sync/ssp: longest wait for missing workers before evicting them, and
+  // the longest any pull waits.
   absl::Duration sync_timeout = absl::Seconds(30);
   // Sync/ssp: fewest workers the job may go on with.
   int32_t min_replicas = 1;
   // Where eviction and abort messages go (stderr when unset).
   std::function<void(const std::string&)> log;
+  // Bounds on a declared layout (tensors, rank, elements, chunks, shards,
+  // max_chunk_bytes), checked before anything is built from it; see
+  // common/sharding.h for the defaults and why.
+  LayoutLimits layout_limits;
 };
 
 // What a pull waits for; the default waits for nothing.
 struct PullSpec {
   // Chunks to read; empty means all owned chunks.
   std::vector<int32_t> chunk_ids;
-  // Sync: wait until the step is >= min_version.
+  // Sync: wait until the step is >= min_version (at most sync_timeout; more
+  // than 16 steps ahead of the shard is refused).
   int64_t min_version = 0;
-  // Ssp: the pulling worker's clock; negative means do not wait.
+  // Ssp: the pulling worker's clock; negative means do not wait (at most
+  // sync_timeout; more than 16 beyond the furthest clock is refused).
   int64_t worker_clock = -1;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,21 @@ class SyncPolicy final : public WaitingPolicy {
   bool IsReadyLocked(const PullSpec& spec) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return spec.min_version <= step_;
+  }
+  absl::Status CheckWaitLocked(const PullSpec& spec) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (spec.min_version - step_ <= kMaxAhead) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull: min_version ", spec.min_version, " is more than ", kMaxAhead,
+        " steps beyond shard ", options_.shard_index, "'s step ", step_,
+        "; a worker waits for the step after the one it pushed from"));
+  }
+  std::string DescribeWaitLocked(const PullSpec& spec) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::StrCat("step ", spec.min_version, " (the shard is at step ",
+                        step_, ", with ", CompleteCountLocked(), " of ",
+                        std::max(StepTargetLocked(), 1),
+                        " gradients for it in)");
   }
   // The step goes on with the gradients already in.
   int SurvivorsLocked(int) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -83,8 +99,11 @@ absl::Status SyncPolicy::CheckPush(const PushId& id, size_t num_chunks) {
     return ctx_.metrics->Reject(
         "bad_request",
         absl::InvalidArgumentError(absl::StrCat(
-            "push: sync mode needs all ", shard_chunks, " chunks of shard ",
-            options_.shard_index, " in one push, got ", num_chunks)));
+            "push: in sync mode a push must carry every chunk of shard ",
+            options_.shard_index, " (", shard_chunks,
+            " chunks; a push cut into parts carries each in one of its "
+            "parts), since a step averages whole gradients; this one-part "
+            "push carries ", num_chunks)));
   }
   return absl::OkStatus();
 }
@@ -153,9 +172,11 @@ absl::Status SyncPolicy::AddPartLocked(const PushId& id,
   ++p->parts_in;
   if (p->complete() && p->chunks_in != static_cast<int64_t>(chunks.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "push: sync mode needs all ", chunks.size(), " chunks of shard ",
-        options_.shard_index, ", the ", p->num_parts, " parts of seq ", id.seq,
-        " carried ", p->chunks_in));
+        "push: in sync mode a push must carry every chunk of shard ",
+        options_.shard_index, " (", chunks.size(),
+        " chunks), since a step averages whole gradients; the ", p->num_parts,
+        " parts of seq ", id.seq, " carried ", p->chunks_in,
+        ", so this gradient is refused"));
   }
   return absl::OkStatus();
 }

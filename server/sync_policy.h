@@ -6,10 +6,15 @@
 // `replicas_to_aggregate` (0: all active workers) of them have arrived.
 // Gradients from older steps, a second gradient for a step, and gradients
 // still missing parts when the step completes are dropped and counted. A
-// pull may wait for a step (PullSpec::min_version). The parts of a push
-// together carry every chunk of the shard exactly once. Waiting, leaving,
-// eviction and abort: server/waiting_policy.h; after a timeout the step
-// completes with the gradients already in if at least min_replicas are.
+// pull may wait for a step (PullSpec::min_version), at most sync_timeout; a
+// min_version more than 16 steps ahead is refused at once. The parts of a
+// push together carry every chunk of the shard exactly once (a push missing
+// chunks is refused: a step averages whole gradients). Waiting, leaving,
+// eviction and abort: server/waiting_policy.h; once a gradient for the step
+// has waited sync_timeout for the others, the missing workers are evicted
+// and the step completes with the gradients already in if at least
+// min_replicas are. A pull for a step nobody has pushed for evicts nobody:
+// it ends DEADLINE_EXCEEDED after sync_timeout.
 //
 // Thread-safety: see server/step_policy.h. The step's gradients are held
 // under the policy's lock; completing a step takes each chunk's lock in

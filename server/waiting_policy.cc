@@ -53,16 +53,21 @@ absl::Status WaitingPolicy::CheckPush(const PushId& id, size_t) {
 void WaitingPolicy::PullWhenReady(PullSpec spec, PullSink sink,
                                   PullDone done) {
   if (spec.min_version > 0 || spec.worker_clock >= 0) {
-    absl::Status abort;
+    absl::Status abort, refused;
     {
       absl::MutexLock l(&mu_);
-      if (!ReadyLocked(spec)) {
+      if (aborted_.empty() && !stopping_) refused = CheckWaitLocked(spec);
+      if (refused.ok() && !ReadyLocked(spec)) {
         waiters_.push_back({std::move(spec), std::move(sink), std::move(done),
                             absl::Now()});
         return;
       }
-      OnPullAnsweredLocked(spec);
+      if (refused.ok()) OnPullAnsweredLocked(spec);
       if (!aborted_.empty()) abort = AbortedStatusLocked();
+    }
+    if (!refused.ok()) {
+      done(ctx_.metrics->Reject("bad_request", refused));
+      return;
     }
     if (!abort.ok()) {
       done(abort);
@@ -101,11 +106,29 @@ void WaitingPolicy::OnTick() {
     if (!aborted_.empty()) {
       out.ready.swap(waiters_);
     } else {
-      OnTickLocked(absl::Now(), &out);
+      const absl::Time now = absl::Now();
+      OnTickLocked(now, &out);
       TakeReadyWaitersLocked(&out);
+      ExpireWaitersLocked(now, &out);
     }
   }
   Deliver(&out);
+}
+
+void WaitingPolicy::ExpireWaitersLocked(absl::Time now, Outbox* out) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (now - it->since <= options_.sync_timeout) {
+      ++it;
+      continue;
+    }
+    absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+        "pull on shard ", options_.shard_index,
+        " waited the whole sync timeout (",
+        absl::FormatDuration(options_.sync_timeout), ") for ",
+        DescribeWaitLocked(it->spec)));
+    out->expired.emplace_back(std::move(*it), std::move(status));
+    it = waiters_.erase(it);  // Moved from: nothing is destroyed under mu_.
+  }
 }
 
 void WaitingPolicy::Shutdown() {
@@ -175,6 +198,10 @@ void WaitingPolicy::TakeReadyWaitersLocked(Outbox* out) {
 void WaitingPolicy::Deliver(Outbox* out) {
   for (const std::string& msg : out->logs) ctx_.log(msg);
   out->logs.clear();
+  for (auto& [waiter, status] : out->expired) {
+    waiter.done(ctx_.metrics->Reject("wait_timeout", std::move(status)));
+  }
+  out->expired.clear();
   if (out->ready.empty()) return;
   absl::Status abort;
   {

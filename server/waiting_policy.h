@@ -2,11 +2,17 @@
 //
 // The part the sync and ssp modes share: a job of `num_workers` workers of
 // which some are active, pulls that wait until the mode lets them through,
-// and no unbounded wait: a worker that leaves is no longer waited for, and
-// after `sync_timeout` the workers being waited for are evicted (named in
-// the log and the stats) and the job goes on with the rest, or, when fewer
-// than `min_replicas` remain, is aborted: every later push and waiting pull
-// then fails with ABORTED naming the missing workers.
+// and no wait longer than `sync_timeout` (plus one tick), whatever a pull
+// asks for: a worker that leaves is no longer waited for, and after
+// `sync_timeout` the workers being waited for are evicted (named in the log
+// and the stats) and the job goes on with the rest, or, when fewer than
+// `min_replicas` remain, is aborted: every later push and waiting pull then
+// fails with ABORTED naming the missing workers. The subclass evicts only on
+// behalf of a worker that is ahead (see OnTickLocked); a pull still waiting
+// after `sync_timeout` is then answered DEADLINE_EXCEEDED, naming what it
+// waited for, and evicts nobody. A pull asking for more than kMaxAhead
+// steps or clocks beyond the shard's furthest is refused at once
+// (InvalidArgument): no worker of the job asks that.
 //
 // A subclass (SyncPolicy, SspPolicy) says when a pull is ready and what a
 // timeout or a leave does, in hooks called with mu_ held. Messages for the
@@ -21,6 +27,7 @@
 #include <cstdint>
 #include <list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -65,9 +72,30 @@ class WaitingPolicy : public StepPolicy {
   struct Outbox {
     std::vector<std::string> logs;
     std::list<Waiter> ready;
+    // Pulls that waited past the timeout, with their answer.
+    std::vector<std::pair<Waiter, absl::Status>> expired;
   };
 
+  // How far beyond the furthest step (sync) or clock (ssp) of the shard a
+  // pull may ask to wait for. A worker asks for the step after the one it
+  // read on its first shard, or for its own clock, which the shard has seen;
+  // shards of one job drift apart by a step or two (more with backup
+  // workers), never by this much.
+  static constexpr int64_t kMaxAhead = 16;
+
   // ---- Hooks, called with mu_ held ----
+  // InvalidArgument when `spec` asks to wait for something no worker of the
+  // job asks for (more than kMaxAhead beyond the shard); checked before a
+  // pull waits (not when the job is aborted or shutting down).
+  virtual absl::Status CheckWaitLocked(const PullSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::OkStatus();
+  }
+  // What a pull with `spec` waits for and where the shard stands, for the
+  // message of a pull that waited past the timeout, e.g. "step 3 (the shard
+  // is at step 1, ...)".
+  virtual std::string DescribeWaitLocked(const PullSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
   // True when the mode lets `spec` be answered now (not asked when the job
   // is aborted or shutting down: those answer every pull).
   virtual bool IsReadyLocked(const PullSpec& spec) const
@@ -82,7 +110,10 @@ class WaitingPolicy : public StepPolicy {
   // `worker_id` left (already marked inactive).
   virtual void OnLeaveLocked(int32_t worker_id, Outbox* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {}
-  // A timer tick at `now` while the job is neither aborted nor stopping.
+  // A timer tick at `now` while the job is neither aborted nor stopping:
+  // evicts the workers that a worker ahead of them has waited for longer than
+  // `sync_timeout`. Waiting pulls still not ready afterwards and older than
+  // `sync_timeout` are then answered DEADLINE_EXCEEDED.
   virtual void OnTickLocked(absl::Time now, Outbox* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
   virtual void FillStatsLocked(ShardStats* s) const
@@ -105,7 +136,8 @@ class WaitingPolicy : public StepPolicy {
                    Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the waiting pulls that can be answered now into out->ready.
   void TakeReadyWaitersLocked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Logs the messages, then answers the ready pulls (ABORTED if the job is).
+  // Logs the messages, answers the expired pulls (counted as refused,
+  // "wait_timeout"), then the ready pulls (ABORTED if the job is).
   void Deliver(Outbox* out) ABSL_LOCKS_EXCLUDED(mu_);
 
   const StepContext ctx_;
@@ -122,6 +154,10 @@ class WaitingPolicy : public StepPolicy {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !aborted_.empty() || stopping_ || IsReadyLocked(spec);
   }
+  // Moves the pulls waiting since before now - sync_timeout into
+  // out->expired with DEADLINE_EXCEEDED.
+  void ExpireWaitersLocked(absl::Time now, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int32_t> evicted_ ABSL_GUARDED_BY(mu_);

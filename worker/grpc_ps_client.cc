@@ -84,9 +84,8 @@ int ConnectionsPerShard(const GrpcClientOptions& o) {
 
 class GrpcParameterClient final : public ParameterClient {
  public:
-  // `credentials` are those of o.security.
-  GrpcParameterClient(const GrpcClientOptions& o,
-                      const std::shared_ptr<grpc::ChannelCredentials>& credentials)
+  // `security` is o.security's, its hosts checked by CheckTargetIsSafe.
+  GrpcParameterClient(const GrpcClientOptions& o, const ClientSecurity& security)
       : options_(o), connections_(ConnectionsPerShard(o)) {
     for (const std::string& host : o.hosts) {
       std::vector<std::unique_ptr<grpc::GenericStub>> conns;
@@ -97,8 +96,7 @@ class GrpcParameterClient final : public ParameterClient {
         // channel its own TCP connection.
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
         args.SetInt("downpour.connection_index", c);
-        std::shared_ptr<grpc::Channel> ch =
-            grpc::CreateCustomChannel(host, credentials, args);
+        std::shared_ptr<grpc::Channel> ch = *CreateChannel(host, security, args);
         if (c == 0) stubs_.push_back(proto::ParameterServer::NewStub(ch));
         conns.push_back(std::make_unique<grpc::GenericStub>(ch));
       }
@@ -592,10 +590,14 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
         "connections_per_shard must be in [0, 64] (0: auto), got ",
         options.connections_per_shard));
   }
-  DP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                      BuildChannelCredentials(options.security));
+  DP_ASSIGN_OR_RETURN(ClientSecurity security,
+                      BuildClientSecurity(options.security));
+  for (const std::string& host : options.hosts) {
+    DP_RETURN_IF_ERROR(
+        CheckTargetIsSafe(host, security.tls, security.allow_insecure));
+  }
   return std::unique_ptr<ParameterClient>(
-      new GrpcParameterClient(options, credentials));
+      new GrpcParameterClient(options, security));
 }
 
 }  // namespace downpour

@@ -30,8 +30,14 @@
 #include "common/status_macros.h"
 #include "common/train_mode.h"
 #include "worker/data/data.h"
+#include "rpc/security_flags.h"
 #include "worker/grpc_ps_client.h"
+#include "worker/job_end.h"
+#include "common/cluster_spec.h"
+#include "rpc/net_probe.h"
+#include <fstream>
 #include "worker/nn/backend.h"
+#include "worker/nn/backend_select.h"
 #include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
 #include "worker/trainer.h"
@@ -51,6 +57,11 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, gpus, "",
           "Comma-separated GPU ordinals, one replica per entry (0,0 runs two "
           "replicas on GPU 0). Empty: one replica on GPU 0 for --device=cuda.");
+// GPU bring-up (issue 17): scheduling of the host thread that waits on the
+// GPU.
+ABSL_FLAG(bool, cuda_blocking_sync, false,
+          "CUDA backend: a synchronizing thread sleeps instead of spinning a "
+          "core (cudaDeviceScheduleBlockingSync).");
 ABSL_FLAG(int, replicas, 1,
           "CPU replicas in this process (with --device=cpu; --gpus sets the "
           "count on GPUs).");
@@ -101,6 +112,24 @@ ABSL_FLAG(int, debug_step_delay_ms, 0,
 ABSL_FLAG(std::string, save_params, "",
           "--task=eval: write the parameters to this safetensors file.");
 
+// Across machines: the cluster spec (common/cluster_spec.h). With
+// --worker_hosts, TF_CONFIG or Slurm's variables the worker takes its
+// servers, index and worker count from the spec, and the job ends by itself
+// (worker/job_end.h): worker 0 waits for the others, evaluates, writes
+// --save_params / --summary_json and stops the servers.
+ABSL_FLAG(std::string, worker_hosts, "",
+          "Cluster spec: comma-separated host:port of every worker (with "
+          "--ps_hosts); worker 0 is the chief.");
+ABSL_FLAG(std::string, task_type, "worker", "Cluster spec: ps or worker.");
+ABSL_FLAG(int, task_index, 0, "Cluster spec: this task's index in its list.");
+ABSL_FLAG(int, num_ps, 1, "Slurm: the first N ranks are servers.");
+ABSL_FLAG(int, base_port, 2222,
+          "Slurm: a task listens on base_port + its offset on its node.");
+ABSL_FLAG(std::string, summary_json, "",
+          "Chief of a spec job: write the run's SUMMARY JSON here.");
+ABSL_FLAG(double, job_wait_timeout_s, 7200,
+          "Chief of a spec job: how long to wait for the other workers.");
+
 namespace downpour {
 namespace {
 
@@ -115,17 +144,53 @@ struct WorkerFlags {
   uint64_t seed = 1;
   int64_t max_train_examples = 0, max_test_examples = 0, max_chunk_bytes = 0;
   TrainerOptions trainer;
+  // Across machines: set when the job comes from a cluster spec.
+  std::optional<ClusterSpec> spec;
+  std::string summary_json;
+  absl::Duration job_wait_timeout;
+  absl::Time started = absl::Now();
 };
+
+// Across machines: servers, index and worker count from the spec, if any.
+absl::Status ApplySpecFlags(WorkerFlags* f) {
+  ClusterSpecInputs in;
+  in.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
+  in.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
+  in.task_type = absl::GetFlag(FLAGS_task_type);
+  in.task_index = absl::GetFlag(FLAGS_task_index);
+  in.num_ps = absl::GetFlag(FLAGS_num_ps);
+  in.base_port = absl::GetFlag(FLAGS_base_port);
+  DP_ASSIGN_OR_RETURN(f->spec, ResolveClusterSpec(in, ProcessEnvLookup()));
+  f->summary_json = absl::GetFlag(FLAGS_summary_json);
+  f->job_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_wait_timeout_s));
+  if (!f->spec.has_value()) return absl::OkStatus();
+  if (f->spec->task_type != TaskType::kWorker) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the cluster spec (", f->spec->source, ") makes this task ps ",
+        f->spec->task_index, "; run ps_server, or deploy/node, for it"));
+  }
+  f->client.hosts = f->spec->ps;
+  f->client.worker_id = f->spec->task_index;
+  f->num_workers = static_cast<int>(f->spec->workers.size());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<WorkerFlags> ReadFlags() {
   WorkerFlags f;
   const std::string hosts = absl::GetFlag(FLAGS_ps_hosts);
-  if (hosts.empty()) return absl::InvalidArgumentError("--ps_hosts is required");
   f.client.hosts = absl::StrSplit(hosts, ',', absl::SkipEmpty());
   f.client.worker_id = absl::GetFlag(FLAGS_worker_index);
   f.client.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   f.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  // Security and operations: TLS files and token (rpc/security_flags.h).
+  DP_ASSIGN_OR_RETURN(f.client.security, SecurityOptionsFromFlags());
   f.num_workers = absl::GetFlag(FLAGS_num_workers);
+  DP_RETURN_IF_ERROR(ApplySpecFlags(&f));  // Across machines.
+  if (f.client.hosts.empty()) {
+    return absl::InvalidArgumentError(
+        "--ps_hosts is required (or a cluster spec: --worker_hosts, "
+        "TF_CONFIG, Slurm)");
+  }
   f.task = absl::GetFlag(FLAGS_task);
   f.data_dir = absl::GetFlag(FLAGS_data_dir);
   f.model = absl::GetFlag(FLAGS_model);
@@ -233,7 +298,7 @@ absl::StatusOr<Dataset> LoadSplit(const WorkerFlags& f, bool train) {
   return LoadMnistSplit(f.data_dir, train, max);
 }
 
-void PrintDone(int w, const TrainResult& r) {
+DoneReport PrintDone(int w, const TrainResult& r) {
   std::printf("worker %d: finished %lld steps (%lld examples) in %.1f s; "
               "time %s: %s\n", w, static_cast<long long>(r.steps),
               static_cast<long long>(r.examples), r.seconds,
@@ -252,10 +317,12 @@ void PrintDone(int w, const TrainResult& r) {
   d.verdict = r.total.Verdict();
   std::printf("%s\n", FormatDoneLine(d).c_str());
   std::fflush(stdout);
+  return d;
 }
 
 absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
-                   std::vector<std::unique_ptr<ParameterClient>>& clients) {
+                   std::vector<std::unique_ptr<ParameterClient>>& clients,
+                   DoneReport* done) {
   const int w = f.client.worker_id;
   const int R = static_cast<int>(set.models.size());
   DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true));
@@ -314,7 +381,7 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
     DP_ASSIGN_OR_RETURN(TrainResult r, RunDownpourWorker(to, group,
                                                          clients[0].get(),
                                                          progress(w)));
-    PrintDone(w, r);
+    *done = PrintDone(w, r);
     return absl::OkStatus();
   }
   // Independent replicas: R Downpour workers in this process.
@@ -337,11 +404,12 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
     all.seconds = std::max(all.seconds, results[r]->seconds);
     all.total += results[r]->total;
   }
-  PrintDone(w, all);
+  *done = PrintDone(w, all);
   return absl::OkStatus();
 }
 
-absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client) {
+absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client,
+                  ChiefRecord* record = nullptr) {
   DP_ASSIGN_OR_RETURN(Dataset test, LoadSplit(f, false));
   std::vector<float> params(model->num_parameters());
   std::vector<int64_t> versions;
@@ -360,6 +428,10 @@ absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client) {
   for (const ShardStats& s : stats) {
     std::printf("%s\n", FormatServerStatsLine(s).c_str());
   }
+  if (record != nullptr) {
+    record->eval = {r.accuracy, r.loss, r.examples};
+    record->stats = stats;
+  }
   if (!f.save_params.empty()) {
     DP_RETURN_IF_ERROR(WriteSafetensors(
         f.save_params, model->param_specs(), params,
@@ -373,53 +445,93 @@ absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client) {
   return absl::OkStatus();
 }
 
+// Across machines: the end of a job from a cluster spec (worker/job_end.h).
+absl::Status EndSpecJob(const WorkerFlags& f, const absl::Status& trained,
+                        const DoneReport& done, Model* model,
+                        ParameterClient* client) {
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<JobEndClient> job,
+                      JobEndClient::Create(f.client.hosts, f.client.security,
+                                           f.client.rpc_timeout));
+  const int w = f.client.worker_id;
+  if (w != 0) {
+    const absl::Status reported =
+        job->ReportWorkerDone(w, trained, FormatDoneLine(done));
+    DP_RETURN_IF_ERROR(trained);
+    return reported;
+  }
+  ChiefRecord record;
+  record.mode = f.trainer.mode;
+  record.servers = static_cast<int>(f.client.hosts.size());
+  record.workers = f.num_workers;
+  record.epochs = f.epochs;
+  record.batch_size = f.batch_size;
+  record.chief_done = done;
+  absl::Status s = trained;
+  if (s.ok()) {
+    std::printf("worker 0: chief: waiting for the other workers\n");
+    std::fflush(stdout);
+    absl::StatusOr<JobReports> others = job->WaitForWorkers(0, f.job_wait_timeout);
+    if (others.ok()) record.others = *others;
+    s = !others.ok() ? others.status()
+        : others->errors.empty()
+            ? absl::OkStatus()
+            : absl::AbortedError(absl::StrJoin(others->errors, "; "));
+  }
+  if (s.ok()) s = Eval(f, model, client, &record);
+  if (s.ok()) {
+    record.wall_seconds = absl::ToDoubleSeconds(absl::Now() - f.started);
+    const std::string json = ChiefSummaryJson(record);
+    std::printf("SUMMARY %s\n", json.c_str());
+    if (!f.summary_json.empty()) {
+      std::ofstream out(f.summary_json, std::ios::trunc);
+      out << json << "\n";
+      if (!out.good()) {
+        s = absl::InternalError(absl::StrCat("cannot write --summary_json ",
+                                             f.summary_json));
+      }
+    }
+  }
+  std::printf("worker 0: chief: ending the job (%s)\n",
+              s.ok() ? "succeeded" : s.ToString().c_str());
+  std::fflush(stdout);
+  const absl::Status ended = job->EndJob(0, s.ok() ? "" : s.ToString());
+  DP_RETURN_IF_ERROR(s);
+  return ended;
+}
+
 absl::Status Run() {
   DP_ASSIGN_OR_RETURN(WorkerFlags f, ReadFlags());
   const int w = f.client.worker_id;
-  // The devices are chosen here, in main, and passed down.
-  bool cuda = false;
-  if (f.device != "cpu") {
-    const CudaProbe probe = ProbeCuda();
-    if (probe.device_count > 0) {
-      cuda = true;
-      for (int g : f.gpus) {
-        if (g >= probe.device_count) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "--gpus lists GPU ", g, " but this host has ",
-              probe.device_count));
-        }
-      }
-      if (f.device == "auto") {
-        std::printf("worker %d: --device=auto: using CUDA (%d GPU%s: %s)\n", w,
-                    probe.device_count, probe.device_count == 1 ? "" : "s",
-                    absl::StrJoin(probe.names, ", ").c_str());
-      }
-    } else if (f.device == "cuda" || !f.gpus.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          f.device == "cuda" ? "--device=cuda" : "--gpus",
-          " was requested but no CUDA device is usable: ", probe.reason));
-    } else {
-      std::printf("worker %d: --device=auto: using the CPU backend (no usable "
-                  "CUDA device: %s)\n", w, probe.reason.c_str());
-    }
+  if (f.spec.has_value()) {  // Across machines: log it; wait for peers' names.
+    std::printf("worker %d: %s\n", w, ClusterSpecToString(*f.spec).c_str());
+    std::fflush(stdout);
+    DP_RETURN_IF_ERROR(WaitForHostNames(
+        f.client.hosts, f.client.connect_timeout, [w](const std::string& m) {
+          std::printf("worker %d: %s\n", w, m.c_str());
+          std::fflush(stdout);
+        }));
   }
-  std::vector<int> devices = f.gpus;
-  if (cuda && devices.empty()) devices = {0};
-  const int R = f.task == "eval" ? 1 : (cuda ? static_cast<int>(devices.size())
-                                             : f.replicas);
+  // The devices are chosen here, in main, and passed down
+  // (worker/nn/backend_select.h; --device=auto falls back to the CPU when the
+  // CUDA backend fails to start).
+  BackendRequest request;
+  request.device = f.device;
+  request.gpus = f.gpus;
+  request.cpu_replicas = f.replicas;
+  request.single = f.task == "eval";
+  request.cpu_threads = f.cpu_threads;
+  request.cuda.blocking_sync = absl::GetFlag(FLAGS_cuda_blocking_sync);
+  DP_ASSIGN_OR_RETURN(SelectedBackends selected,
+                      SelectBackends(request, RealCudaFactory()));
+  std::printf("worker %d: %s\n", w, selected.note.c_str());
+  const int R = static_cast<int>(selected.backends.size());
   const int max_batch = f.task == "eval" ? 500 : f.batch_size;
   ReplicaSet set;
-  if (cuda) set.pinned = NewCudaPinnedHostAllocator();
+  set.pinned = std::move(selected.pinned);
+  set.backends = std::move(selected.backends);
   for (int r = 0; r < R; ++r) {
-    if (cuda) {
-      DP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b,
-                          NewCudaBackend(devices[r], CudaBackendOptions()));
-      set.backends.push_back(std::move(b));
-    } else {
-      set.backends.push_back(NewCpuBackend(f.cpu_threads));
-    }
     DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
-                        BuildModel(f.model, set.backends.back().get(), max_batch));
+                        BuildModel(f.model, set.backends[r].get(), max_batch));
     set.models.push_back(std::move(m));
   }
   // One client, or one per replica when each replica is its own worker.
@@ -435,8 +547,11 @@ absl::Status Run() {
                                     f.max_chunk_bytes));
     clients.push_back(std::move(client));
   }
-  return f.task == "train" ? Train(f, set, clients)
-                           : Eval(f, set.models[0].get(), clients[0].get());
+  if (f.task != "train") return Eval(f, set.models[0].get(), clients[0].get());
+  DoneReport done;
+  const absl::Status trained = Train(f, set, clients, &done);
+  if (!f.spec.has_value() || f.task != "train") return trained;
+  return EndSpecJob(f, trained, done, set.models[0].get(), clients[0].get());
 }
 
 }  // namespace

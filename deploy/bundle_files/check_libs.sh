@@ -5,6 +5,11 @@
 #
 #   bin/check_libs            prints the resolution of the CUDA libraries,
 #                             then `ldd` of each program, then a verdict
+#   bin/check_libs --require_cuda   also fails when a library the CUDA
+#                             backend dlopens (libexec/cuda_dlopen.txt:
+#                             cuBLAS, cuDNN) is not on this host
+#                             (run_gpu_checks.sh); without it they are
+#                             optional, as the CPU path needs none
 #
 # Fails (exit 1) when
 #   * a library is "not found",
@@ -17,6 +22,8 @@
 # Run by make_bundle.sh on the build machine and by run_gpu_checks.sh on the
 # GPU host.
 set -uo pipefail
+require_cuda=0
+[[ "${1:-}" == --require_cuda ]] && require_cuda=1
 self="$(readlink -f -- "${BASH_SOURCE[0]}")"
 DOWNPOUR_BUNDLE="$(cd -- "$(dirname -- "$self")/.." && pwd -P)"
 B="$DOWNPOUR_BUNDLE"
@@ -34,8 +41,7 @@ echo "check_libs: this host: glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | awk 
 DOWNPOUR_BINARY=check_libs
 DOWNPOUR_NEEDS="$(cut -f2 "$B/libexec/programs.txt" "$B/libexec/gpu_tests.txt" |
                   tr ' ' '\n' | sed '/^$/d' | sort -u | tr '\n' ' ')"
-DOWNPOUR_WANTS=""
-[[ -n "${DOWNPOUR_NEEDS// /}" ]] && DOWNPOUR_WANTS="$(cat "$B/libexec/cuda_wants.txt")"
+DOWNPOUR_WANTS="$(cat "$B/libexec/cuda_wants.txt")"
 # shellcheck source=downpour_env.sh
 if ! source "$B/libexec/downpour_env.sh"; then
   fail "the environment is incomplete (message above); ldd below shows what is missing"
@@ -47,6 +53,17 @@ for r in "${DP_ENV_REPORT[@]}"; do
   printf '  %s\n' "$r" | tr '\t' ' '
 done
 echo "check_libs: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+# The CUDA backend's dlopened libraries (optional unless --require_cuda).
+while read -r so; do
+  [[ -n "$so" ]] || continue
+  if printf '%s\n' "${DP_ENV_REPORT[@]}" | grep -q "^$so"$'\t'"not found"; then
+    if [[ "$require_cuda" == 1 ]]; then
+      fail "$so (dlopened by the CUDA backend) is not on this host"
+    else
+      echo "check_libs: $so not found: only the CPU backend can run here"
+    fi
+  fi
+done < <(cat "$B/libexec/cuda_dlopen.txt" 2>/dev/null)
 
 # ---- ldd of every program -----------------------------------------------------
 ldd_re='^[[:space:]]*([^[:space:]]+)[[:space:]]+=>[[:space:]]+(.*)$'

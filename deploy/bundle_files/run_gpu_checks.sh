@@ -13,7 +13,8 @@
 #              ones from the bundle, cuDNN/cuBLAS from this host
 #   gpu_tests  each GPU test program packed in libexec/gpu_tests.txt (with
 #              DOWNPOUR_FASHION_MNIST_DIR at the packed data); a test that
-#              skips (no usable GPU) counts as a failure here
+#              skips (no usable GPU) counts as a failure here, and so does
+#              a bundle with no GPU test programs at all
 #   train_cuda 2 servers + 2 workers on the GPU through bin/launch, on the
 #              packed Fashion-MNIST: SUMMARY line, test accuracy >= --min_accuracy
 #   train_cuda_2replicas  (launchers with --gpus) 2 servers + 1 worker process
@@ -133,8 +134,11 @@ gpu_tests() {
     fi
   done < "$B/libexec/gpu_tests.txt"
   if ((n == 0)); then
-    echo "no GPU tests in this bundle (bundle.sh packs the cc_tests whose name contains cuda or gpu, or that are tagged cuda or gpu)"
+    # Zero tests proves nothing about the GPU: a failure, not a pass.
+    echo "FAIL: no GPU tests in this bundle (libexec/gpu_tests.txt is empty; bundle.sh packs the cc_tests whose name contains cuda or gpu, or that are tagged cuda or gpu)"
+    return 1
   fi
+  echo "gpu_tests: $n program(s), $bad failed"
   return $((bad > 0))
 }
 
@@ -180,7 +184,7 @@ export B results gpu epochs min_accuracy
 export -f host_info gpu_tests train bench
 echo "run_gpu_checks: bundle $B, results in $results"
 step host 120 host_info
-step libs 120 "$B/bin/check_libs"
+step libs 120 "$B/bin/check_libs" --require_cuda
 if [[ "$do_tests" == 1 ]]; then step gpu_tests 900 gpu_tests; fi
 if [[ "$do_train" == 1 ]]; then
   step train_cuda 1200 train train_cuda cuda 2

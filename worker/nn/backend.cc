@@ -1,7 +1,7 @@
 // File: worker/nn/backend.cc
 //
-// Backend-independent pieces of backend.h: the DeviceBuffer RAII owner and
-// the descriptor checks every backend shares.
+// Backend-independent pieces of backend.h: the DeviceBuffer RAII owner, the
+// descriptor checks every backend shares and the default implementations.
 #include "worker/nn/backend.h"
 
 #include <limits>
@@ -10,6 +10,23 @@
 #include "absl/strings/str_cat.h"
 
 namespace downpour {
+
+absl::Status Backend::Copy(const float* src, float* dst, int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError("Copy: negative size");
+  if (src == dst || n == 0) return absl::OkStatus();
+  absl::Status s = Fill(dst, n, 0.f);
+  if (!s.ok()) return s;
+  return Axpy(n, 1.f, src, dst);
+}
+
+HostAllocator* Backend::staging_allocator() { return DefaultHostAllocator(); }
+
+absl::Status Backend::SoftmaxCrossEntropyDeferred(
+    int batch, int classes, const float* logits, const float* labels,
+    float* dlogits, float* host_loss, int64_t* host_correct) {
+  return SoftmaxCrossEntropy(batch, classes, logits, labels, dlogits,
+                             host_loss, host_correct);
+}
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend, int64_t n) {
   if (backend == nullptr) {

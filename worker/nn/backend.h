@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/host_allocator.h"
 
 namespace downpour {
 
@@ -66,6 +67,14 @@ class Backend {
   virtual absl::Status CopyToHost(const float* src, float* host_dst,
                                   int64_t n) = 0;
   virtual absl::Status Synchronize() = 0;
+  // dst = src, n floats of backend memory (a device-to-device copy).
+  // Default: Fill + Axpy; backends override it with a plain copy.
+  virtual absl::Status Copy(const float* src, float* dst, int64_t n);
+  // Where host buffers that feed CopyToDevice should come from: page-locked
+  // memory on a GPU (the copy then runs asynchronously), ordinary memory on
+  // the CPU. Owned by the backend; valid while it lives. Default:
+  // DefaultHostAllocator().
+  virtual HostAllocator* staging_allocator();
 
   // ---- Elementwise --------------------------------------------------------
   virtual absl::Status Fill(float* x, int64_t n, float value) = 0;
@@ -123,6 +132,14 @@ class Backend {
                                            const float* labels,
                                            float* dlogits, float* host_loss,
                                            int64_t* host_correct) = 0;
+  // As SoftmaxCrossEntropy, but a device backend may only queue the work:
+  // *host_loss and *host_correct (which must stay valid) are written, and a
+  // bad label is reported, by the next Synchronize() or CopyToHost(). This
+  // lets a training step wait for the device once instead of between its
+  // forward and backward passes. Default: SoftmaxCrossEntropy.
+  virtual absl::Status SoftmaxCrossEntropyDeferred(
+      int batch, int classes, const float* logits, const float* labels,
+      float* dlogits, float* host_loss, int64_t* host_correct);
 };
 
 // The argument checks every backend applies to a descriptor:

@@ -271,6 +271,14 @@ class CpuBackend : public Backend {
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
+  absl::Status Copy(const float* src, float* dst, int64_t n) override {
+    if (n < 0) return absl::InvalidArgumentError("Copy: negative size");
+    if (n > 0 && src != dst) {
+      std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Fill(float* x, int64_t n, float value) override {
     if (n < 0) return absl::InvalidArgumentError("Fill: negative size");
     std::fill(x, x + n, value);

@@ -61,8 +61,10 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -72,8 +74,11 @@
 #include "common/host_allocator.h"
 #include "common/status_macros.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/conv_algo_choice.h"
 #include "worker/nn/cuda_kernels.h"
+#include "worker/nn/cuda_libs.h"
 #include "worker/nn/cuda_status.h"
+#include "worker/nn/cuda_versions.h"
 #include "worker/nn/cudnn_conv_algos.h"
 #include "worker/nn/cudnn_descriptors.h"
 
@@ -116,6 +121,16 @@ class CudaBackend final : public Backend {
   // whatever was created if this fails halfway.
   absl::Status Init() {
     DP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    if (options_.blocking_sync) {
+      // Must precede the context's creation; a context that already exists
+      // (another backend on this device) keeps its scheduling.
+      const cudaError_t e = cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        std::fprintf(stderr, "cuda:%d: blocking sync not set: %s\n", ordinal_,
+                     cudaGetErrorString(e));
+      }
+    }
     cudaDeviceProp prop;
     DP_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal_));
     name_ = absl::StrCat("cuda:", ordinal_, " (", prop.name, ")");
@@ -127,20 +142,20 @@ class CudaBackend final : public Backend {
                        prop.minor, "; the CUDA backend needs 8.0 or newer"));
     }
     DP_CUDA_RETURN_IF_ERROR(cuda_kernels::CheckKernelImage());
-    const size_t cudnn_version = cudnnGetVersion();
-    if (cudnn_version / 10000 != CUDNN_MAJOR) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cuDNN library version ", cudnn_version, " does not match the ",
-          CUDNN_VERSION, " this was compiled against (major versions differ)"));
-    }
+    int runtime = 0;
+    DP_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
+    DP_RETURN_IF_ERROR(CheckCudnnVersions(CUDNN_VERSION, cudnnGetVersion(),
+                                          cudnnGetCudartVersion(), runtime));
 
     DP_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DP_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
     DP_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, stream_));
-    // CUBLAS_DEFAULT_MATH: sgemm computes with fp32 inputs (no TF32; that
-    // would need CUBLAS_TF32_TENSOR_OP_MATH), matching the CPU to rounding.
-    DP_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    // CUBLAS_DEFAULT_MATH: sgemm computes with fp32 inputs (no TF32),
+    // matching the CPU to rounding; allow_tf32 asks for TF32 tensor cores.
+    DP_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+        blas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                   : CUBLAS_DEFAULT_MATH));
     DP_CUBLAS_RETURN_IF_ERROR(
         cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
     DP_CUDNN_RETURN_IF_ERROR(cudnnCreate(&dnn_));
@@ -154,8 +169,11 @@ class CudaBackend final : public Backend {
     DP_CUDA_RETURN_IF_ERROR(cudaHostAlloc(
         &host, sizeof(cuda_kernels::SoftmaxXentResult), cudaHostAllocDefault));
     host_result_ = static_cast<cuda_kernels::SoftmaxXentResult*>(host);
+    pinned_ = NewCudaPinnedHostAllocator();
     return absl::OkStatus();
   }
+
+  HostAllocator* staging_allocator() override { return pinned_.get(); }
 
   std::string Name() const override { return name_; }
 
@@ -215,13 +233,20 @@ class CudaBackend final : public Backend {
       DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, Bytes(n),
                                               cudaMemcpyDeviceToHost, stream_));
     }
-    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
+    return SyncStream();
   }
 
   absl::Status Synchronize() override {
     DP_RETURN_IF_ERROR(UseDevice());
-    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return SyncStream();
+  }
+
+  absl::Status Copy(const float* src, float* dst, int64_t n) override {
+    if (n < 0) return absl::InvalidArgumentError("Copy: negative size");
+    if (n == 0 || src == dst) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, Bytes(n),
+                                            cudaMemcpyDeviceToDevice, stream_));
     return absl::OkStatus();
   }
 
@@ -302,16 +327,23 @@ class CudaBackend final : public Backend {
     if (d.batch == 0) return absl::OkStatus();
     DP_RETURN_IF_ERROR(UseDevice());
     DP_ASSIGN_OR_RETURN(ConvPlan * plan, GetConvPlan(d));
-    if (!plan->fwd_ready) {
-      absl::Status s = ChooseForward(plan);
-      if (!s.ok()) return Annotate(s, "Conv2dForward(" + ConvShape(d) + ")");
-    }
-    DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->fwd.workspace));
     const ConvDescriptors& cd = *plan->desc;
     const float one = 1.f, zero = 0.f;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-        dnn_, &one, cd.x(), x, cd.w(), w, cd.conv(), plan->fwd.algo, ws,
-        plan->fwd.workspace, &zero, cd.y(), y));
+    const absl::Status s = RunWithAlgoRetry(
+        &plan->fwd,
+        [&](const std::set<int>& bad) {
+          return ChooseForwardAlgo(dnn_, cd, Rules(), bad);
+        },
+        [&](const ConvAlgoChoice& c) -> absl::Status {
+          DP_ASSIGN_OR_RETURN(void* ws, Workspace(c.workspace));
+          DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
+              dnn_, &one, cd.x(), x, cd.w(), w, cd.conv(),
+              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace,
+              &zero, cd.y(), y));
+          return absl::OkStatus();
+        },
+        Logger());
+    if (!s.ok()) return Annotate(s, "Conv2dForward(" + ConvShape(d) + ")");
     if (b != nullptr) {
       // y += b broadcast over N, H, W.
       DP_CUDNN_RETURN_IF_ERROR(
@@ -326,19 +358,23 @@ class CudaBackend final : public Backend {
     if (d.batch == 0) return absl::OkStatus();
     DP_RETURN_IF_ERROR(UseDevice());
     DP_ASSIGN_OR_RETURN(ConvPlan * plan, GetConvPlan(d));
-    if (!plan->bwd_data_ready) {
-      absl::Status s = ChooseBackwardData(plan);
-      if (!s.ok()) {
-        return Annotate(s, "Conv2dBackwardData(" + ConvShape(d) + ")");
-      }
-    }
-    DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->bwd_data.workspace));
     const ConvDescriptors& cd = *plan->desc;
     const float one = 1.f, zero = 0.f;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-        dnn_, &one, cd.w(), w, cd.y(), dy, cd.conv(), plan->bwd_data.algo, ws,
-        plan->bwd_data.workspace, &zero, cd.x(), dx));
-    return absl::OkStatus();
+    const absl::Status s = RunWithAlgoRetry(
+        &plan->bwd_data,
+        [&](const std::set<int>& bad) {
+          return ChooseBackwardDataAlgo(dnn_, cd, Rules(), bad);
+        },
+        [&](const ConvAlgoChoice& c) -> absl::Status {
+          DP_ASSIGN_OR_RETURN(void* ws, Workspace(c.workspace));
+          DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+              dnn_, &one, cd.w(), w, cd.y(), dy, cd.conv(),
+              static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+              c.workspace, &zero, cd.x(), dx));
+          return absl::OkStatus();
+        },
+        Logger());
+    return Annotate(s, "Conv2dBackwardData(" + ConvShape(d) + ")");
   }
 
   absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
@@ -357,18 +393,23 @@ class CudaBackend final : public Backend {
       return absl::OkStatus();
     }
     DP_ASSIGN_OR_RETURN(ConvPlan * plan, GetConvPlan(d));
-    if (!plan->bwd_filter_ready) {
-      absl::Status s = ChooseBackwardFilter(plan);
-      if (!s.ok()) {
-        return Annotate(s, "Conv2dBackwardFilter(" + ConvShape(d) + ")");
-      }
-    }
-    DP_ASSIGN_OR_RETURN(void* ws, Workspace(plan->bwd_filter.workspace));
     const ConvDescriptors& cd = *plan->desc;
     const float one = 1.f, zero = 0.f;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-        dnn_, &one, cd.x(), x, cd.y(), dy, cd.conv(), plan->bwd_filter.algo, ws,
-        plan->bwd_filter.workspace, &zero, cd.w(), dw));
+    const absl::Status s = RunWithAlgoRetry(
+        &plan->bwd_filter,
+        [&](const std::set<int>& bad) {
+          return ChooseBackwardFilterAlgo(dnn_, cd, Rules(), bad);
+        },
+        [&](const ConvAlgoChoice& c) -> absl::Status {
+          DP_ASSIGN_OR_RETURN(void* ws, Workspace(c.workspace));
+          DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+              dnn_, &one, cd.x(), x, cd.y(), dy, cd.conv(),
+              static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
+              c.workspace, &zero, cd.w(), dw));
+          return absl::OkStatus();
+        },
+        Logger());
+    if (!s.ok()) return Annotate(s, "Conv2dBackwardFilter(" + ConvShape(d) + ")");
     if (db != nullptr) {
       DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(
           dnn_, &one, cd.y(), dy, &zero, cd.bias(), db));
@@ -426,36 +467,45 @@ class CudaBackend final : public Backend {
                                    const float* labels, float* dlogits,
                                    float* host_loss,
                                    int64_t* host_correct) override {
+    DP_RETURN_IF_ERROR(SoftmaxCrossEntropyDeferred(
+        batch, classes, logits, labels, dlogits, host_loss, host_correct));
+    return SyncStream();
+  }
+
+  // Queues the kernel and the copy of its result into pinned host memory;
+  // the next SyncStream (Synchronize, CopyToHost) checks it and writes the
+  // outputs, so a training step waits for the device once.
+  absl::Status SoftmaxCrossEntropyDeferred(int batch, int classes,
+                                           const float* logits,
+                                           const float* labels, float* dlogits,
+                                           float* host_loss,
+                                           int64_t* host_correct) override {
     DP_RETURN_IF_ERROR(ValidateSoftmaxShape(batch, classes));
     DP_RETURN_IF_ERROR(UseDevice());
+    // host_result_ is about to be overwritten: settle an unread result.
+    if (pending_.active) DP_RETURN_IF_ERROR(SyncStream());
     DP_CUDA_RETURN_IF_ERROR(cuda_kernels::SoftmaxCrossEntropy(
         batch, classes, logits, labels, dlogits, dev_result_, stream_));
     DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_result_, dev_result_,
                                             sizeof(*host_result_),
                                             cudaMemcpyDeviceToHost, stream_));
-    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    const cuda_kernels::SoftmaxXentResult r = *host_result_;
-    if (r.bad_row >= 0) {
-      // Unlike the CPU backend, dlogits rows with valid labels were written.
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SoftmaxCrossEntropy: label ", r.bad_label, " of example ", r.bad_row,
-          " is not a class index in [0, ", classes, ")"));
-    }
-    if (host_loss != nullptr) {
-      *host_loss = static_cast<float>(r.loss_sum / batch);
-    }
-    if (host_correct != nullptr) *host_correct = r.correct;
+    pending_ = PendingLoss{true, batch, classes, host_loss, host_correct};
     return absl::OkStatus();
   }
 
  private:
-  // Descriptors and chosen algorithms for one convolution shape.
+  // Descriptors and algorithm state (chosen, marked bad) of one
+  // convolution shape.
   struct ConvPlan {
     std::unique_ptr<ConvDescriptors> desc;
-    bool fwd_ready = false, bwd_data_ready = false, bwd_filter_ready = false;
-    CudnnAlgoChoice<cudnnConvolutionFwdAlgo_t> fwd;
-    CudnnAlgoChoice<cudnnConvolutionBwdDataAlgo_t> bwd_data;
-    CudnnAlgoChoice<cudnnConvolutionBwdFilterAlgo_t> bwd_filter;
+    AlgoSlot fwd, bwd_data, bwd_filter;
+  };
+  // A queued SoftmaxCrossEntropyDeferred whose result is not read yet.
+  struct PendingLoss {
+    bool active = false;
+    int batch = 0, classes = 0;
+    float* host_loss = nullptr;       // Not owned; may be null.
+    int64_t* host_correct = nullptr;  // Not owned; may be null.
   };
   using ConvKey = std::array<int, 9>;
   using PoolKey = std::array<int, 5>;
@@ -497,39 +547,45 @@ class CudaBackend final : public Backend {
     auto it = conv_plans_.find(key);
     if (it != conv_plans_.end()) return it->second.get();
     auto plan = std::make_unique<ConvPlan>();
-    DP_ASSIGN_OR_RETURN(plan->desc, ConvDescriptors::Create(d));
+    DP_ASSIGN_OR_RETURN(plan->desc,
+                        ConvDescriptors::Create(d, options_.allow_tf32));
     ConvPlan* raw = plan.get();
     conv_plans_.emplace(key, std::move(plan));
     return raw;
   }
 
-  absl::Status ChooseForward(ConvPlan* plan) {
-    DP_ASSIGN_OR_RETURN(
-        plan->fwd,
-        ChooseForwardAlgo(dnn_, *plan->desc,
-                          options_.allow_transform_conv_algorithms,
-                          WorkspaceLimit()));
-    plan->fwd_ready = true;
-    return absl::OkStatus();
+  ConvAlgoRules Rules() const {
+    ConvAlgoRules r;
+    r.allow_transform = options_.allow_transform_conv_algorithms;
+    r.allow_tf32 = options_.allow_tf32;
+    r.workspace_limit = WorkspaceLimit();
+    return r;
   }
 
-  absl::Status ChooseBackwardData(ConvPlan* plan) {
-    DP_ASSIGN_OR_RETURN(
-        plan->bwd_data,
-        ChooseBackwardDataAlgo(dnn_, *plan->desc,
-                               options_.allow_transform_conv_algorithms,
-                               WorkspaceLimit()));
-    plan->bwd_data_ready = true;
-    return absl::OkStatus();
+  std::function<void(const std::string&)> Logger() const {
+    return [this](const std::string& m) {
+      std::fprintf(stderr, "%s: %s\n", name_.c_str(), m.c_str());
+    };
   }
 
-  absl::Status ChooseBackwardFilter(ConvPlan* plan) {
-    DP_ASSIGN_OR_RETURN(
-        plan->bwd_filter,
-        ChooseBackwardFilterAlgo(dnn_, *plan->desc,
-                                 options_.allow_transform_conv_algorithms,
-                                 WorkspaceLimit()));
-    plan->bwd_filter_ready = true;
+  // Waits for the stream, then settles a pending loss: its bad-label error
+  // or its outputs.
+  absl::Status SyncStream() {
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (!pending_.active) return absl::OkStatus();
+    const PendingLoss p = pending_;
+    pending_ = PendingLoss();
+    const cuda_kernels::SoftmaxXentResult r = *host_result_;
+    if (r.bad_row >= 0) {
+      // Unlike the CPU backend, dlogits rows with valid labels were written.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SoftmaxCrossEntropy: label ", r.bad_label, " of example ", r.bad_row,
+          " is not a class index in [0, ", p.classes, ")"));
+    }
+    if (p.host_loss != nullptr) {
+      *p.host_loss = static_cast<float>(r.loss_sum / p.batch);
+    }
+    if (p.host_correct != nullptr) *p.host_correct = r.correct;
     return absl::OkStatus();
   }
 
@@ -557,6 +613,8 @@ class CudaBackend final : public Backend {
 
   cuda_kernels::SoftmaxXentResult* dev_result_ = nullptr;   // Device; owned.
   cuda_kernels::SoftmaxXentResult* host_result_ = nullptr;  // Pinned; owned.
+  PendingLoss pending_;
+  std::unique_ptr<HostAllocator> pinned_;  // Staging memory for callers.
 
   // Grow without bound in the number of distinct shapes, which is small in
   // training (the batch size, the last partial batch, the eval batch).
@@ -564,58 +622,7 @@ class CudaBackend final : public Backend {
   std::map<PoolKey, std::unique_ptr<PoolDescriptors>> pool_plans_;
 };
 
-// cudaHostAlloc-backed staging memory (see cuda_backend.h).
-class CudaPinnedHostAllocator final : public HostAllocator {
- public:
-  void* Allocate(size_t bytes) override {
-    void* p = nullptr;
-    // Page-aligned, so the 64-byte alignment HostAllocator promises holds.
-    const cudaError_t e =
-        cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    return p;
-  }
-  void Free(void* p) override {
-    if (p == nullptr) return;
-    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
-  }
-  const char* Name() const override { return "cuda-pinned"; }
-};
-
 }  // namespace
-
-CudaProbe ProbeCuda() {
-  CudaProbe probe;
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    probe.reason =
-        absl::StrCat("cudaGetDeviceCount failed: ", cudaGetErrorName(e), " (",
-                     cudaGetErrorString(e), ")");
-    return probe;
-  }
-  if (count <= 0) {
-    probe.reason = "cudaGetDeviceCount found no CUDA devices";
-    return probe;
-  }
-  probe.device_count = count;
-  for (int i = 0; i < count; ++i) {
-    cudaDeviceProp prop;
-    const cudaError_t pe = cudaGetDeviceProperties(&prop, i);
-    if (pe == cudaSuccess) {
-      probe.names.push_back(prop.name);
-    } else {
-      (void)cudaGetLastError();
-      probe.names.push_back(
-          absl::StrCat("(unknown: ", cudaGetErrorName(pe), ")"));
-    }
-  }
-  return probe;
-}
 
 absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
     int device_ordinal, const CudaBackendOptions& options) {
@@ -635,14 +642,14 @@ absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
         probe.device_count, " CUDA device(s) visible)"));
   }
   auto backend = std::make_unique<CudaBackend>(device_ordinal, options);
+  // cuBLAS and cuDNN are loaded now, when a CUDA backend is asked for.
+  DP_RETURN_IF_ERROR(Annotate(
+      LoadCudaLibraries(),
+      absl::StrCat("NewCudaBackend(cuda:", device_ordinal, ")")));
   DP_RETURN_IF_ERROR(
       Annotate(backend->Init(),
                absl::StrCat("NewCudaBackend(cuda:", device_ordinal, ")")));
   return std::unique_ptr<Backend>(std::move(backend));
-}
-
-std::unique_ptr<HostAllocator> NewCudaPinnedHostAllocator() {
-  return std::make_unique<CudaPinnedHostAllocator>();
 }
 
 }  // namespace downpour

@@ -25,7 +25,12 @@
 // Contract details beyond backend.h:
 //  * Work is queued on the backend's own CUDA stream. CopyToHost and
 //    Synchronize wait for it; SoftmaxCrossEntropy waits too (its host
-//    outputs need the result).
+//    outputs need the result), SoftmaxCrossEntropyDeferred does not: its
+//    result is copied into pinned memory and settled by the next
+//    Synchronize or CopyToHost. staging_allocator() is pinned memory.
+//  * cuBLAS and cuDNN are loaded (cuda_libs.h) by the first NewCudaBackend;
+//    a missing library is a FailedPrecondition naming it. The loaded
+//    cuDNN's CUDA version must match the runtime's major (cuda_versions.h).
 //  * CopyToDevice from pageable memory returns once the source has been
 //    read. From page-locked memory (e.g. NewCudaPinnedHostAllocator) it
 //    returns at once: the source must stay unchanged until the next
@@ -75,6 +80,15 @@ struct CudaBackendOptions {
   // algorithms are used, which keeps results within float rounding of the
   // CPU backend.
   bool allow_transform_conv_algorithms = false;
+  // TF32 tensor-core math for GEMMs (CUBLAS_TF32_TENSOR_OP_MATH) and
+  // convolutions (CUDNN_DEFAULT_MATH, rankings of every math type): faster
+  // on Ampere and newer, about 3 fewer decimal digits. Off by default.
+  bool allow_tf32 = false;
+  // cudaDeviceScheduleBlockingSync: a synchronizing thread sleeps instead of
+  // spinning a core (the input threads and gRPC need the cores); costs some
+  // wake-up latency per synchronization. Takes effect only when this backend
+  // creates the device's context (the first backend on the device).
+  bool blocking_sync = false;
 };
 
 // A backend on CUDA device `device_ordinal`, with its own stream, cuBLAS and

@@ -1,6 +1,8 @@
+// File: worker/nn/cudnn_conv_algos.cc (see cudnn_conv_algos.h).
 #include "worker/nn/cudnn_conv_algos.h"
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,22 +37,26 @@ bool IsTransformAlgo(cudnnConvolutionBwdFilterAlgo_t a) {
 // conv_algo_choice.h. `workspace_size(algo, &bytes)` wraps the matching
 // cudnnGet*WorkspaceSize.
 template <typename Algo, typename Perf, typename WorkspaceFn>
-absl::StatusOr<CudnnAlgoChoice<Algo>> ChooseAlgo(
-    const std::vector<Perf>& ranking, const std::vector<Algo>& fallbacks,
-    bool allow_transform, size_t limit, WorkspaceFn workspace_size) {
+absl::StatusOr<ConvAlgoChoice> ChooseAlgo(const std::vector<Perf>& ranking,
+                                          const std::vector<Algo>& fallbacks,
+                                          ConvAlgoRules rules,
+                                          const std::set<int>& bad,
+                                          WorkspaceFn workspace_size) {
+  rules.fallback_math_type = static_cast<int>(
+      rules.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
   std::vector<RankedAlgo> ranked;
   ranked.reserve(ranking.size());
   for (const Perf& p : ranking) {
     ranked.push_back(RankedAlgo{static_cast<int>(p.algo),
                                 p.status == CUDNN_STATUS_SUCCESS,
-                                p.determinism == CUDNN_DETERMINISTIC});
+                                p.determinism == CUDNN_DETERMINISTIC,
+                                p.mathType == CUDNN_FMA_MATH,
+                                static_cast<int>(p.mathType)});
   }
   std::vector<int> fallback_ids;
   for (Algo a : fallbacks) fallback_ids.push_back(static_cast<int>(a));
-  DP_ASSIGN_OR_RETURN(
-      const ConvAlgoChoice c,
-      ChooseConvAlgo(
-          ranked, fallback_ids, allow_transform, limit,
+  return ChooseConvAlgo(
+          ranked, fallback_ids, rules, bad,
           [](int a) { return IsTransformAlgo(static_cast<Algo>(a)); },
           [&](int a, size_t* bytes) {
             if (workspace_size(static_cast<Algo>(a), bytes) ==
@@ -62,15 +68,14 @@ absl::StatusOr<CudnnAlgoChoice<Algo>> ChooseAlgo(
             char ignored[256];
             cudnnGetLastErrorString(ignored, sizeof(ignored));
             return false;
-          }));
-  return CudnnAlgoChoice<Algo>{static_cast<Algo>(c.algo), c.workspace};
+          });
 }
 
 }  // namespace
 
-absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionFwdAlgo_t>> ChooseForwardAlgo(
-    cudnnHandle_t handle, const ConvDescriptors& cd, bool allow_transform,
-    size_t workspace_limit) {
+absl::StatusOr<ConvAlgoChoice> ChooseForwardAlgo(cudnnHandle_t handle,
+    const ConvDescriptors& cd, const ConvAlgoRules& rules,
+    const std::set<int>& bad) {
   int max_count = 0;
   DP_CUDNN_RETURN_IF_ERROR(
       cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
@@ -84,16 +89,16 @@ absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionFwdAlgo_t>> ChooseForwardAlgo(
       CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
       CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
       CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
-  return ChooseAlgo(ranking, fallbacks, allow_transform, workspace_limit,
+  return ChooseAlgo(ranking, fallbacks, rules, bad,
                     [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
                       return cudnnGetConvolutionForwardWorkspaceSize(
                           handle, cd.x(), cd.w(), cd.conv(), cd.y(), a, bytes);
                     });
 }
 
-absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionBwdDataAlgo_t>>
-ChooseBackwardDataAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
-                       bool allow_transform, size_t workspace_limit) {
+absl::StatusOr<ConvAlgoChoice> ChooseBackwardDataAlgo(
+    cudnnHandle_t handle, const ConvDescriptors& cd, const ConvAlgoRules& rules,
+    const std::set<int>& bad) {
   int max_count = 0;
   DP_CUDNN_RETURN_IF_ERROR(
       cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max_count));
@@ -106,16 +111,16 @@ ChooseBackwardDataAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
   ranking.resize(std::max(0, returned));
   const std::vector<cudnnConvolutionBwdDataAlgo_t> fallbacks = {
       CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0};
-  return ChooseAlgo(ranking, fallbacks, allow_transform, workspace_limit,
+  return ChooseAlgo(ranking, fallbacks, rules, bad,
                     [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
                       return cudnnGetConvolutionBackwardDataWorkspaceSize(
                           handle, cd.w(), cd.y(), cd.conv(), cd.x(), a, bytes);
                     });
 }
 
-absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionBwdFilterAlgo_t>>
-ChooseBackwardFilterAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
-                         bool allow_transform, size_t workspace_limit) {
+absl::StatusOr<ConvAlgoChoice> ChooseBackwardFilterAlgo(
+    cudnnHandle_t handle, const ConvDescriptors& cd, const ConvAlgoRules& rules,
+    const std::set<int>& bad) {
   int max_count = 0;
   DP_CUDNN_RETURN_IF_ERROR(
       cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max_count));
@@ -129,7 +134,7 @@ ChooseBackwardFilterAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
   const std::vector<cudnnConvolutionBwdFilterAlgo_t> fallbacks = {
       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3};
-  return ChooseAlgo(ranking, fallbacks, allow_transform, workspace_limit,
+  return ChooseAlgo(ranking, fallbacks, rules, bad,
                     [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
                       return cudnnGetConvolutionBackwardFilterWorkspaceSize(
                           handle, cd.x(), cd.y(), cd.conv(), cd.w(), a, bytes);

@@ -8,16 +8,19 @@
 // (cuda_backend.cc) calls these once per shape and caches the result.
 //
 // Usage:
-//   DP_ASSIGN_OR_RETURN(CudnnAlgoChoice<cudnnConvolutionFwdAlgo_t> fwd,
-//       ChooseForwardAlgo(handle, *descriptors, /*allow_transform=*/false,
-//                         workspace_limit_bytes));
-//   cudnnConvolutionForward(..., fwd.algo, workspace, fwd.workspace, ...);
+//   ConvAlgoRules rules;  rules.workspace_limit = limit;
+//   DP_ASSIGN_OR_RETURN(ConvAlgoChoice fwd,
+//       ChooseForwardAlgo(handle, *descriptors, rules, /*bad=*/{}));
+//   cudnnConvolutionForward(..., static_cast<cudnnConvolutionFwdAlgo_t>(
+//       fwd.algo), workspace, fwd.workspace, ...);
 //
-// The ranking entries' mathType is ignored on purpose: it says which math an
-// algorithm would use at best, while the convolution descriptor, set to
-// CUDNN_FMA_MATH (cudnn_descriptors.h), restricts the kernels that actually
-// run (PyTorch does the same when TF32 is disallowed). An algorithm without
-// an FMA kernel for the shape fails its workspace query and is skipped.
+// Math types (issue 17, item 4): without TF32 only ranking entries whose
+// mathType is CUDNN_FMA_MATH are considered; the convolution descriptor is
+// set to CUDNN_FMA_MATH too (cudnn_descriptors.h), so the kernels that run
+// are FMA kernels (PyTorch's rule when TF32 is disallowed). With TF32 the
+// descriptor is CUDNN_DEFAULT_MATH and entries of every math type count.
+// An algorithm whose workspace query fails is skipped; `bad` algorithms
+// (they failed to run) are never chosen.
 //
 // Errors: the failing cuDNN query's status (cuda_status.h), or Unimplemented
 // when no algorithm is usable within the workspace limit.
@@ -31,30 +34,25 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <set>
 
 #include "absl/status/statusor.h"
+#include "worker/nn/conv_algo_choice.h"
 #include "worker/nn/cudnn_descriptors.h"
 
 namespace downpour {
 
-// A chosen algorithm and the workspace bytes it needs for its shape.
-template <typename Algo>
-struct CudnnAlgoChoice {
-  Algo algo{};
-  size_t workspace = 0;
-};
-
-// `allow_transform`: also consider FFT and Winograd algorithms (they round
-// differently from a direct sum of products). `workspace_limit`: bytes.
-absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionFwdAlgo_t>> ChooseForwardAlgo(
-    cudnnHandle_t handle, const ConvDescriptors& cd, bool allow_transform,
-    size_t workspace_limit);
-absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionBwdDataAlgo_t>>
-ChooseBackwardDataAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
-                       bool allow_transform, size_t workspace_limit);
-absl::StatusOr<CudnnAlgoChoice<cudnnConvolutionBwdFilterAlgo_t>>
-ChooseBackwardFilterAlgo(cudnnHandle_t handle, const ConvDescriptors& cd,
-                         bool allow_transform, size_t workspace_limit);
+// `rules.fallback_math_type` is set here; the other fields are the caller's.
+absl::StatusOr<ConvAlgoChoice> ChooseForwardAlgo(cudnnHandle_t handle,
+                                                 const ConvDescriptors& cd,
+                                                 const ConvAlgoRules& rules,
+                                                 const std::set<int>& bad);
+absl::StatusOr<ConvAlgoChoice> ChooseBackwardDataAlgo(
+    cudnnHandle_t handle, const ConvDescriptors& cd, const ConvAlgoRules& rules,
+    const std::set<int>& bad);
+absl::StatusOr<ConvAlgoChoice> ChooseBackwardFilterAlgo(
+    cudnnHandle_t handle, const ConvDescriptors& cd, const ConvAlgoRules& rules,
+    const std::set<int>& bad);
 
 }  // namespace downpour
 

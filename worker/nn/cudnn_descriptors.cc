@@ -38,7 +38,7 @@ std::string ConvShape(const ConvDesc& d) {
 }
 
 absl::StatusOr<std::unique_ptr<ConvDescriptors>> ConvDescriptors::Create(
-    const ConvDesc& d) {
+    const ConvDesc& d, bool allow_tf32) {
   std::unique_ptr<ConvDescriptors> cd(new ConvDescriptors());
   DP_RETURN_IF_ERROR(cd->x_.Create());
   DP_RETURN_IF_ERROR(cd->y_.Create());
@@ -57,10 +57,10 @@ absl::StatusOr<std::unique_ptr<ConvDescriptors>> ConvDescriptors::Create(
   DP_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
       cd->conv(), d.pad, d.pad, d.stride, d.stride, /*dilation_h=*/1,
       /*dilation_w=*/1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  // FMA math: no TF32 tensor cores (CUDNN_DEFAULT_MATH would allow them for
-  // fp32 on Ampere and newer).
-  DP_CUDNN_RETURN_IF_ERROR(
-      cudnnSetConvolutionMathType(cd->conv(), CUDNN_FMA_MATH));
+  // FMA math: no TF32 tensor cores (CUDNN_DEFAULT_MATH allows them for
+  // fp32 on Ampere and newer, which is what allow_tf32 asks for).
+  DP_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
+      cd->conv(), allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
 
   int n = 0, c = 0, h = 0, w = 0;
   DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(

@@ -15,7 +15,8 @@
 // Layouts: all tensors are fp32 NCHW, filters OIHW, as backend.h says.
 // Convolutions are cross-correlations (no kernel flip, as on the CPU backend
 // and in PyTorch) in CUDNN_FMA_MATH, so cuDNN never uses TF32 tensor cores
-// for them (CUDNN_DEFAULT_MATH would on Ampere and newer). Pooling is max
+// for them (CUDNN_DEFAULT_MATH would on Ampere and newer), unless the caller
+// allows TF32. Pooling is max
 // pooling with window = stride and no padding.
 //
 // Ownership: each object owns its descriptors and destroys them in its
@@ -111,8 +112,9 @@ class ConvDescriptors {
  public:
   // Errors: the failing cuDNN call's status; Internal when cuDNN's output
   // size differs from ConvDesc::OutH/OutW. `d` must pass ValidateConv.
+  // `allow_tf32`: CUDNN_DEFAULT_MATH instead of CUDNN_FMA_MATH.
   static absl::StatusOr<std::unique_ptr<ConvDescriptors>> Create(
-      const ConvDesc& d);
+      const ConvDesc& d, bool allow_tf32 = false);
 
   cudnnTensorDescriptor_t x() const { return x_.get(); }
   cudnnTensorDescriptor_t y() const { return y_.get(); }

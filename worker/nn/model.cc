@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/host_allocator.h"
 #include "common/status_macros.h"
 
 namespace downpour {
@@ -88,7 +89,10 @@ class ModelImpl : public Model {
     }
     DP_ASSIGN_OR_RETURN(grad_a_, DeviceBuffer::Create(backend_, max_hidden));
     DP_ASSIGN_OR_RETURN(grad_b_, DeviceBuffer::Create(backend_, max_hidden));
-    host_labels_.resize(max_batch_);
+    // Pinned on a GPU, so the label copy does not stall the host.
+    DP_ASSIGN_OR_RETURN(host_labels_,
+                        HostArray<float>::Create(backend_->staging_allocator(),
+                                                 max_batch_));
 
     // Views.
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -152,11 +156,17 @@ class ModelImpl : public Model {
   float* parameters() override { return params_.data(); }
   float* gradients() override { return grads_.data(); }
 
+  // Waits for the device once, at the end: the loss is queued (deferred)
+  // and settled by the final Synchronize.
   absl::StatusOr<StepResult> ComputeGradients(const float* host_x,
                                               const int32_t* host_labels,
                                               int batch) override {
-    DP_ASSIGN_OR_RETURN(const StepResult r,
-                        ForwardLoss(host_x, host_labels, batch, dlogits_.data()));
+    StepResult r;
+    DP_RETURN_IF_ERROR(LoadBatch(host_x, host_labels, batch));
+    DP_RETURN_IF_ERROR(Forward(batch));
+    DP_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropyDeferred(
+        batch, classes_, acts_.back().data(), labels_buf_.data(),
+        dlogits_.data(), &r.loss, &r.correct));
     const float* dy = dlogits_.data();
     for (size_t i = layers_.size(); i-- > 0;) {
       float* dx = nullptr;
@@ -178,7 +188,7 @@ class ModelImpl : public Model {
 
  private:
   // Loads the batch and runs the forward pass and the loss; writes the
-  // loss's gradient into `dlogits` unless it is null.
+  // loss's gradient into `dlogits` unless it is null. Waits for the result.
   absl::StatusOr<StepResult> ForwardLoss(const float* host_x,
                                          const int32_t* host_labels, int batch,
                                          float* dlogits) {
@@ -238,7 +248,7 @@ class ModelImpl : public Model {
   DeviceBuffer dlogits_;            // max_batch x classes.
   std::vector<DeviceBuffer> acts_;  // Per layer output, max_batch rows.
   DeviceBuffer grad_a_, grad_b_;    // Ping-pong activation gradients.
-  std::vector<float> host_labels_;  // Staging for the label conversion.
+  HostArray<float> host_labels_;    // Staging for the label conversion.
 };
 
 }  // namespace

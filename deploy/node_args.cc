@@ -1,0 +1,105 @@
+#include "deploy/node_args.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace downpour {
+namespace {
+
+const std::set<std::string>& SpecFlags() {
+  static const auto* flags = new std::set<std::string>{
+      "ps_hosts", "worker_hosts", "task_type", "task_index", "num_ps",
+      "base_port"};
+  return *flags;
+}
+
+absl::Status SetSpecFlag(const std::string& name, const std::string& value,
+                         ClusterSpecInputs* in) {
+  int* number = name == "task_index" ? &in->task_index
+                : name == "num_ps"   ? &in->num_ps
+                : name == "base_port" ? &in->base_port
+                                      : nullptr;
+  if (number != nullptr) {
+    if (!absl::SimpleAtoi(value, number)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be an integer, got '", value, "'"));
+    }
+    return absl::OkStatus();
+  }
+  if (name == "ps_hosts") in->ps_hosts = value;
+  if (name == "worker_hosts") in->worker_hosts = value;
+  if (name == "task_type") in->task_type = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<NodeArgs> ParseNodeArgs(const std::vector<std::string>& args) {
+  NodeArgs out;
+  std::set<std::string> names;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!absl::StartsWith(arg, "-") || arg == "-" || arg == "--") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node takes only flags, got '", arg, "'"));
+    }
+    const std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t eq = body.find('=');
+    const std::string name = body.substr(0, eq);
+    if (name == "print_spec") {
+      out.print_spec = eq == std::string::npos || body.substr(eq + 1) == "true";
+      continue;
+    }
+    out.passthrough.push_back(arg);
+    if (name.empty() || name == "undefok") continue;
+    names.insert(name);
+    if (absl::StartsWith(name, "no")) names.insert(name.substr(2));
+    if (SpecFlags().count(name) == 0) continue;
+    std::string value;
+    if (eq != std::string::npos) {
+      value = body.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+      out.passthrough.push_back(value);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " needs a value"));
+    }
+    if (absl::Status s = SetSpecFlag(name, value, &out.spec_inputs); !s.ok()) {
+      return s;
+    }
+  }
+  out.flag_names.assign(names.begin(), names.end());
+  return out;
+}
+
+std::vector<std::string> ChildArgv(const std::string& binary,
+                                   const NodeArgs& args) {
+  std::vector<std::string> argv = {binary};
+  argv.insert(argv.end(), args.passthrough.begin(), args.passthrough.end());
+  if (!args.flag_names.empty()) {
+    argv.push_back(absl::StrCat("--undefok=", absl::StrJoin(args.flag_names, ",")));
+  }
+  return argv;
+}
+
+const char* ChildBinaryFor(const ClusterSpec& spec) {
+  return spec.task_type == TaskType::kPs ? "server/ps_server"
+                                         : "worker/ps_worker";
+}
+
+std::string DescribeRole(const ClusterSpec& spec) {
+  return absl::StrCat("role=", TaskTypeName(spec.task_type),
+                      " index=", spec.task_index,
+                      " chief=", spec.IsChief() ? "true" : "false",
+                      " self=", spec.SelfAddress(),
+                      " ps=", absl::StrJoin(spec.ps, ","),
+                      " workers=", absl::StrJoin(spec.workers, ","),
+                      " source=", spec.source);
+}
+
+}  // namespace downpour

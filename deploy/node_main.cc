@@ -1,0 +1,70 @@
+// node: runs as a parameter server or a worker according to the cluster
+// spec (flags, TF_CONFIG or Slurm; common/cluster_spec.h), so that every
+// task of a Slurm step or a TFJob runs the same command (deploy/node_args.h).
+//
+//   srun -n 6 node --num_ps=2 --epochs=3 --summary_json=out/summary.json
+//   TF_CONFIG='{"cluster":...,"task":{"type":"ps","index":0}}' node --bind=0.0.0.0
+//   node --print_spec            # print the resolved role and exit
+//
+// Exit status: the child's (node replaces itself with it); 2 for a missing
+// or malformed spec.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/cluster_spec.h"
+#include "deploy/fs.h"
+#include "deploy/node_args.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  absl::StatusOr<downpour::NodeArgs> parsed = downpour::ParseNodeArgs(args);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "node: %s\n", std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::optional<downpour::ClusterSpec>> spec =
+      downpour::ResolveClusterSpec(parsed->spec_inputs,
+                                   downpour::ProcessEnvLookup());
+  if (!spec.ok()) {
+    std::fprintf(stderr, "node: %s\n", std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  if (!spec->has_value()) {
+    std::fprintf(stderr,
+                 "node: no cluster spec: give --ps_hosts and --worker_hosts "
+                 "(with --task_type, --task_index), or set TF_CONFIG, or run "
+                 "under srun\n");
+    return 2;
+  }
+  const downpour::ClusterSpec& s = **spec;
+  if (parsed->print_spec) {
+    std::printf("%s\n", downpour::DescribeRole(s).c_str());
+    return 0;
+  }
+  std::printf("node: %s\n", downpour::ClusterSpecToString(s).c_str());
+  std::fflush(stdout);
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::vector<std::string> exes;
+  if (n > 0) exes.push_back(std::string(self, n));
+  exes.push_back(argv[0]);
+  absl::StatusOr<std::string> binary =
+      downpour::FindSiblingBinary(exes, downpour::ChildBinaryFor(s));
+  if (!binary.ok()) {
+    std::fprintf(stderr, "node: %s\n", std::string(binary.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<std::string> child = downpour::ChildArgv(*binary, *parsed);
+  std::vector<char*> child_argv;
+  for (const std::string& a : child) child_argv.push_back(const_cast<char*>(a.c_str()));
+  child_argv.push_back(nullptr);
+  execv(binary->c_str(), child_argv.data());
+  std::fprintf(stderr, "node: cannot run %s: %s\n", binary->c_str(),
+               std::strerror(errno));
+  return 1;
+}

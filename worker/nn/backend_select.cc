@@ -1,0 +1,103 @@
+// File: worker/nn/backend_select.cc (see backend_select.h).
+#include "worker/nn/backend_select.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace downpour {
+namespace {
+
+SelectedBackends CpuBackends(const BackendRequest& r, std::string note) {
+  SelectedBackends s;
+  const int n = r.single ? 1 : std::max(1, r.cpu_replicas);
+  for (int i = 0; i < n; ++i) {
+    s.backends.push_back(NewCpuBackend(r.cpu_threads));
+  }
+  s.note = std::move(note);
+  return s;
+}
+
+// Opens one CUDA backend per replica; the first failure is returned.
+absl::StatusOr<SelectedBackends> OpenCuda(const BackendRequest& r,
+                                          const CudaFactory& f,
+                                          const std::vector<int>& devices) {
+  SelectedBackends s;
+  s.cuda = true;
+  for (int d : devices) {
+    absl::StatusOr<std::unique_ptr<Backend>> b = f.open(d, r.cuda);
+    if (!b.ok()) return b.status();
+    s.backends.push_back(std::move(*b));
+  }
+  s.pinned = f.pinned();
+  return s;
+}
+
+}  // namespace
+
+CudaFactory RealCudaFactory() {
+  CudaFactory f;
+  f.probe = [] { return ProbeCuda(); };
+  f.open = [](int ordinal, const CudaBackendOptions& o) {
+    return NewCudaBackend(ordinal, o);
+  };
+  f.pinned = [] { return NewCudaPinnedHostAllocator(); };
+  return f;
+}
+
+absl::StatusOr<SelectedBackends> SelectBackends(const BackendRequest& r,
+                                                const CudaFactory& f) {
+  if (r.device != "auto" && r.device != "cpu" && r.device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu or cuda, got '", r.device, "'"));
+  }
+  if (r.device == "cpu") {
+    if (!r.gpus.empty()) {
+      return absl::InvalidArgumentError("--gpus needs --device=cuda or auto");
+    }
+    return CpuBackends(r, "using the CPU backend (--device=cpu)");
+  }
+  const CudaProbe probe = f.probe();
+  if (probe.device_count == 0) {
+    if (r.device == "cuda" || !r.gpus.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          r.device == "cuda" ? "--device=cuda" : "--gpus",
+          " was requested but no CUDA device is usable: ", probe.reason));
+    }
+    return CpuBackends(r, absl::StrCat("--device=auto: using the CPU backend "
+                                       "(no usable CUDA device: ",
+                                       probe.reason, ")"));
+  }
+  for (int g : r.gpus) {
+    if (g < 0 || g >= probe.device_count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpus lists GPU ", g, " but this host has ", probe.device_count));
+    }
+  }
+  std::vector<int> devices = r.gpus;
+  if (devices.empty()) devices = {0};
+  if (r.single) devices.resize(1);
+  absl::StatusOr<SelectedBackends> cuda = OpenCuda(r, f, devices);
+  if (cuda.ok()) {
+    cuda->note = absl::StrCat(
+        "--device=", r.device, ": using CUDA (", probe.device_count, " GPU",
+        probe.device_count == 1 ? "" : "s", ": ",
+        absl::StrJoin(probe.names, ", "), "; replicas on GPU ",
+        absl::StrJoin(devices, ","), ")");
+    return cuda;
+  }
+  if (r.device == "cuda") return cuda.status();
+  return CpuBackends(
+      r, absl::StrCat("--device=auto: a GPU is visible (",
+                      absl::StrJoin(probe.names, ", "),
+                      ") but the CUDA backend failed to start: ",
+                      cuda.status().message(), "; using the CPU backend"));
+}
+
+}  // namespace downpour

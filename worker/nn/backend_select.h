@@ -1,0 +1,72 @@
+// File: worker/nn/backend_select.h
+//
+// Picks and opens the compute backends of one worker process from its
+// --device / --gpus / --replicas request: the CUDA backend on the listed
+// GPUs, or the CPU backend. Called from main (the device is chosen there and
+// passed down, never inside library code).
+//
+// --device=auto uses CUDA when a GPU is visible AND the CUDA backend starts;
+// when it fails to start (exclusive-process mode, out of memory, cuBLAS or
+// cuDNN missing, a cuDNN for another CUDA) the reason is logged and the CPU
+// backend is used. --device=cuda (or --gpus) without a usable GPU, and
+// --device=cuda when the backend fails, are errors.
+//
+// Usage:
+//   BackendRequest req;  req.device = "auto";  req.cpu_replicas = 2;
+//   DP_ASSIGN_OR_RETURN(SelectedBackends sel,
+//                       SelectBackends(req, RealCudaFactory()));
+//   std::printf("worker 0: %s\n", sel.note.c_str());
+//
+// The CudaFactory seam lets a test play a visible GPU whose backend fails,
+// which a machine without a GPU cannot produce for real.
+#ifndef DOWNPOUR_WORKER_NN_BACKEND_SELECT_H_
+#define DOWNPOUR_WORKER_NN_BACKEND_SELECT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/host_allocator.h"
+#include "worker/nn/backend.h"
+#include "worker/nn/cuda_backend.h"
+
+namespace downpour {
+
+struct BackendRequest {
+  std::string device = "auto";  // auto, cpu or cuda
+  std::vector<int> gpus;        // One replica per entry; empty: GPU 0.
+  int cpu_replicas = 1;         // Replicas on the CPU backend.
+  bool single = false;          // One replica whatever the above (eval).
+  int cpu_threads = 1;
+  CudaBackendOptions cuda;
+};
+
+// How CUDA is probed and opened; RealCudaFactory() uses cuda_backend.h.
+struct CudaFactory {
+  std::function<CudaProbe()> probe;
+  std::function<absl::StatusOr<std::unique_ptr<Backend>>(
+      int ordinal, const CudaBackendOptions& options)>
+      open;
+  std::function<std::unique_ptr<HostAllocator>()> pinned;
+};
+CudaFactory RealCudaFactory();
+
+struct SelectedBackends {
+  std::vector<std::unique_ptr<Backend>> backends;  // One per replica.
+  std::unique_ptr<HostAllocator> pinned;  // Null on the CPU.
+  bool cuda = false;
+  // What was chosen and why, for the log (auto's fallback reason included).
+  std::string note;
+};
+
+// Errors: InvalidArgument for a bad request or a GPU ordinal beyond the
+// visible ones; FailedPrecondition for --device=cuda/--gpus without a GPU;
+// the backend's error for --device=cuda when it fails to start.
+absl::StatusOr<SelectedBackends> SelectBackends(const BackendRequest& request,
+                                                const CudaFactory& factory);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_NN_BACKEND_SELECT_H_
