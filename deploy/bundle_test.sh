@@ -21,7 +21,12 @@
 #      nvidia/cu13/lib), DOWNPOUR_CUDA_LIB_DIRS first, a clear message and
 #      status 127 for a missing library;
 #   6. bin/gpu_bench --device=cuda on a machine without a GPU: exit 3 and a
-#      message (the benchmark itself is not run here).
+#      message (the benchmark itself is not run here);
+#   7. ps_worker links no CUDA library (ldd), and run_gpu_checks.sh on a
+#      bundle without GPU test programs fails its gpu_tests step (zero tests
+#      is not a pass).
+#   Step 4 hides the CUDA toolkit's cudart, cuBLAS and cuDNN as well: the CPU
+#   path must run without any CUDA library.
 #
 # Usage (deploy/BUILD passes runfiles paths):
 #   bundle_test.sh MAKE_BUNDLE PS_SERVER PS_WORKER LAUNCH GPU_BENCH
@@ -133,6 +138,11 @@ for f in "$B"/lib/* "$B"/lib/cxx/*; do
     [[ -e "$d/$so" ]] && readlink -f "$d/$so" >> "$hide_list"
   done
 done
+# The CUDA libraries too: the CPU path needs none (static cudart, dlopened
+# cuBLAS/cuDNN; issue 17 item 1).
+for f in /usr/local/cuda/lib64/lib{cudart,cublas,cublasLt,cudnn}*.so*; do
+  [[ -e "$f" ]] && readlink -f "$f" >> "$hide_list"
+done
 sort -u -o "$hide_list" "$hide_list"
 cat > "$T/hidden.sh" <<EOF
 set -u
@@ -224,6 +234,21 @@ else
   check "gpu_bench --device=cuda exits 3 without a GPU (exit $rc)" test "$rc" -eq 3
   check "gpu_bench says why" contains "$T/bench.log" '^gpu_bench: --device=cuda: '
 fi
+
+# ---- 7. No CUDA library at link time; zero GPU tests fail ---------------------
+echo "== 7. CPU path without CUDA libraries; run_gpu_checks with no GPU tests"
+ldd "$B/libexec/worker/ps_worker" > "$T/ldd_plain.log" 2>&1
+check "ps_worker links no CUDA library (cudart static, cuBLAS/cuDNN dlopened)" \
+  bash -c "! grep -qE 'libcudart|libcublas|libcudnn' '$T/ldd_plain.log'"
+check "cuda_dlopen.txt names cuBLAS and cuDNN" \
+  bash -c "grep -qx 'libcudnn.so.9' '$B/libexec/cuda_dlopen.txt' && grep -qx 'libcublas.so.13' '$B/libexec/cuda_dlopen.txt'"
+env -i PATH=/usr/bin:/bin HOME="$T" "$B/run_gpu_checks.sh" --skip_train \
+  --skip_bench --results="$T/gpu_checks" > "$T/gpu_checks.log" 2>&1
+rc=$?
+grep -E '^(FAIL|PASS) |passed,|no GPU tests' "$T/gpu_checks.log"
+check "run_gpu_checks fails with no GPU test programs (exit $rc)" test "$rc" -ne 0
+check "its gpu_tests step is the failure, naming the cause" \
+  bash -c "grep -q '^FAIL gpu_tests' '$T/gpu_checks.log' && grep -q 'no GPU tests in this bundle' '$T/gpu_checks.log'"
 
 if ((failures > 0)); then
   echo "bundle_test: $failures check(s) failed"

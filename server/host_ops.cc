@@ -18,7 +18,10 @@ absl::StatusOr<std::unique_ptr<HostOps>> HostOps::Create(
   DP_RETURN_IF_ERROR(CheckMetricsPort(options.metrics_port));
   std::unique_ptr<HostOps> ops(new HostOps());
   ops->on_declared_ = std::move(on_declared);
-  DP_ASSIGN_OR_RETURN(ops->auth_, TokenAuthenticator::Create(options.security));
+  ops->auth_ = options.authenticator;
+  if (ops->auth_ == nullptr) {
+    DP_ASSIGN_OR_RETURN(ops->auth_, TokenAuthenticator::Create(options.security));
+  }
   if (options.metrics_port < 0) return ops;
   ops->registry_ = std::make_shared<prometheus::Registry>();
   ops->metrics_ = std::make_shared<ServerMetrics>(

@@ -42,6 +42,8 @@ struct HostOpsOptions {
   // Prometheus endpoint: -1 off, 0 a free port.
   int metrics_port = -1;
   std::string metrics_bind = "127.0.0.1";
+  // Shared with other services; null: made from `security`.
+  std::shared_ptr<const TokenAuthenticator> authenticator;
 };
 
 class HostOps : public ServiceObserver {
@@ -68,7 +70,7 @@ class HostOps : public ServiceObserver {
  private:
   HostOps() = default;
   std::function<void()> on_declared_;
-  std::unique_ptr<TokenAuthenticator> auth_;
+  std::shared_ptr<const TokenAuthenticator> auth_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<ServerMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> endpoint_;

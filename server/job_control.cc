@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/job_control.grpc.pb.h"
+#include "rpc/auth_token.h"
 #include "rpc/rpc_convert.h"
 
 namespace downpour {
@@ -12,14 +13,16 @@ namespace {
 
 class JobControlService final : public proto::JobControl::CallbackService {
  public:
-  JobControlService(JobState* state, std::function<std::string()> aborted)
-      : state_(state), aborted_(std::move(aborted)) {}
+  JobControlService(JobState* state, std::function<std::string()> aborted,
+                    const TokenAuthenticator* auth)
+      : state_(state), aborted_(std::move(aborted)), auth_(auth) {}
 
   grpc::ServerUnaryReactor* WorkerDone(
       grpc::CallbackServerContext* context,
       const proto::WorkerDoneRequest* request,
       proto::WorkerDoneResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (Refused(*context, reactor)) return reactor;
     reactor->Finish(ToGrpcStatus(state_->WorkerDone(
         {request->worker_id(), request->error(), request->done_line()})));
     return reactor;
@@ -29,6 +32,8 @@ class JobControlService final : public proto::JobControl::CallbackService {
       grpc::CallbackServerContext* context,
       const proto::JobStateRequest* /*request*/,
       proto::JobStateResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (Refused(*context, reactor)) return reactor;
     response->set_num_workers(state_->num_workers());
     for (const WorkerReport& r : state_->Reports()) {
       proto::WorkerState* w = response->add_done();
@@ -39,7 +44,6 @@ class JobControlService final : public proto::JobControl::CallbackService {
     response->set_optimizer(state_->optimizer());
     response->set_lr(state_->lr());
     response->set_aborted(aborted_());
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -48,14 +52,27 @@ class JobControlService final : public proto::JobControl::CallbackService {
                                    const proto::EndJobRequest* request,
                                    proto::EndJobResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (Refused(*context, reactor)) return reactor;
     reactor->Finish(ToGrpcStatus(
         state_->EndJob(request->worker_id(), request->error())));
     return reactor;
   }
 
  private:
+  // Security: the job's bearer token, checked before anything is read (the
+  // same authenticator as the host's, so refusals are counted together).
+  bool Refused(const grpc::CallbackServerContext& context,
+               grpc::ServerUnaryReactor* reactor) const {
+    if (auth_ == nullptr) return false;
+    const absl::Status s = auth_->Check(context);
+    if (s.ok()) return false;
+    reactor->Finish(ToGrpcStatus(s));
+    return true;
+  }
+
   JobState* const state_;  // Not owned.
   const std::function<std::string()> aborted_;
+  const TokenAuthenticator* const auth_;  // Not owned; null: no token.
 };
 
 }  // namespace
@@ -121,8 +138,9 @@ std::optional<JobEnd> JobState::WaitForEnd(absl::Duration timeout) {
 }
 
 std::unique_ptr<grpc::Service> NewJobControlService(
-    JobState* state, std::function<std::string()> aborted) {
-  return std::make_unique<JobControlService>(state, std::move(aborted));
+    JobState* state, std::function<std::string()> aborted,
+    const TokenAuthenticator* auth) {
+  return std::make_unique<JobControlService>(state, std::move(aborted), auth);
 }
 
 absl::Status ApplyClusterSpec(const ClusterSpec& spec, const std::string& bind,

@@ -8,7 +8,8 @@
 // and serves until signalled.
 //
 //   JobState job(spec.workers.size(), "adagrad", 0.05);
-//   auto service = NewJobControlService(&job, [&] { return aborted(); });
+//   auto service = NewJobControlService(&job, [&] { return aborted(); },
+//                                       host_options.authenticator.get());
 //   host_options.extra_services.push_back(service.get());
 //   ... start the host ...
 //   JobEnd end = WaitForJobEnd(&job, store, &stop_notification);
@@ -31,6 +32,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "rpc/auth_token.h"
 #include "server/parameter_store.h"
 #include "server/ps_host.h"
 
@@ -90,9 +92,11 @@ class JobState {
 
 // The JobControl gRPC service over `state` (not owned; must outlive it).
 // `aborted` returns the store's abort reason ("" when none); called on
-// GetJobState.
+// GetJobState. `auth` (not owned, may be null: no token) is checked first in
+// every handler; pass the host's (ParameterServerHostOptions::authenticator).
 std::unique_ptr<grpc::Service> NewJobControlService(
-    JobState* state, std::function<std::string()> aborted);
+    JobState* state, std::function<std::string()> aborted,
+    const TokenAuthenticator* auth);
 
 // A spec server's options: shard = task index, shards = number of ps
 // entries, num_workers = number of workers (unless already set), listening

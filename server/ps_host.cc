@@ -25,6 +25,7 @@ HostOpsOptions OpsOptions(const ParameterServerHostOptions& o) {
   ops.shard_index = o.store.shard_index;
   ops.metrics_port = o.metrics_port;
   ops.metrics_bind = o.metrics_bind;
+  ops.authenticator = o.authenticator;
   return ops;
 }
 

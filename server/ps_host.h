@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rpc/auth_token.h"
 #include "rpc/credentials.h"
 #include "server/grpc_service.h"
 #include "server/host_ops.h"
@@ -49,6 +50,11 @@ struct ParameterServerHostOptions {
   // port, see ParameterServerHost::port().
   std::vector<std::string> listen_addresses = {"127.0.0.1:0"};
   TransportSecurityOptions security;
+  // Security: the bearer-token check of the parameter-server service; null:
+  // made here from `security`. Set it to share one authenticator with
+  // extra_services, which must check it themselves (refusals then count
+  // together in the metrics).
+  std::shared_ptr<const TokenAuthenticator> authenticator;
   // More services on the same server (e.g. server/job_control.h's). Not
   // owned; each must outlive the host.
   std::vector<grpc::Service*> extra_services;

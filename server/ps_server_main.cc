@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "rpc/net_probe.h"
 #include "server/job_control.h"
+#include "rpc/auth_token.h"
 #include "rpc/security_flags.h"
 #include "server/ps_host.h"
 
@@ -161,6 +162,9 @@ absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
   }
   // Security and operations.
   DP_ASSIGN_OR_RETURN(host_options.security, downpour::SecurityOptionsFromFlags());
+  // One token check for the host's services and job control.
+  DP_ASSIGN_OR_RETURN(host_options.authenticator,
+                      downpour::TokenAuthenticator::Create(host_options.security));
   host_options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   host_options.metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
   return host_options;
@@ -194,12 +198,11 @@ int main(int argc, char** argv) {
   if (spec.has_value()) {
     std::printf("ps_server: %s\n", downpour::ClusterSpecToString(*spec).c_str());
     job = std::make_unique<downpour::JobState>(
-        options.num_workers, options.optimizer.name,
-        options.optimizer.learning_rate);
+        options.num_workers, options.optimizer.name, absl::GetFlag(FLAGS_lr));
     job_service = downpour::NewJobControlService(job.get(), [&job_store] {
       downpour::ParameterStore* store = job_store.load();
       return store == nullptr ? std::string() : store->Stats().aborted;
-    });
+    }, host_options->authenticator.get());
     host_options->extra_services.push_back(job_service.get());
   }
   auto host = downpour::ParameterServerHost::Create(*host_options);

@@ -41,6 +41,7 @@
 #include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
 #include "worker/trainer.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, ps_hosts, "",
           "Comma-separated host:port of parameter-server shards 0..S-1.");
@@ -112,6 +113,13 @@ ABSL_FLAG(int, debug_step_delay_ms, 0,
 ABSL_FLAG(std::string, save_params, "",
           "--task=eval: write the parameters to this safetensors file.");
 
+// Security and operations: the worker's Prometheus endpoint
+// (worker/worker_metrics.h; README "Observability").
+ABSL_FLAG(int, metrics_port, -1,
+          "Prometheus endpoint port (/metrics); -1 off, 0 a free one.");
+ABSL_FLAG(std::string, metrics_bind, "127.0.0.1",
+          "Address of the Prometheus endpoint.");
+
 // Across machines: the cluster spec (common/cluster_spec.h). With
 // --worker_hosts, TF_CONFIG or Slurm's variables the worker takes its
 // servers, index and worker count from the spec, and the job ends by itself
@@ -149,6 +157,8 @@ struct WorkerFlags {
   std::string summary_json;
   absl::Duration job_wait_timeout;
   absl::Time started = absl::Now();
+  // Security and operations: null when --metrics_port is -1.
+  std::shared_ptr<WorkerMetrics> metrics;
 };
 
 // Across machines: servers, index and worker count from the spec, if any.
@@ -360,8 +370,9 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
   std::fflush(stdout);
   TrainerOptions to = f.trainer;
   to.host_allocator = set.allocator();
-  auto progress = [](int id) {
-    return [id](const Progress& p) {
+  auto progress = [metrics = f.metrics](int id) {
+    return [id, metrics](const Progress& p) {
+      if (metrics != nullptr) metrics->OnProgress(id, p);
       WorkerProgress line;
       line.worker = id;
       line.step = p.step;
@@ -502,6 +513,12 @@ absl::Status EndSpecJob(const WorkerFlags& f, const absl::Status& trained,
 absl::Status Run() {
   DP_ASSIGN_OR_RETURN(WorkerFlags f, ReadFlags());
   const int w = f.client.worker_id;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
+    DP_ASSIGN_OR_RETURN(f.metrics, WorkerMetrics::Start(
+                                       absl::GetFlag(FLAGS_metrics_bind), port));
+    std::printf("worker %d: metrics on http://%s:%d/metrics\n", w,
+                absl::GetFlag(FLAGS_metrics_bind).c_str(), f.metrics->port());
+  }
   if (f.spec.has_value()) {  // Across machines: log it; wait for peers' names.
     std::printf("worker %d: %s\n", w, ClusterSpecToString(*f.spec).c_str());
     std::fflush(stdout);

@@ -29,6 +29,7 @@ Progress ProgressWindow::Close(int64_t step, int epoch) {
   p.examples_per_sec = examples_ / std::max(secs, 1e-9);
   p.sec_per_batch = secs / steps_;
   p.window = times_;
+  p.window_examples = examples_;
   times_ = PhaseTimes();
   loss_ = 0;
   steps_ = examples_ = 0;

@@ -48,6 +48,7 @@ struct Progress {
   double examples_per_sec = 0;
   double sec_per_batch = 0;
   PhaseTimes window;  // Time per phase in the window.
+  int64_t window_examples = 0;  // Examples trained in the window.
 };
 
 // Measures consecutive intervals.

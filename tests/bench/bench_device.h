@@ -40,6 +40,8 @@ struct CudaBenchOptions {
   int device_ordinal = 0;
   // cuDNN workspace limit; < 0 keeps CudaBackendOptions' default.
   int64_t workspace_limit_bytes = -1;
+  bool allow_tf32 = false;     // CudaBackendOptions::allow_tf32
+  bool blocking_sync = false;  // CudaBackendOptions::blocking_sync
 };
 
 // The CUDA backend on options.device_ordinal with pinned host buffers.

@@ -27,6 +27,8 @@ absl::StatusOr<BenchDevice> OpenCudaBenchDevice(const CudaBenchOptions& options)
   if (options.workspace_limit_bytes >= 0) {
     backend_options.workspace_limit_bytes = options.workspace_limit_bytes;
   }
+  backend_options.allow_tf32 = options.allow_tf32;
+  backend_options.blocking_sync = options.blocking_sync;
   BenchDevice d;
   DP_ASSIGN_OR_RETURN(d.backend,
                       NewCudaBackend(options.device_ordinal, backend_options));

@@ -16,13 +16,18 @@
 #   --bench_bin=PATH   the gpu_bench to run (default: the bundle's bin/gpu_bench,
 #                      else bazel-bin after `bazel build -c opt`)
 #   --python=PATH      the Python with PyTorch (default $DOWNPOUR_PYTHON, python3)
-#   --tf32             allow TF32 in both (default: off in both; for cuBLAS and
-#                      cuDNN inside gpu_bench also NVIDIA_TF32_OVERRIDE=0)
+#   --tf32             allow TF32 in both (gpu_bench --tf32: cuBLAS
+#                      TF32 tensor-op math, cuDNN default math; default: off
+#                      in both, and NVIDIA_TF32_OVERRIDE=0 for gpu_bench)
+# PyTorch runs twice, with torch.backends.cudnn.benchmark off (heuristic
+# algorithm choice, like Downpour) and on (timed search, possibly
+# non-deterministic algorithms); both ratios are reported.
 #   --skip_pytorch     Downpour only
 #   --out=DIR          where the JSON files and logs go (default: a temp dir)
 # The last line of stdout is
 #   GPU_BENCH {"device":..,"downpour":{...},"pytorch":{...}|null,
-#              "ratio_step":{"64":r,...},"ratio_compute":{...}}
+#              "ratio_step":{"64":r,...},"ratio_compute":{...},
+#              "pytorch_benchmark":..,"ratio_step_benchmark":..,...}
 # Exit status: 0 both ran (or Downpour ran with --skip_pytorch); 3 a program
 # found no usable device; 1 anything else.
 set -uo pipefail
@@ -64,17 +69,19 @@ common=(--device="$device" --gpu="$gpu" "${pass[@]+"${pass[@]}"}")
 if [[ "$tf32" == 1 ]]; then
   py_tf32=(--tf32)
   tf32_env=()
+  common_dp=(--tf32)
 else
   py_tf32=()
   # Belt and braces: the CUDA backend promises plain fp32; this also switches
   # TF32 off in any cuBLAS/cuDNN call that would otherwise pick it.
   tf32_env=(NVIDIA_TF32_OVERRIDE=0)
+  common_dp=()
 fi
 
 status=0
 echo "== downpour: $bench_bin ${common[*]}"
 env "${tf32_env[@]+"${tf32_env[@]}"}" "$bench_bin" "${common[@]}" \
-  --json_out="$out/downpour.json" 2>&1 | tee "$out/downpour.log"
+  "${common_dp[@]+"${common_dp[@]}"}" --json_out="$out/downpour.json" 2>&1 | tee "$out/downpour.log"
 rc=${PIPESTATUS[0]}
 if [[ $rc != 0 ]]; then
   echo "gpu_bench.sh: gpu_bench failed (exit $rc)" >&2
@@ -83,60 +90,71 @@ if [[ $rc != 0 ]]; then
 fi
 
 if [[ "$skip_pytorch" == 0 ]]; then
-  echo "== pytorch: $python $HERE/pytorch_fashion_cnn.py ${common[*]} ${py_tf32[*]+"${py_tf32[*]}"}"
-  "$python" "$HERE/pytorch_fashion_cnn.py" "${common[@]}" \
-    "${py_tf32[@]+"${py_tf32[@]}"}" --json_out="$out/pytorch.json" 2>&1 |
-    tee "$out/pytorch.log"
-  rc=${PIPESTATUS[0]}
-  if [[ $rc != 0 ]]; then
-    echo "gpu_bench.sh: the PyTorch reference failed (exit $rc); Downpour's figures are above" >&2
-    rm -f "$out/pytorch.json"
-    status=$([[ $rc == 3 ]] && echo 3 || echo 1)
-  fi
+  for bm in 0 1; do
+    json="$out/pytorch.json"
+    [[ "$bm" == 1 ]] && json="$out/pytorch_benchmark.json"
+    echo "== pytorch: $python $HERE/pytorch_fashion_cnn.py ${common[*]} ${py_tf32[*]+"${py_tf32[*]}"} --cudnn_benchmark=$bm"
+    "$python" "$HERE/pytorch_fashion_cnn.py" "${common[@]}" \
+      "${py_tf32[@]+"${py_tf32[@]}"}" --cudnn_benchmark="$bm" \
+      --json_out="$json" 2>&1 | tee "$out/pytorch_bm$bm.log"
+    rc=${PIPESTATUS[0]}
+    if [[ $rc != 0 ]]; then
+      echo "gpu_bench.sh: the PyTorch reference (cudnn.benchmark=$bm) failed (exit $rc); Downpour's figures are above" >&2
+      rm -f "$json"
+      status=$([[ $rc == 3 ]] && echo 3 || echo 1)
+    fi
+  done
 fi
 
 # The comparison needs only the standard library.
 python_for_report="$(command -v python3 || echo "$python")"
-"$python_for_report" - "$out/downpour.json" "$out/pytorch.json" <<'PYEOF'
+"$python_for_report" - "$out/downpour.json" "$out/pytorch.json" \
+    "$out/pytorch_benchmark.json" <<'PYEOF'
 import json, os, sys
 d = json.load(open(sys.argv[1]))
-p = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else None
-by_batch = {r["batch_size"]: r for r in (p["results"] if p else [])}
-print()
-print("fashion_cnn worker step on %s: downpour vs pytorch (examples/sec; ratio = downpour / pytorch, goal >= 1.0)" % d["device"])
-print("TF32: downpour %s, pytorch %s" % ("on" if d.get("tf32") else "off",
-      ("on" if p.get("tf32") else "off") if p else "-"))
-if p:
-    print("pytorch %s, cuDNN %s, %s" % (p.get("torch"), p.get("cudnn"), p["device"]))
-hdr = "%6s | %14s %14s %7s | %14s %14s %7s" % (
-    "batch", "downpour step", "pytorch step", "ratio",
-    "downpour comp", "pytorch comp", "ratio")
-print(hdr)
-print("-" * len(hdr))
-ratio_step, ratio_compute = {}, {}
-for r in d["results"]:
-    b = r["batch_size"]
-    q = by_batch.get(b)
-    if q:
-        rs = r["step_examples_per_sec"] / q["step_examples_per_sec"]
-        rc = r["compute_examples_per_sec"] / q["compute_examples_per_sec"]
-        ratio_step[str(b)] = round(rs, 3)
-        ratio_compute[str(b)] = round(rc, 3)
-        print("%6d | %14.1f %14.1f %7.2f | %14.1f %14.1f %7.2f" % (
-            b, r["step_examples_per_sec"], q["step_examples_per_sec"], rs,
-            r["compute_examples_per_sec"], q["compute_examples_per_sec"], rc))
-    else:
-        print("%6d | %14.1f %14s %7s | %14.1f %14s %7s" % (
-            b, r["step_examples_per_sec"], "-", "-",
-            r["compute_examples_per_sec"], "-", "-"))
-below = [b for b, r in ratio_step.items() if r < 1.0]
-if p:
-    print("goal (step ratio >= 1.0): %s" % ("met at every batch size" if not below
-          else "NOT met at batch size(s) " + ", ".join(below)))
-print("GPU_BENCH " + json.dumps({"device": d["device"], "downpour": d,
-                                 "pytorch": p, "ratio_step": ratio_step,
-                                 "ratio_compute": ratio_compute},
-                                separators=(",", ":")))
+def load(path):
+    return json.load(open(path)) if os.path.exists(path) else None
+variants = [("cudnn.benchmark off", load(sys.argv[2])),
+            ("cudnn.benchmark on", load(sys.argv[3]))]
+summary = {"device": d["device"], "downpour": d}
+for label, p in variants:
+    by_batch = {r["batch_size"]: r for r in (p["results"] if p else [])}
+    print()
+    print("fashion_cnn worker step on %s: downpour vs pytorch (%s) (examples/sec; ratio = downpour / pytorch, goal >= 1.0)" % (d["device"], label))
+    print("TF32: downpour %s, pytorch %s" % ("on" if d.get("tf32") else "off",
+          ("on" if p.get("tf32") else "off") if p else "-"))
+    if p:
+        print("pytorch %s, cuDNN %s, %s" % (p.get("torch"), p.get("cudnn"), p["device"]))
+    hdr = "%6s | %14s %14s %7s | %14s %14s %7s" % (
+        "batch", "downpour step", "pytorch step", "ratio",
+        "downpour comp", "pytorch comp", "ratio")
+    print(hdr)
+    print("-" * len(hdr))
+    ratio_step, ratio_compute = {}, {}
+    for r in d["results"]:
+        b = r["batch_size"]
+        q = by_batch.get(b)
+        if q:
+            rs = r["step_examples_per_sec"] / q["step_examples_per_sec"]
+            rc = r["compute_examples_per_sec"] / q["compute_examples_per_sec"]
+            ratio_step[str(b)] = round(rs, 3)
+            ratio_compute[str(b)] = round(rc, 3)
+            print("%6d | %14.1f %14.1f %7.2f | %14.1f %14.1f %7.2f" % (
+                b, r["step_examples_per_sec"], q["step_examples_per_sec"], rs,
+                r["compute_examples_per_sec"], q["compute_examples_per_sec"], rc))
+        else:
+            print("%6d | %14.1f %14s %7s | %14.1f %14s %7s" % (
+                b, r["step_examples_per_sec"], "-", "-",
+                r["compute_examples_per_sec"], "-", "-"))
+    below = [b for b, r in ratio_step.items() if r < 1.0]
+    if p:
+        print("goal (step ratio >= 1.0): %s" % ("met at every batch size" if not below
+              else "NOT met at batch size(s) " + ", ".join(below)))
+    key = "" if label.endswith("off") else "_benchmark"
+    summary["pytorch" + key] = p
+    summary["ratio_step" + key] = ratio_step
+    summary["ratio_compute" + key] = ratio_compute
+print("GPU_BENCH " + json.dumps(summary, separators=(",", ":")))
 PYEOF
 echo "gpu_bench.sh: results in $out" >&2
 exit $status

@@ -77,6 +77,12 @@ ABSL_FLAG(int, cpu_threads, 0,
 ABSL_FLAG(int64_t, workspace_limit_mb, -1,
           "--device=cuda: cuDNN workspace limit in MiB; < 0 = the backend's "
           "default.");
+ABSL_FLAG(bool, tf32, false,
+          "--device=cuda: allow TF32 tensor-core math in cuBLAS and cuDNN "
+          "(CudaBackendOptions::allow_tf32).");
+ABSL_FLAG(bool, blocking_sync, false,
+          "--device=cuda: cudaDeviceScheduleBlockingSync (the host sleeps "
+          "while it waits on the GPU).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the parameters and the synthetic input.");
 ABSL_FLAG(std::string, json_out, "", "Also write the JSON line here.");
 
@@ -121,6 +127,8 @@ absl::StatusOr<Options> ReadFlags() {
   o.cuda.device_ordinal = absl::GetFlag(FLAGS_gpu);
   const int64_t ws_mb = absl::GetFlag(FLAGS_workspace_limit_mb);
   o.cuda.workspace_limit_bytes = ws_mb < 0 ? -1 : ws_mb << 20;
+  o.cuda.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  o.cuda.blocking_sync = absl::GetFlag(FLAGS_blocking_sync);
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',', absl::SkipEmpty())) {
@@ -320,13 +328,17 @@ absl::Status Run(const Options& o, int* exit_code) {
         Rate(r.compute, batch), r.step.steps, r.compute.steps,
         r.step.last_loss));
   }
-  // The CUDA backend runs plain fp32 (no TF32) by contract
-  // (worker/nn/cuda_backend.h); the CPU backend has no TF32.
+  // The CUDA backend runs plain fp32 unless --tf32; the CPU backend has no
+  // TF32.
+  const bool tf32 = o.device == "cuda" && o.cuda.allow_tf32;
   const std::string json = absl::StrFormat(
       "{\"bench\":\"fashion_cnn_worker_step\",\"impl\":\"downpour\","
-      "\"device\":\"%s\",\"host_buffers\":\"%s\",\"tf32\":false,"
+      "\"device\":\"%s\",\"host_buffers\":\"%s\",\"tf32\":%s,"
+      "\"blocking_sync\":%s,"
       "\"input\":\"synthetic\",\"parameters\":%d,\"results\":[%s]}",
-      dev.backend->Name(), dev.host_allocator->Name(), parameters,
+      dev.backend->Name(), dev.host_allocator->Name(),
+      tf32 ? "true" : "false",
+      o.device == "cuda" && o.cuda.blocking_sync ? "true" : "false", parameters,
       absl::StrJoin(results, ","));
   std::printf("%s\n", json.c_str());
   std::fflush(stdout);

@@ -13,7 +13,8 @@ fc1.weight, fc1.bias, fc2.weight, fc2.bias, which is Downpour's flat layout.
 
 Settings, to be comparable with Downpour's CUDA backend (plain fp32):
 eager mode (no torch.compile, no CUDA graphs), float32, TF32 OFF for both
-matmul and cuDNN (unless --tf32), torch.backends.cudnn.benchmark = True.
+matmul and cuDNN (unless --tf32), torch.backends.cudnn.benchmark as --cudnn_benchmark
+says (default off: Downpour chooses by heuristics, without timing).
 
 Per batch size, after --warmup_steps untimed steps:
   step     what a Downpour worker does per step (n_fetch = n_push = 1, no
@@ -63,6 +64,10 @@ def parse_args(argv):
                    help="--device=cpu: torch.set_num_threads; 0 = default")
     p.add_argument("--tf32", action="store_true",
                    help="allow TF32 (default: off, like Downpour)")
+    p.add_argument("--cudnn_benchmark", type=int, default=0, choices=[0, 1],
+                   help="torch.backends.cudnn.benchmark (timed algorithm "
+                   "search, may pick non-deterministic algorithms); default "
+                   "0, like Downpour's heuristic choice")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json_out", default="")
     a = p.parse_args(argv)
@@ -112,7 +117,7 @@ def main(argv):
         if args.cpu_threads > 0:
             torch.set_num_threads(args.cpu_threads)
 
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
@@ -222,10 +227,11 @@ def main(argv):
     results = []
     n_params = 0
     print("pytorch_fashion_cnn: fashion_cnn on %s, host buffers: %s, torch %s,"
-          " cuDNN %s, TF32 %s, cudnn.benchmark, eager, synthetic input"
+          " cuDNN %s, TF32 %s, cudnn.benchmark %s, eager, synthetic input"
           % (device_name, "pinned" if pin else "pageable", torch.__version__,
              torch.backends.cudnn.version() if dev.type == "cuda" else "-",
-             "on" if args.tf32 else "off"))
+             "on" if args.tf32 else "off",
+             "on" if args.cudnn_benchmark else "off"))
     print("  step    = parameters H2D + batch H2D + forward + backward + "
           "gradients D2H + loss.item()\n"
           "  compute = batch H2D + forward + backward + loss.item()")
@@ -261,6 +267,7 @@ def main(argv):
         "device": device_name,
         "host_buffers": "pinned" if pin else "pageable",
         "tf32": bool(args.tf32),
+        "cudnn_benchmark": bool(args.cudnn_benchmark),
         "input": "synthetic",
         "parameters": n_params,
         "torch": torch.__version__,

@@ -76,14 +76,16 @@ void LoadOnce() {
 constexpr char kCublasSoname[] = "libcublas.so." DP_CUDA_LIBS_STR(CUBLAS_VER_MAJOR);
 constexpr char kCudnnSoname[] = "libcudnn.so." DP_CUDA_LIBS_STR(CUDNN_MAJOR);
 
-std::string CudaLibSoname(CudaLib lib) {
+const char* CudaLibSoname(CudaLib lib) {
   return lib == CudaLib::kCublas ? kCublasSoname : kCudnnSoname;
 }
 
-absl::StatusOr<void*> OpenCudaLibrary(const std::string& soname,
+absl::StatusOr<void*> OpenCudaLibrary(const char* soname,
                                       const std::vector<std::string>& dirs) {
   std::vector<std::string> tried;
-  void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // The pointer goes to dlopen as is, so the literal stays whole in the
+  // binary (make_bundle.sh looks for it).
+  void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   if (h != nullptr) return h;
   const char* e = dlerror();
   tried.push_back(absl::StrCat("the library path: ", e ? e : "not found"));

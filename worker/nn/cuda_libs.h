@@ -38,7 +38,7 @@ namespace downpour {
 enum class CudaLib { kCublas, kCudnn };
 
 // The sonames loaded, e.g. "libcublas.so.13" and "libcudnn.so.9".
-std::string CudaLibSoname(CudaLib lib);
+const char* CudaLibSoname(CudaLib lib);
 
 // Loads cuBLAS and cuDNN (once). FailedPrecondition naming each library
 // that could not be loaded, the loader's reason and where to point
@@ -52,7 +52,7 @@ std::string CudaLibrariesDescription();
 // dlopen of `soname`, first through the loader's search path, then in each
 // of `dirs`. Returns the handle, or FailedPrecondition naming the soname
 // and every place tried with the loader's message. Exposed for tests.
-absl::StatusOr<void*> OpenCudaLibrary(const std::string& soname,
+absl::StatusOr<void*> OpenCudaLibrary(const char* soname,
                                       const std::vector<std::string>& dirs);
 
 namespace cuda_libs_internal {

@@ -21,9 +21,9 @@ bool ToolkitHasLibraries() {
 }
 
 TEST(CudaLibsTest, SonamesMatchTheHeaders) {
-  EXPECT_EQ(CudaLibSoname(CudaLib::kCublas),
+  EXPECT_EQ(std::string(CudaLibSoname(CudaLib::kCublas)),
             "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR));
-  EXPECT_EQ(CudaLibSoname(CudaLib::kCudnn),
+  EXPECT_EQ(std::string(CudaLibSoname(CudaLib::kCudnn)),
             "libcudnn.so." + std::to_string(CUDNN_MAJOR));
 }
 
