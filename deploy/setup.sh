@@ -21,6 +21,8 @@ PACKAGES=(
   # Security and operations: certificates (make_certs.sh), the Prometheus
   # client library and a real Prometheus server for the metrics test.
   openssl prometheus-cpp-dev libcivetweb-dev prometheus
+  # Compute and learning (issue 18): oneDNN, the default CPU backend.
+  libdnnl-dev
   # The default training data: Fashion-MNIST under /usr/share/datasets/.
   dataset-fashion-mnist
 )

@@ -70,7 +70,8 @@ TEST(ApplyClusterSpecTest, ServerTakesItsEntry) {
 // A real server with the JobControl service, and the workers' client.
 TEST(JobControlServiceTest, WorkersReportChiefEndsServerExits) {
   JobState job(2, "adagrad", 0.05);
-  auto service = NewJobControlService(&job, [] { return std::string(); });
+  auto service =
+      NewJobControlService(&job, [] { return std::string(); }, nullptr);
   ParameterServerHostOptions o;
   o.extra_services.push_back(service.get());
   auto host = ParameterServerHost::Create(o);
