@@ -44,6 +44,11 @@ std::vector<std::string> ClusterPlan::ServerArgv(
       absl::StrCat("--sync_timeout_s=", o.sync_timeout_s),
       absl::StrCat("--min_replicas=", o.min_replicas),
   };
+  // Security and operations.
+  argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
+  if (o.metrics_base_port >= 0) {
+    argv.push_back(absl::StrCat("--metrics_port=", o.metrics_base_port + shard));
+  }
   argv.insert(argv.end(), o.server_args.begin(), o.server_args.end());
   return argv;
 }
@@ -88,6 +93,12 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
   if (o.max_train_examples > 0) {
     argv.push_back(absl::StrCat("--max_train_examples=", o.max_train_examples));
   }
+  // Security and operations.
+  argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
+  if (o.metrics_base_port >= 0) {
+    argv.push_back(absl::StrCat("--metrics_port=",
+                                o.metrics_base_port + o.servers + index));
+  }
   argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
   return argv;
 }
@@ -121,6 +132,7 @@ std::vector<std::string> ClusterPlan::EvalArgv(const std::string& ps_hosts,
   if (save_params && !o.save_params.empty()) {
     argv.push_back(absl::StrCat("--save_params=", o.save_params));
   }
+  argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
   argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
   return argv;
 }

@@ -24,6 +24,8 @@
 #include "absl/time/time.h"
 #include "common/train_mode.h"
 #include "deploy/launcher.h"
+#include "deploy/launch_security.h"  // Security and operations.
+#include "rpc/security_flags.h"
 
 ABSL_FLAG(int, servers, 2, "Number of parameter-server shards (>= 1).");
 ABSL_FLAG(int, workers, 2, "Number of training worker processes (>= 1).");
@@ -100,6 +102,16 @@ ABSL_FLAG(std::string, log_dir, "",
           "temporary directory.");
 ABSL_FLAG(int, startup_timeout_s, 60,
           "Seconds to wait for every server to write its port file.");
+
+// Security and operations (README "Security", "Observability"). The TLS and
+// token flags (rpc/security_flags.cc) are passed on to every child.
+ABSL_FLAG(bool, secure, false,
+          "Make a CA, certificates and a token for this job (deploy/"
+          "make_certs.sh, into <log_dir>/certs or a fresh temporary "
+          "directory) and use them: mutual TLS and a token on every call.");
+ABSL_FLAG(int, metrics_base_port, -1,
+          "Prometheus endpoints: server k on this port + k, worker i on this "
+          "port + servers + i (deploy/prometheus.yml scrapes 9400-9403); -1 off.");
 
 namespace {
 
@@ -202,6 +214,42 @@ bool FindBinaries(const char* argv0, downpour::LaunchOptions* o) {
   return true;
 }
 
+// Security and operations: the flags every child gets. False, after
+// printing why, for bad files or a failed --secure.
+bool ReadSecurityFlags(const char* argv0, downpour::LaunchOptions* o) {
+  o->metrics_base_port = absl::GetFlag(FLAGS_metrics_base_port);
+  absl::StatusOr<downpour::TransportSecurityOptions> s =
+      downpour::SecurityOptionsFromFlags();
+  if (s.ok() && absl::GetFlag(FLAGS_secure)) {
+    if (s->mode != downpour::TransportSecurityOptions::Mode::kInsecure ||
+        !s->auth_token_file.empty()) {
+      std::cerr << "launch: --secure makes its own certificates and token; "
+                   "give either --secure or --tls_*/--auth_token_file\n";
+      return false;
+    }
+    absl::StatusOr<std::string> script = downpour::FindSiblingBinary(
+        {SelfExe(), argv0}, "deploy/make_certs.sh");
+    std::string dir = o->log_dir + "/certs";
+    if (o->log_dir.empty()) {
+      const char* tmp = getenv("TMPDIR");
+      std::string tmpl = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") +
+                         "/downpour-certs-XXXXXX";
+      dir = mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
+    }
+    s = !script.ok() ? script.status()
+        : dir.empty() ? absl::InternalError("--secure: cannot make a directory")
+                      : downpour::MakeJobCredentials(*script, dir);
+    if (s.ok()) std::cout << "launch: --secure: mutual TLS and a token, files in "
+                          << dir << std::endl;
+  }
+  if (!s.ok()) {
+    std::cerr << "launch: " << s.status().message() << "\n";
+    return false;
+  }
+  o->security_args = downpour::SecurityArgsFor(*s);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -217,6 +265,7 @@ int main(int argc, char** argv) {
 
   downpour::LaunchOptions o;
   if (!ReadFlags(&o) || !FindBinaries(argv[0], &o)) return 2;
+  if (!ReadSecurityFlags(argv[0], &o)) return 2;  // Security and operations.
 
   absl::StatusOr<downpour::TrainMode> mode =
       downpour::ParseModeFlag(absl::GetFlag(FLAGS_mode));

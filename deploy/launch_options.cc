@@ -120,6 +120,14 @@ absl::Status ValidateRun(const LaunchOptions& o) {
   if (o.startup_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--startup_timeout_s must be > 0");
   }
+  // Security and operations: one metrics port per server and worker.
+  if (o.metrics_base_port != -1 &&
+      (o.metrics_base_port < 1 ||
+       o.metrics_base_port + o.servers + o.workers - 1 > 65535)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_base_port must be -1 (off) or leave room for ",
+        o.servers + o.workers, " ports below 65536, got ", o.metrics_base_port));
+  }
   for (const auto& [flag, path] :
        {std::pair<const char*, const std::string&>{"ps_server_bin",
                                                    o.ps_server_bin},

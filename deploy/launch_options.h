@@ -84,6 +84,12 @@ struct LaunchOptions {
   int n_fetch = 1;                 // Passed to workers.
   int n_push = 1;                  // Passed to workers.
   int64_t max_train_examples = 0;  // 0 = all; passed to workers only if > 0.
+  // Security and operations (deploy/launch_security.h): the TLS and token
+  // flags every child gets (--tls_cert, ..., from the launcher's own flags or
+  // --secure), and the Prometheus ports: server k gets metrics_base_port + k,
+  // worker i metrics_base_port + servers + i; -1 = off.
+  std::vector<std::string> security_args;
+  int metrics_base_port = -1;
   std::vector<std::string> server_args;  // Appended to each ps_server argv.
   std::vector<std::string> worker_args;  // Appended to each ps_worker argv
                                          // (training and eval).

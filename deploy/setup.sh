@@ -18,6 +18,8 @@ PACKAGES=(
   nlohmann-json3-dev
   # The thread-safety build (--config=thread_safety): clang's -Wthread-safety.
   clang-14
+  # Hostile input (issue 16): libFuzzer targets (--config=fuzz).
+  libfuzzer-14-dev
   # Security and operations: certificates (make_certs.sh), the Prometheus
   # client library and a real Prometheus server for the metrics test.
   openssl prometheus-cpp-dev libcivetweb-dev prometheus

@@ -1,15 +1,33 @@
 #include "rpc/grpc_config.h"
 
+#include "grpcpp/resource_quota.h"
+
 namespace downpour {
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  // Hostile input (issue 16): gRPC sets SO_REUSEPORT by default, so a second
+  // server on a port in use would start and take half the connections.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
 void ConfigureChannelArguments(grpc::ChannelArguments* args) {
   args->SetMaxReceiveMessageSize(kMaxMessageBytes);
   args->SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
+void ConfigureServerLimits(const ServerLimits& limits,
+                           grpc::ServerBuilder* builder) {
+  if (limits.memory_quota_bytes > 0) {
+    grpc::ResourceQuota quota("downpour_server");
+    quota.Resize(static_cast<size_t>(limits.memory_quota_bytes));
+    builder->SetResourceQuota(quota);
+  }
+  if (limits.max_concurrent_streams > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                limits.max_concurrent_streams);
+  }
 }
 
 }  // namespace downpour

@@ -15,6 +15,8 @@
 #ifndef DOWNPOUR_RPC_GRPC_CONFIG_H_
 #define DOWNPOUR_RPC_GRPC_CONFIG_H_
 
+#include <cstdint>
+
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/channel_arguments.h"
 
@@ -33,9 +35,23 @@ inline constexpr char kPushPullMethod[] =
     "/downpour.proto.ParameterServer/PushPull";
 
 // Sets the message limits above on a server being built / on a client
-// channel. (Larger HTTP/2 frames and TCP read chunks were measured with
+// channel. A server also turns SO_REUSEPORT off, so that a second server on
+// a port in use fails to start ("could not listen on ...") instead of
+// sharing the port's connections. (Larger HTTP/2 frames and TCP read chunks were measured with
 // tests/bench:transport_bench and were slower than gRPC's defaults here.)
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+
+// Hostile input (issue 16): what many clients sending large messages at once
+// may make a server hold. 0 leaves gRPC's default (no limit).
+struct ServerLimits {
+  // A grpc::ResourceQuota over the server's transport buffers: when reached,
+  // gRPC stops reading from sockets (the senders wait) instead of growing.
+  int64_t memory_quota_bytes = 0;
+  // Concurrent calls (HTTP/2 streams) per client connection; more wait.
+  int max_concurrent_streams = 0;
+};
+void ConfigureServerLimits(const ServerLimits& limits,
+                           grpc::ServerBuilder* builder);
 void ConfigureChannelArguments(grpc::ChannelArguments* args);
 
 }  // namespace downpour

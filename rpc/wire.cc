@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/status_macros.h"
 
 namespace downpour {
 namespace wire {
@@ -106,6 +107,22 @@ int64_t TotalBytes(const Pieces& pieces) {
   return n;
 }
 
+// Reads a field's tag. Like protobuf's parser, refuses field number 0 (which
+// protobuf forbids; issue 16 found "00 01" accepted before a valid push) and a
+// tag that does not fit 32 bits (field numbers end at 2^29 - 1), so a huge
+// tag cannot be truncated into a known field number.
+absl::Status ReadTag(Cursor* c, absl::string_view what, int* field, int* type) {
+  uint64_t tag;
+  if (!c->ReadVarint(&tag)) return Malformed(what, "truncated tag");
+  if (tag > 0xffffffffu) {
+    return Malformed(what, absl::StrCat("tag ", tag, " above 2^32"));
+  }
+  *field = static_cast<int>(tag >> 3);
+  *type = static_cast<int>(tag & 7);
+  if (*field == 0) return Malformed(what, "field number 0");
+  return absl::OkStatus();
+}
+
 // Skips one field of wire type `type`.
 bool SkipField(Cursor* c, int type) {
   uint64_t v;
@@ -128,9 +145,9 @@ absl::StatusOr<WireChunk> ParseChunk(Cursor c, absl::string_view what) {
   WireChunk out;
   bool have_data = false;
   while (c.left() > 0) {
-    uint64_t tag, v;
-    if (!c.ReadVarint(&tag)) return Malformed(what, "truncated chunk tag");
-    const int field = static_cast<int>(tag >> 3), type = tag & 7;
+    uint64_t v;
+    int field, type;
+    DP_RETURN_IF_ERROR(ReadTag(&c, what, &field, &type));
     if (field == 1 && type == kVarint) {
       if (!c.ReadVarint(&v)) return Malformed(what, "truncated chunk_id");
       if (static_cast<int64_t>(v) < 0 || v > 0x7fffffff) {
@@ -224,6 +241,7 @@ void AppendPushHead(const PushHead& head, std::string* out) {
   if (head.pull_encoding.has_value()) {
     PutVarintField(7, static_cast<uint64_t>(*head.pull_encoding), out);
   }
+  if (head.incarnation != 0) PutVarintField(8, head.incarnation, out);
 }
 
 void AppendChunkHeader(int outer_field, int32_t chunk_id, int64_t version,
@@ -261,10 +279,10 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
   PushMessage m;
   Cursor c(pieces, 0, 0, TotalBytes(pieces));
   while (c.left() > 0) {
-    uint64_t tag, v;
-    if (!c.ReadVarint(&tag)) return Malformed(kWhat, "truncated tag");
-    const int field = static_cast<int>(tag >> 3), type = tag & 7;
-    if (type == kVarint && field >= 1 && field <= 7 && field != 3) {
+    uint64_t v;
+    int field, type;
+    DP_RETURN_IF_ERROR(ReadTag(&c, kWhat, &field, &type));
+    if (type == kVarint && field >= 1 && field <= 8 && field != 3) {
       if (!c.ReadVarint(&v)) return Malformed(kWhat, "truncated varint");
       switch (field) {
         case 1:
@@ -284,6 +302,9 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
           break;
         case 7:
           m.pull_encoding = static_cast<int64_t>(v);
+          break;
+        case 8:
+          m.incarnation = v;
           break;
       }
     } else if (field == 3 && type == kLen) {
@@ -307,9 +328,9 @@ absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces) {
   std::vector<WireChunk> chunks;
   Cursor c(pieces, 0, 0, TotalBytes(pieces));
   while (c.left() > 0) {
-    uint64_t tag, v;
-    if (!c.ReadVarint(&tag)) return Malformed(kWhat, "truncated tag");
-    const int field = static_cast<int>(tag >> 3), type = tag & 7;
+    uint64_t v;
+    int field, type;
+    DP_RETURN_IF_ERROR(ReadTag(&c, kWhat, &field, &type));
     if (field == 1 && type == kLen) {
       Cursor sub = c;
       if (!c.ReadVarint(&v) || v > static_cast<uint64_t>(INT64_MAX) ||

@@ -85,6 +85,8 @@ struct PushMessage {
   int32_t num_parts = 0;
   // Raw value of pull_encoding (PushPull); the caller validates it.
   int64_t pull_encoding = 0;
+  // Recovery: PushRequest.incarnation (field 8).
+  uint64_t incarnation = 0;
   std::vector<WireChunk> chunks;
 };
 
@@ -100,14 +102,16 @@ void PutVarintField(int field, uint64_t v, std::string* out);
 
 // The PushRequest fields before its gradients: worker_id (1), seq (2),
 // part (5), num_parts (6), each written even when zero, and pull_encoding
-// (7) only when set (a PushPull). A leave (field 4) is not a bulk message:
-// it goes out as a generated proto::PushRequest.
+// (7) only when set (a PushPull), and incarnation (8) when nonzero. A leave
+// (field 4) is not a bulk message: it goes out as a generated
+// proto::PushRequest.
 struct PushHead {
   int32_t worker_id = 0;
   int64_t seq = 0;
   int32_t part = 0;
   int32_t num_parts = 0;
   std::optional<Encoding> pull_encoding;
+  uint64_t incarnation = 0;
 };
 void AppendPushHead(const PushHead& head, std::string* out);
 

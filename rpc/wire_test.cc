@@ -139,6 +139,8 @@ TEST(WireTest, WrittenPushRoundTripsThroughBothParsers) {
       head.part = 3;
       head.num_parts = 4;
       if (push_pull) head.pull_encoding = Encoding::kFp16;
+      // Recovery: the incarnation (field 8) uses all 64 bits.
+      head.incarnation = push_pull ? 0xfedcba9876543210ull : 0;
       std::string bytes;
       AppendPushHead(head, &bytes);
       const std::vector<int64_t> sizes = {5, 0, 1, 300};
@@ -161,6 +163,7 @@ TEST(WireTest, WrittenPushRoundTripsThroughBothParsers) {
       EXPECT_EQ(req.num_parts(), 4);
       EXPECT_FALSE(req.leave());
       EXPECT_EQ(req.pull_encoding(), push_pull ? proto::FP16 : proto::RAW_F32);
+      EXPECT_EQ(req.incarnation(), head.incarnation);
       ASSERT_EQ(req.gradients_size(), static_cast<int>(sizes.size()));
 
       for (uint32_t seed : {1u, 2u, 3u}) {
@@ -172,6 +175,7 @@ TEST(WireTest, WrittenPushRoundTripsThroughBothParsers) {
         EXPECT_EQ(m->part, 3);
         EXPECT_EQ(m->num_parts, 4);
         EXPECT_EQ(m->pull_encoding, push_pull ? 1 : 0);
+        EXPECT_EQ(m->incarnation, head.incarnation);
         ASSERT_EQ(m->chunks.size(), sizes.size());
         std::string scratch;
         for (size_t i = 0; i < sizes.size(); ++i) {
@@ -282,6 +286,50 @@ TEST(WireTest, RejectsMalformedMessagesWithoutReadingPastTheEnd) {
   float out[2];
   std::string scratch;
   EXPECT_FALSE(DecodeInto(pieces, (*chunks)[0], out, 2, &scratch).ok());
+}
+
+// Hostile input (issue 16): field number 0 is not protobuf; the bytes
+// "00 01" before a valid push were parsed and the push applied. Both parsers
+// now refuse it, as protobuf's generated parser does, at the top level and
+// inside a chunk; so is a tag above 32 bits (it used to be truncated into a
+// field number).
+TEST(WireTest, FieldNumberZeroAndOversizedTagsAreRefusedLikeProtobuf) {
+  proto::PushRequest req;
+  req.set_worker_id(1);
+  req.set_seq(2);
+  req.add_gradients()->set_data(std::string(8, 'x'));
+  const std::string good = req.SerializeAsString();
+  ASSERT_TRUE(ParsePushRequest(Pieces{good}).ok());
+  const std::string zero = std::string("\x00\x01", 2) + good;
+  proto::PushRequest generated;
+  EXPECT_FALSE(generated.ParseFromString(zero));  // What protobuf does.
+  absl::StatusOr<PushMessage> m = ParsePushRequest(Pieces{zero});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("field number 0"), std::string::npos)
+      << m.status();
+  // Field 0 with another wire type, and inside a chunk.
+  EXPECT_FALSE(ParsePushRequest(Pieces{std::string("\x02\x00", 2) + good}).ok());
+  std::string chunk = ChunkHeader(3, 0, 0, Encoding::kRawF32, 0);
+  chunk.insert(2, std::string("\x00\x05", 2));
+  chunk[1] = static_cast<char>(chunk[1] + 2);
+  EXPECT_FALSE(generated.ParseFromString(chunk));
+  EXPECT_FALSE(ParsePushRequest(Pieces{chunk}).ok());
+  std::string pulled = ChunkHeader(1, 0, 0, Encoding::kRawF32, 0);
+  pulled.insert(0, std::string("\x00\x00", 2));
+  EXPECT_FALSE(ParsePullResponse(Pieces{pulled}).ok());
+  // A tag of 2^35 + 8 (varint, "field" 2^32 + 1): truncated to int it
+  // would have read as field 1.
+  std::string big;
+  uint64_t tag = (uint64_t{1} << 35) | (1 << 3);
+  while (tag >= 0x80) {
+    big.push_back(static_cast<char>((tag & 0x7f) | 0x80));
+    tag >>= 7;
+  }
+  big.push_back(static_cast<char>(tag));
+  big.push_back('\x07');
+  EXPECT_FALSE(generated.ParseFromString(big));
+  EXPECT_FALSE(ParsePushRequest(Pieces{big}).ok());
 }
 
 TEST(WireTest, UnknownFieldsAreSkipped) {

@@ -19,6 +19,24 @@ bool ChunkState::Initialize(const ChunkBytes& values,
   return true;
 }
 
+ChunkState::Saved ChunkState::Save() const {
+  absl::MutexLock l(&mu_);
+  Saved s;
+  s.values = values_;
+  s.opt_state = opt_state_;
+  s.version = version_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void ChunkState::Restore(std::vector<float> values,
+                         std::vector<float> opt_state, int64_t version) {
+  absl::MutexLock l(&mu_);
+  values_ = std::make_shared<ValuesBuffer>(std::move(values));
+  spare_.reset();
+  opt_state_ = std::move(opt_state);
+  version_.store(version, std::memory_order_relaxed);
+}
+
 bool ChunkState::ApplyGradient(const ChunkBytes& grad,
                                const Optimizer& optimizer,
                                const StalenessRule& rule, int64_t* staleness) {
@@ -37,8 +55,9 @@ bool ChunkState::ApplyGradient(const ChunkBytes& grad,
   float* state = state_size > 0 ? opt_state_.data() : nullptr;
   // Elementwise rules: the update may go run by run over the pieces.
   ForEachRun(grad, [&](const char* g, int64_t n, int64_t first) {
-    optimizer.Apply(n, g, scale, params + first,
-                    state != nullptr ? state + first * state_size : nullptr);
+    // Update number version + 1 drives the lr schedule and Adam (issue 18).
+    optimizer.ApplyAt(version + 1, n, g, scale, params + first,
+                      state != nullptr ? state + first * state_size : nullptr);
   });
   version_.store(version + 1, std::memory_order_relaxed);
   return true;
@@ -47,8 +66,8 @@ bool ChunkState::ApplyGradient(const ChunkBytes& grad,
 void ChunkState::ApplyDense(const float* grad, float scale,
                             const Optimizer& optimizer, int64_t new_version) {
   absl::MutexLock l(&mu_);
-  optimizer.Apply(info_.num_elements, grad, scale, MutableValues(),
-                  opt_state_.data());
+  optimizer.ApplyAt(new_version, info_.num_elements, grad, scale,
+                    MutableValues(), opt_state_.data());
   version_.store(new_version, std::memory_order_relaxed);
 }
 

@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "rpc/grpc_config.h"
 #include "rpc/rpc_convert.h"
 #include "rpc/wire.h"
 
@@ -69,27 +70,42 @@ std::vector<float>& ThreadScratch() {
 
 // Pull, Push and PushPull are served as raw byte buffers
 // (WithRawCallbackMethod_*), so payloads are written from and read into place
-// (rpc/wire.h); the small DeclareModel and GetStats use the generated
-// protobuf handlers.
+// (rpc/wire.h); the small DeclareModel and GetStats are raw too, parsed
+// here with protobuf, so that an unreadable request gets INVALID_ARGUMENT
+// with a message (the generated handlers answer UNIMPLEMENTED, empty).
 using ServiceBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
     proto::ParameterServer::WithRawCallbackMethod_Push<
         proto::ParameterServer::WithRawCallbackMethod_PushPull<
-            proto::ParameterServer::CallbackService>>>;
+            proto::ParameterServer::WithRawCallbackMethod_DeclareModel<
+                proto::ParameterServer::WithRawCallbackMethod_GetStats<
+                    proto::ParameterServer::CallbackService>>>>>;
 
 class ParameterServerService final : public ServiceBase {
  public:
   ParameterServerService(ParameterStore* store, const ServiceOptions& options)
       : store_(store), options_(options) {}
 
-  grpc::ServerUnaryReactor* DeclareModel(
-      grpc::CallbackServerContext* ctx, const proto::DeclareModelRequest* req,
-      proto::DeclareModelResponse* resp) override {
+  grpc::ServerUnaryReactor* DeclareModel(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override {
     if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
+    proto::DeclareModelRequest parsed;
+    if (absl::Status s = ParseSmall(*request, &parsed); !s.ok()) {
+      return Finish(ctx, s);
+    }
+    proto::DeclareModelResponse reply;
+    absl::Status s = Declare(&parsed, &reply);
+    if (s.ok()) SerializeSmall(reply, response);
+    return Finish(ctx, s);
+  }
+
+  absl::Status Declare(const proto::DeclareModelRequest* req,
+                       proto::DeclareModelResponse* resp) {
     const std::vector<ChunkBytes> initial = ViewChunks(req->initial());
     for (const proto::ChunkValues& c : req->initial()) {
       if (c.encoding() != proto::RAW_F32) {
-        return Finish(ctx, absl::InvalidArgumentError(
-                               "declare: initial values must be RAW_F32"));
+        return absl::InvalidArgumentError(
+            "declare: initial values must be RAW_F32");
       }
     }
     absl::StatusOr<bool> fresh =
@@ -99,7 +115,7 @@ class ParameterServerService final : public ServiceBase {
       resp->set_shard_index(store_->Stats().shard_index);
       if (options_.observer != nullptr) options_.observer->OnDeclared();
     }
-    return Finish(ctx, fresh.status());
+    return fresh.status();
   }
 
   // May complete later (sync steps, ssp bound): the reactor is finished from
@@ -123,6 +139,9 @@ class ParameterServerService final : public ServiceBase {
     PullSpec spec;
     spec.chunk_ids.assign(req.chunk_ids().begin(), req.chunk_ids().end());
     spec.min_version = req.min_version();
+    // Hostile input: refused before reading what gRPC could not send.
+    spec.max_response_bytes = kMaxMessageBytes;
+    spec.value_bytes = wire::BytesPerValue(encoding);
     spec.worker_clock =
         req.worker_id() >= 0 && req.worker_clock() > 0 ? req.worker_clock() : -1;
     auto pulled = std::make_shared<std::vector<ChunkView>>();
@@ -215,10 +234,16 @@ class ParameterServerService final : public ServiceBase {
   }
 
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
-                                     const proto::StatsRequest*,
-                                     proto::StatsResponse* resp) override {
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override {
     if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
-    StatsToProto(store_->Stats(), resp);
+    proto::StatsRequest req;
+    if (absl::Status s = ParseSmall(*request, &req); !s.ok()) {
+      return Finish(ctx, s);
+    }
+    proto::StatsResponse resp;
+    StatsToProto(store_->Stats(), &resp);
+    SerializeSmall(resp, response);
     return Finish(ctx, absl::OkStatus());
   }
 
@@ -264,7 +289,7 @@ class ParameterServerService final : public ServiceBase {
     DP_ASSIGN_OR_RETURN(std::vector<ChunkBytes> grads,
                         Payloads(pieces, *msg, &ranges));
     const PushId id{msg->worker_id, msg->seq, msg->part,
-                    msg->num_parts == 0 ? 1 : msg->num_parts};
+                    msg->num_parts == 0 ? 1 : msg->num_parts, msg->incarnation};
     // The slices (and so `ranges`) stay alive until the store returns.
     if (options_.observer == nullptr) return store_->Push(id, grads);
     const absl::Time start = absl::Now();

@@ -1,6 +1,7 @@
 #include "server/optimizer.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -49,12 +50,116 @@ TEST(OptimizerTest, AdagradNormalizesByAccumulatedSquares) {
 }
 
 TEST(OptimizerTest, RejectsBadOptions) {
-  EXPECT_FALSE(CreateOptimizer({"adam", 0.1f}).ok());
-  EXPECT_NE(CreateOptimizer({"adam", 0.1f}).status().message().find("adagrad"),
+  EXPECT_FALSE(CreateOptimizer({"rmsprop", 0.1f}).ok());
+  EXPECT_NE(CreateOptimizer({"rmsprop", 0.1f}).status().message().find("adam"),
             std::string::npos);
   EXPECT_FALSE(CreateOptimizer({"sgd", 0.0f}).ok());
   EXPECT_FALSE(CreateOptimizer({"sgd", NAN}).ok());
   EXPECT_FALSE(CreateOptimizer({"momentum", 0.1f, 1.5f}).ok());
+}
+
+// ---- Issue 18: schedules, worker scaling, Adam -----------------------------
+
+TEST(OptimizerTest, WarmupThenCosine) {
+  LrSchedule s;
+  s.decay = "cosine";
+  s.warmup_updates = 4;
+  s.decay_updates = 14;
+  s.min_factor = 0.1f;
+  ASSERT_TRUE(ValidateLrSchedule(s).ok());
+  EXPECT_FLOAT_EQ(LrFactor(s, 1), 0.25f);
+  EXPECT_FLOAT_EQ(LrFactor(s, 2), 0.5f);
+  EXPECT_FLOAT_EQ(LrFactor(s, 4), 1.0f);
+  EXPECT_NEAR(LrFactor(s, 9), 0.1f + 0.9f * 0.5f, 1e-6);  // Half-way.
+  EXPECT_NEAR(LrFactor(s, 14), 0.1f, 1e-6);
+  EXPECT_NEAR(LrFactor(s, 1000), 0.1f, 1e-6);
+  for (int t = 5; t < 14; ++t) EXPECT_LT(LrFactor(s, t + 1), LrFactor(s, t));
+}
+
+TEST(OptimizerTest, StepDecayAndNone) {
+  LrSchedule s;
+  EXPECT_FLOAT_EQ(LrFactor(s, 1), 1.0f);
+  EXPECT_FLOAT_EQ(LrFactor(s, 12345), 1.0f);
+  s.decay = "step";
+  s.step_every = 10;
+  s.step_gamma = 0.5f;
+  EXPECT_FLOAT_EQ(LrFactor(s, 9), 1.0f);
+  EXPECT_FLOAT_EQ(LrFactor(s, 10), 0.5f);
+  EXPECT_FLOAT_EQ(LrFactor(s, 25), 0.25f);
+}
+
+TEST(OptimizerTest, BadSchedulesAreRefused) {
+  LrSchedule s;
+  s.decay = "exponential";
+  EXPECT_NE(ValidateLrSchedule(s).message().find("exponential"),
+            std::string::npos);
+  s.decay = "cosine";  // No horizon.
+  EXPECT_FALSE(ValidateLrSchedule(s).ok());
+  s.decay = "step";  // No interval.
+  EXPECT_FALSE(ValidateLrSchedule(s).ok());
+  OptimizerOptions o;
+  o.schedule = s;
+  EXPECT_EQ(CreateOptimizer(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OptimizerTest, ScheduleDrivesTheStep) {
+  OptimizerOptions o{"sgd", 1.0f};
+  o.schedule.warmup_updates = 4;
+  auto opt = CreateOptimizer(o);
+  ASSERT_TRUE(opt.ok());
+  std::vector<float> w = {0}, g = {1};
+  (*opt)->ApplyAt(1, 1, g.data(), 1.0f, w.data(), nullptr);
+  EXPECT_FLOAT_EQ(w[0], -0.25f);
+  (*opt)->ApplyAt(8, 1, g.data(), 1.0f, w.data(), nullptr);
+  EXPECT_FLOAT_EQ(w[0], -1.25f);
+}
+
+TEST(OptimizerTest, WorkerScaling) {
+  EXPECT_FLOAT_EQ(*ScaleLearningRate(0.1f, "none", true, 4), 0.1f);
+  EXPECT_FLOAT_EQ(*ScaleLearningRate(0.1f, "linear", true, 4), 0.4f);
+  EXPECT_FLOAT_EQ(*ScaleLearningRate(0.1f, "sqrt", true, 4), 0.2f);
+  EXPECT_FLOAT_EQ(*ScaleLearningRate(0.1f, "linear", false, 4), 0.025f);
+  EXPECT_FLOAT_EQ(*ScaleLearningRate(0.1f, "sqrt", false, 4), 0.05f);
+  EXPECT_FALSE(ScaleLearningRate(0.1f, "cubic", false, 4).ok());
+  EXPECT_FALSE(ScaleLearningRate(0.1f, "linear", false, 0).ok());
+}
+
+// Adam against a double-precision transcription of Kingma & Ba's
+// Algorithm 1, over several steps, with m and v interleaved.
+TEST(OptimizerTest, AdamMatchesThePaper) {
+  OptimizerOptions o{"adam", 0.01f};
+  auto opt = CreateOptimizer(o);
+  ASSERT_TRUE(opt.ok());
+  ASSERT_EQ((*opt)->StateSize(), 2);
+  std::vector<float> w = {0.5f, -1.0f}, st(4, (*opt)->InitialState());
+  double rw[2] = {0.5, -1.0}, m[2] = {0, 0}, v[2] = {0, 0};
+  for (int t = 1; t <= 5; ++t) {
+    std::vector<float> g = {0.3f * t, -2.0f / t};
+    (*opt)->ApplyAt(t, 2, g.data(), 0.5f, w.data(), st.data());
+    for (int i = 0; i < 2; ++i) {
+      const double gi = 0.5 * g[i];
+      m[i] = 0.9 * m[i] + 0.1 * gi;
+      v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+      const double mh = m[i] / (1 - std::pow(0.9, t));
+      const double vh = v[i] / (1 - std::pow(0.999, t));
+      rw[i] -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+      EXPECT_NEAR(w[i], rw[i], 1e-5) << "t " << t << " i " << i;
+      EXPECT_NEAR(st[2 * i], m[i], 1e-6);
+      EXPECT_NEAR(st[2 * i + 1], v[i], 1e-6);
+    }
+  }
+  // Elementwise: applying the two elements one at a time is the same.
+  std::vector<float> w2 = {0.5f, -1.0f}, st2(4, 0.f);
+  for (int t = 1; t <= 5; ++t) {
+    std::vector<float> g = {0.3f * t, -2.0f / t};
+    (*opt)->ApplyAt(t, 1, &g[0], 0.5f, &w2[0], &st2[0]);
+    (*opt)->ApplyAt(t, 1, &g[1], 0.5f, &w2[1], &st2[2]);
+  }
+  EXPECT_EQ(w, w2);
+  EXPECT_EQ(st, st2);
+  o.adam_beta1 = 1.0f;
+  EXPECT_FALSE(CreateOptimizer(o).ok());
 }
 
 }  // namespace

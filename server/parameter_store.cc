@@ -41,6 +41,10 @@ class ParameterStoreImpl final : public ParameterStore {
   absl::Status Leave(int32_t worker_id) override;
   void Shutdown() override ABSL_LOCKS_EXCLUDED(timer_mu_);
   ShardStats Stats() const override;
+  // Recovery: snapshots (server/shard_snapshot.h).
+  absl::StatusOr<ShardSnapshot> Save() const override;
+  absl::Status Restore(const ShardSnapshot& s) override
+      ABSL_LOCKS_EXCLUDED(declare_mu_);
   absl::StatusOr<ShardMap> shard_map() const override {
     if (!initialized_.load(std::memory_order_acquire)) {
       return absl::FailedPreconditionError("model not declared yet");
@@ -71,6 +75,7 @@ class ParameterStoreImpl final : public ParameterStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(declare_mu_);
   // Validates ids and reads the chunks of `spec` into `sink`.
   absl::Status Read(const PullSpec& spec, const PullSink& sink);
+  absl::Status CheckPullSize(const PullSpec& spec);
   void Log(const std::string& msg) const {
     if (options_.log) {
       options_.log(msg);
@@ -80,6 +85,9 @@ class ParameterStoreImpl final : public ParameterStore {
     }
   }
   void TimerLoop(absl::Duration tick) ABSL_LOCKS_EXCLUDED(timer_mu_);
+  // Recovery: the snapshot's chunks into the staged layout's chunks.
+  absl::Status RestoreChunks(const ShardSnapshot& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(declare_mu_);
 
   const ParameterStoreOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
@@ -259,6 +267,33 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
   return initialized_now;
 }
 
+// Hostile input (issue 16): a pull whose response the transport could not
+// send is refused before it is read or counted.
+absl::Status ParameterStoreImpl::CheckPullSize(const PullSpec& spec) {
+  if (spec.max_response_bytes <= 0) return absl::OkStatus();
+  int64_t bytes = 0;
+  auto add = [&](const ChunkState& st) {
+    bytes += st.info().num_elements * spec.value_bytes + kPullChunkOverheadBytes;
+  };
+  if (spec.chunk_ids.empty()) {
+    for (size_t i = 0; i < chunks_.size(); ++i) add(chunks_.at(i));
+  } else {
+    for (int32_t id : spec.chunk_ids) {
+      add(chunks_.at(chunks_.LocalIndex(id)));
+      if (bytes > spec.max_response_bytes) break;  // No overflow on repeats.
+    }
+  }
+  if (bytes <= spec.max_response_bytes) return absl::OkStatus();
+  return metrics_.Reject(
+      "too_large",
+      absl::ResourceExhaustedError(absl::StrCat(
+          "pull: the response would exceed the ", spec.max_response_bytes,
+          "-byte message limit (", spec.chunk_ids.empty()
+                                       ? static_cast<size_t>(chunks_.size())
+                                       : spec.chunk_ids.size(),
+          " chunks asked for); pull fewer chunks per call")));
+}
+
 absl::Status ParameterStoreImpl::Read(const PullSpec& spec,
                                       const PullSink& sink) {
   DP_RETURN_IF_ERROR(RequireInitialized("pull"));
@@ -271,6 +306,7 @@ absl::Status ParameterStoreImpl::Read(const PullSpec& spec,
               options_.shard_index)));
     }
   }
+  DP_RETURN_IF_ERROR(CheckPullSize(spec));
   int64_t bytes = 0;
   auto read = [&](const ChunkState& st) {
     st.Read(sink);
@@ -337,7 +373,16 @@ absl::StatusOr<PushResult> ParameterStoreImpl::Push(
   DP_RETURN_IF_ERROR(ValidatePush(id, grads));
   // Claim (seq, part) for this worker: at most once.
   absl::StatusOr<PushClaim> claim = dedup_.Claim(id);
-  if (!claim.ok()) return metrics_.Reject("bad_request", claim.status());
+  if (!claim.ok()) {
+    return metrics_.Reject(absl::IsFailedPrecondition(claim.status())
+                               ? "replaced_incarnation"
+                               : "bad_request",
+                           claim.status());
+  }
+  if (claim->new_incarnation) {
+    Log(absl::StrCat("worker ", id.worker_id, " restarted (incarnation ",
+                     id.incarnation, "): its sequence starts again"));
+  }
   if (claim->duplicate) {
     metrics_.RecordDuplicate();
     PushResult dup;
@@ -357,6 +402,111 @@ absl::Status ParameterStoreImpl::Leave(int32_t worker_id) {
                                "leave: bad worker_id ", worker_id)));
   }
   return policy_->Leave(worker_id);
+}
+
+absl::StatusOr<ShardSnapshot> ParameterStoreImpl::Save() const {
+  if (!initialized_.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError("snapshot before the model was declared");
+  }
+  ShardSnapshot s;
+  s.layout = layout_;
+  s.shard_index = options_.shard_index;
+  s.num_shards = options_.num_shards;
+  s.optimizer = optimizer_->name();
+  s.mode = TrainModeName(options_.mode);
+  s.created_unix_ms = absl::ToUnixMillis(absl::Now());
+  const bool sync = options_.mode == TrainMode::kSync;
+  for (int attempt = 0;; ++attempt) {
+    s.chunks.clear();
+    bool one_step = true;
+    for (size_t i = 0; i < chunks_.size(); ++i) {
+      ChunkState::Saved v = chunks_.at(i).Save();
+      one_step = one_step && (s.chunks.empty() ||
+                              v.version == s.chunks.front().version);
+      s.chunks.push_back({chunks_.at(i).info().id, v.version,
+                          std::move(v.values), std::move(v.opt_state)});
+    }
+    // Sync: a step applied while we copied; copy again.
+    if (!sync || one_step || attempt >= 1000) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  s.step = 0;
+  for (const ChunkSnapshot& c : s.chunks) {
+    s.step = sync ? c.version : s.step + c.version;
+  }
+  s.dedup = dedup_.Export();  // After the chunks (see the header).
+  s.clocks = policy_->SaveClocks();
+  return s;
+}
+
+absl::Status ParameterStoreImpl::RestoreChunks(const ShardSnapshot& s) {
+  if (s.chunks.size() != chunks_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "snapshot has ", s.chunks.size(), " chunks, the layout gives shard ",
+        options_.shard_index, " ", chunks_.size()));
+  }
+  const int64_t state = optimizer_->StateSize();
+  for (const ChunkSnapshot& c : s.chunks) {
+    const int idx = chunks_.LocalIndex(c.chunk_id);
+    if (idx < 0 || c.values == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "snapshot chunk ", c.chunk_id, " is not one of this shard's"));
+    }
+    const int64_t n = chunks_.at(idx).info().num_elements;
+    if (static_cast<int64_t>(c.values->size()) != n ||
+        static_cast<int64_t>(c.opt_state.size()) != n * state ||
+        c.version < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "snapshot chunk ", c.chunk_id, " has ", c.values->size(),
+          " values and ", c.opt_state.size(), " optimizer floats, expected ",
+          n, " and ", n * state));
+    }
+  }
+  for (const ChunkSnapshot& c : s.chunks) {
+    chunks_.at(chunks_.LocalIndex(c.chunk_id))
+        .Restore(*c.values, c.opt_state, c.version);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStoreImpl::Restore(const ShardSnapshot& s) {
+  absl::MutexLock l(&declare_mu_);
+  if (layout_published_ || initialized_.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError("restore into a declared shard");
+  }
+  if (s.shard_index != options_.shard_index ||
+      s.num_shards != options_.num_shards ||
+      s.optimizer != optimizer_->name() ||
+      s.mode != TrainModeName(options_.mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot of shard ", s.shard_index, " of ", s.num_shards, " (",
+        s.optimizer, ", ", s.mode, ") does not fit shard ",
+        options_.shard_index, " of ", options_.num_shards, " (",
+        optimizer_->name(), ", ", TrainModeName(options_.mode), ")"));
+  }
+  DP_RETURN_IF_ERROR(StageLayout(s.layout));
+  absl::Status st = RestoreChunks(s);
+  std::vector<DedupEntry> dedup = s.dedup;
+  if (options_.mode == TrainMode::kSync) {
+    // The step's partial sum is not in a snapshot: a worker's retry of its
+    // push for the restored step must be taken again (older steps are
+    // dropped as stale anyway).
+    for (DedupEntry& e : dedup) {
+      e.seq = 0;
+      e.parts.clear();
+      e.num_parts = 1;
+    }
+  }
+  if (st.ok()) st = dedup_.Import(dedup);
+  if (st.ok()) st = policy_->RestoreClocks(s.clocks);
+  if (!st.ok()) {
+    UnstageLayout();
+    return st;
+  }
+  chunks_without_values_ = 0;
+  layout_published_ = true;
+  initialized_.store(true, std::memory_order_release);
+  return absl::OkStatus();
 }
 
 ShardStats ParameterStoreImpl::Stats() const {

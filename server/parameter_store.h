@@ -64,6 +64,7 @@
 #include "common/sharding.h"
 #include "common/train_mode.h"
 #include "server/optimizer.h"
+#include "server/shard_snapshot.h"
 #include "server/store_types.h"
 
 namespace downpour {
@@ -137,6 +138,21 @@ class ParameterStore {
   virtual void Shutdown() = 0;
 
   virtual ShardStats Stats() const = 0;
+
+  // Recovery (server/shard_snapshot.h). Save: a snapshot of a declared
+  // shard, taken chunk by chunk while pushes go on (each chunk's lock held
+  // for one copy of its optimizer state); the dedup table is read after the
+  // chunks, so a push in the values is never applied again after a restore
+  // (one claimed but not yet in the values may be lost). In sync mode the
+  // copy is retried until every chunk is at the same step.
+  // FailedPrecondition before the declaration. Restore: on a shard not yet
+  // declared, takes the snapshot's layout, values, optimizer state,
+  // versions, dedup table and clocks, and serves from then on;
+  // FailedPrecondition for another shard, shard count, optimizer or mode,
+  // or an already declared shard; InvalidArgument for sizes that do not
+  // match the layout.
+  virtual absl::StatusOr<ShardSnapshot> Save() const = 0;
+  virtual absl::Status Restore(const ShardSnapshot& snapshot) = 0;
 
   // The shard map of the declared layout; FailedPrecondition before.
   virtual absl::StatusOr<ShardMap> shard_map() const = 0;

@@ -44,6 +44,9 @@ absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create
   std::unique_ptr<ParameterServerHost> host(new ParameterServerHost());
   host->listen_addresses_ = options.listen_addresses;
   DP_ASSIGN_OR_RETURN(host->store_, ParameterStore::Create(options.store));
+  if (options.prepare_store) {
+    DP_RETURN_IF_ERROR(options.prepare_store(host->store_.get()));
+  }
   ParameterServerHost* const raw = host.get();
   DP_ASSIGN_OR_RETURN(host->ops_, HostOps::Create(OpsOptions(options),
                                                   host->store_.get(),
@@ -65,10 +68,13 @@ absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create
     builder.RegisterService(extra);
   }
   ConfigureServerBuilder(&builder);
+  ConfigureServerLimits(options.limits, &builder);  // Hostile input.
   host->ops_->ConfigureBuilder(&builder);
   grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1.Health
   host->server_ = builder.BuildAndStart();
-  if (host->server_ != nullptr) host->SetServing(false);
+  if (host->server_ != nullptr) {
+    host->SetServing(host->store_->shard_map().ok());  // Recovery: restored
+  }
   for (size_t a = 0; a < options.listen_addresses.size(); ++a) {
     if (host->server_ == nullptr || host->ports_[a] == 0) {
       // With no server there is nothing to shut down; the destructor

@@ -22,6 +22,7 @@
 #ifndef DOWNPOUR_SERVER_PS_HOST_H_
 #define DOWNPOUR_SERVER_PS_HOST_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "absl/time/time.h"
 #include "rpc/auth_token.h"
 #include "rpc/credentials.h"
+#include "rpc/grpc_config.h"
 #include "server/grpc_service.h"
 #include "server/host_ops.h"
 #include "server/parameter_store.h"
@@ -62,6 +64,13 @@ struct ParameterServerHostOptions {
   // port; README "Observability").
   int metrics_port = -1;
   std::string metrics_bind = "127.0.0.1";
+  // Hostile input (issue 16): gRPC memory quota and streams per connection
+  // (rpc/grpc_config.h; 0: no limit).
+  ServerLimits limits;
+  // Recovery: called with the new store before the server listens (a
+  // restore from a snapshot); an error fails Create. A store declared by it
+  // is SERVING from the start.
+  std::function<absl::Status(ParameterStore*)> prepare_store;
 };
 
 class ParameterServerHost {

@@ -137,5 +137,20 @@ TEST(ParameterServerHostTest, ShutdownAnswersAPullWaitingOnASyncStep) {
       << status.error_message();
 }
 
+// Hostile input (issue 16): gRPC's default SO_REUSEPORT let a second server
+// bind a port in use and take half its connections; now it fails.
+TEST(ParameterServerHostTest, SecondServerOnAPortInUseFails) {
+  auto first = ParameterServerHost::Create(ParameterServerHostOptions());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ParameterServerHostOptions same;
+  same.listen_addresses = {(*first)->address()};
+  auto second = ParameterServerHost::Create(same);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(std::string(second.status().message()),
+            absl::StrCat("could not listen on ", (*first)->address()));
+  // The first one still answers.
+  EXPECT_TRUE(GetStats((*first)->address()).ok());
+}
+
 }  // namespace
 }  // namespace downpour

@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
 #include "common/malloc_tuning.h"
+#include "common/sharding.h"  // Hostile input: LayoutLimits.
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/net_probe.h"
@@ -28,6 +29,7 @@
 #include "rpc/auth_token.h"
 #include "rpc/security_flags.h"
 #include "server/ps_host.h"
+#include "server/snapshotter.h"  // Recovery.
 
 ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one.");
 ABSL_FLAG(std::string, bind, "",
@@ -39,11 +41,30 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(int, shard_index, 0, "This server's shard, 0 <= index < num_shards.");
 ABSL_FLAG(int, num_shards, 1, "Number of parameter-server shards in the job.");
 ABSL_FLAG(std::string, optimizer, "adagrad",
-          "Server-side optimizer: sgd, momentum or adagrad.");
+          "Server-side optimizer: sgd, momentum, adagrad or adam.");
 ABSL_FLAG(double, lr, 0.05, "Learning rate of the server-side optimizer.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer=momentum).");
 ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
           "Initial Adagrad accumulator (--optimizer=adagrad).");
+// Compute and learning (issue 18): learning-rate rules and Adam.
+ABSL_FLAG(std::string, lr_decay, "none",
+          "Learning-rate decay after the warm-up: none, cosine or step "
+          "(keyed to each chunk's update count).");
+ABSL_FLAG(int64_t, lr_warmup_updates, 0,
+          "Linear warm-up over the first N updates of each chunk (0: none).");
+ABSL_FLAG(int64_t, lr_decay_updates, 0,
+          "--lr_decay=cosine: the update count where the rate reaches "
+          "--lr_min_factor * lr.");
+ABSL_FLAG(double, lr_min_factor, 0.0, "--lr_decay=cosine: final rate / lr.");
+ABSL_FLAG(int64_t, lr_step_every, 0, "--lr_decay=step: updates per decay.");
+ABSL_FLAG(double, lr_step_gamma, 0.1, "--lr_decay=step: factor per decay.");
+ABSL_FLAG(std::string, lr_worker_scaling, "none",
+          "none, linear or sqrt: sync multiplies lr by k (or sqrt k), the "
+          "gradients averaged per step; async/ssp divide it by W (or sqrt W), "
+          "--num_workers.");
+ABSL_FLAG(double, adam_beta1, 0.9, "--optimizer=adam: first-moment decay.");
+ABSL_FLAG(double, adam_beta2, 0.999, "--optimizer=adam: second-moment decay.");
+ABSL_FLAG(double, adam_epsilon, 1e-8, "--optimizer=adam: epsilon.");
 ABSL_FLAG(std::string, mode, "async",
           "async (Downpour), sync (mean of the step's gradients), or ssp "
           "(stale-synchronous, bounded by --staleness).");
@@ -86,6 +107,37 @@ ABSL_FLAG(int, num_ps, 1, "Slurm: the first N ranks are servers.");
 ABSL_FLAG(int, base_port, 2222,
           "Slurm: a task listens on base_port + its offset on its node.");
 
+// Hostile input (issue 16): limits on a declared layout (common/sharding.h
+// LayoutLimits); far above any real model, refused with INVALID_ARGUMENT.
+ABSL_FLAG(int64_t, max_layout_elements, int64_t{1} << 32,
+          "Most float32 elements a declared model may have, over all shards.");
+ABSL_FLAG(int64_t, max_layout_tensors, int64_t{1} << 16,
+          "Most tensors a declared model may have.");
+ABSL_FLAG(int64_t, max_layout_rank, 32,
+          "Most dimensions one declared tensor may have.");
+ABSL_FLAG(int64_t, max_layout_chunks, int64_t{1} << 18,
+          "Most chunks a declared model may be cut into, over all shards.");
+ABSL_FLAG(int64_t, max_layout_shards, 4096,
+          "Most shards a declared layout may be cut for.");
+ABSL_FLAG(int64_t, max_layout_chunk_bytes, int64_t{1} << 30,
+          "Largest max_chunk_bytes a declaration may ask for.");
+// Hostile input (issue 16): what many large concurrent calls may hold.
+ABSL_FLAG(int64_t, grpc_memory_quota_mb, 1024,
+          "gRPC resource quota over transport buffers (MiB; 0: no limit); "
+          "when reached the server stops reading instead of growing.");
+ABSL_FLAG(int, max_streams_per_connection, 16,
+          "Concurrent calls per client connection (0: gRPC's default); more "
+          "wait.");
+
+// Recovery (issue 14): snapshots and restore (server/snapshotter.h).
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Folder of this shard's snapshots: restored at start, written every "
+          "--checkpoint_every_s and on SIGTERM. Empty: no snapshots.");
+ABSL_FLAG(double, checkpoint_every_s, 30,
+          "Seconds between snapshots (0: only on SIGTERM).");
+ABSL_FLAG(int64_t, debug_snapshot_crash_after_bytes, -1,
+          "Testing only: exit(86) after writing this many bytes of a snapshot.");
+
 namespace {
 
 absl::Notification* g_stop = nullptr;  // Set only in main, for the handler.
@@ -104,6 +156,56 @@ bool WritePortFile(const std::string& path, int port) {
     if (!f.good()) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Compute and learning (issue 18): the schedule, Adam's constants and the
+// rate scaled for the workers (mode and worker count already set).
+absl::Status LrRulesFromFlags(downpour::ParameterStoreOptions* options) {
+  downpour::OptimizerOptions& o = options->optimizer;
+  o.schedule.decay = absl::GetFlag(FLAGS_lr_decay);
+  o.schedule.warmup_updates = absl::GetFlag(FLAGS_lr_warmup_updates);
+  o.schedule.decay_updates = absl::GetFlag(FLAGS_lr_decay_updates);
+  o.schedule.min_factor = static_cast<float>(absl::GetFlag(FLAGS_lr_min_factor));
+  o.schedule.step_every = absl::GetFlag(FLAGS_lr_step_every);
+  o.schedule.step_gamma = static_cast<float>(absl::GetFlag(FLAGS_lr_step_gamma));
+  o.adam_beta1 = static_cast<float>(absl::GetFlag(FLAGS_adam_beta1));
+  o.adam_beta2 = static_cast<float>(absl::GetFlag(FLAGS_adam_beta2));
+  o.adam_epsilon = static_cast<float>(absl::GetFlag(FLAGS_adam_epsilon));
+  const std::string scaling = absl::GetFlag(FLAGS_lr_worker_scaling);
+  if (scaling == "none") return absl::OkStatus();
+  const bool aggregated = options->mode == downpour::TrainMode::kSync;
+  const int workers = aggregated && options->replicas_to_aggregate > 0
+                          ? options->replicas_to_aggregate
+                          : options->num_workers;
+  absl::StatusOr<float> lr =
+      downpour::ScaleLearningRate(o.learning_rate, scaling, aggregated, workers);
+  if (!lr.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr_worker_scaling: ", lr.status().message()));
+  }
+  o.learning_rate = *lr;
+  return absl::OkStatus();
+}
+
+// Hostile input (issue 16): the --max_layout_* flags, checked.
+absl::Status LayoutLimitsFromFlags(downpour::LayoutLimits* limits) {
+  limits->max_total_elements = absl::GetFlag(FLAGS_max_layout_elements);
+  limits->max_tensors = absl::GetFlag(FLAGS_max_layout_tensors);
+  limits->max_rank = absl::GetFlag(FLAGS_max_layout_rank);
+  limits->max_chunks = absl::GetFlag(FLAGS_max_layout_chunks);
+  const int64_t shards = absl::GetFlag(FLAGS_max_layout_shards);
+  if (shards < 1 || shards > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_layout_shards must be in [1, 1048576], got ", shards));
+  }
+  limits->max_shards = static_cast<int32_t>(shards);
+  limits->max_chunk_bytes = absl::GetFlag(FLAGS_max_layout_chunk_bytes);
+  absl::Status valid = downpour::ValidateLayoutLimits(*limits);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_layout_*: ", valid.message()));
+  }
+  return absl::OkStatus();
 }
 
 // The host's options from the flags; InvalidArgument with the message to
@@ -132,6 +234,18 @@ absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
   options.drop_stale_threshold = absl::GetFlag(FLAGS_drop_stale_threshold);
   options.sync_timeout = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
   options.min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  DP_RETURN_IF_ERROR(LrRulesFromFlags(&options));  // Issue 18.
+  DP_RETURN_IF_ERROR(LayoutLimitsFromFlags(&options.layout_limits));
+  const int64_t quota_mb = absl::GetFlag(FLAGS_grpc_memory_quota_mb);
+  host_options.limits.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_streams_per_connection);
+  host_options.limits.memory_quota_bytes = quota_mb << 20;
+  if (quota_mb < 0 || quota_mb > (int64_t{1} << 30) ||
+      host_options.limits.max_concurrent_streams < 0) {
+    return absl::InvalidArgumentError(
+        "--grpc_memory_quota_mb must be in [0, 2^30] and "
+        "--max_streams_per_connection >= 0");
+  }
   const int port = absl::GetFlag(FLAGS_port);
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
@@ -205,6 +319,19 @@ int main(int argc, char** argv) {
     }, host_options->authenticator.get());
     host_options->extra_services.push_back(job_service.get());
   }
+  // Recovery: restore before serving; snapshots while serving.
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  auto recovery_log = [&options](const std::string& m) {
+    std::printf("ps_server: shard %d: %s\n", options.shard_index, m.c_str());
+    std::fflush(stdout);
+  };
+  if (!checkpoint_dir.empty()) {
+    host_options->prepare_store = [&](downpour::ParameterStore* store) {
+      return downpour::RestoreLatestSnapshot(checkpoint_dir, options.shard_index,
+                                             options.num_shards, store,
+                                             recovery_log);
+    };
+  }
   auto host = downpour::ParameterServerHost::Create(*host_options);
   if (!host.ok()) {
     // Unavailable: the address could not be listened on (exit 1); anything
@@ -240,6 +367,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  std::unique_ptr<downpour::Snapshotter> snapshotter;  // Recovery.
+  if (!checkpoint_dir.empty()) {
+    downpour::SnapshotterOptions so;
+    so.dir = checkpoint_dir;
+    so.every = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+    so.write.debug_crash_after_bytes =
+        absl::GetFlag(FLAGS_debug_snapshot_crash_after_bytes);
+    so.log = recovery_log;
+    snapshotter = std::make_unique<downpour::Snapshotter>(so, (*host)->store());
+  }
   absl::Notification stop;
   g_stop = &stop;
   std::signal(SIGINT, HandleSignal);
@@ -258,6 +395,11 @@ int main(int argc, char** argv) {
   // Waiting pulls are answered first, then the server stops.
   (*host)->Shutdown(absl::Seconds(2));
   (*host)->Wait();
+  if (snapshotter != nullptr) {  // Recovery: the final snapshot, drained.
+    snapshotter->Stop();
+    absl::Status s = snapshotter->WriteNow();
+    if (!s.ok()) recovery_log(absl::StrCat("final snapshot failed: ", s.message()));
+  }
   const downpour::ShardStats stats = (*host)->store()->Stats();
   std::printf("ps_server: shard %d stopped: %s\n", options.shard_index,
               downpour::ShardStatsToJson(stats).c_str());

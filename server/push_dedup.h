@@ -9,6 +9,14 @@
 // Claiming a part and applying it are not one atomic step: a retry of a part
 // that is still being applied is reported as a duplicate at once.
 //
+// Incarnations (Recovery): seq counts within one worker process
+// (PushId::incarnation). A part with an incarnation other than the worker's
+// current one starts a new sequence for that worker id (a restarted
+// process): it is never a duplicate of the old process's pushes. The
+// replaced incarnation is remembered (the last kMaxRetired of them), and a
+// later part from it is FailedPrecondition, so two live processes with one
+// worker id fail loudly instead of dropping each other's pushes.
+//
 //   DP_ASSIGN_OR_RETURN(PushClaim c, table.Claim(id));
 //   if (c.duplicate) return acknowledged;
 //   ... apply; c.completes_push says the worker's seq is now whole ...
@@ -35,6 +43,18 @@ struct PushClaim {
   bool duplicate = false;
   // This part was the last one missing of the worker's seq.
   bool completes_push = false;
+  // This part began a new incarnation of a worker that had pushed before.
+  bool new_incarnation = false;
+};
+
+// One worker's row of the table, as a snapshot holds it.
+struct DedupEntry {
+  int32_t worker_id = 0;
+  uint64_t incarnation = 0;
+  int64_t seq = 0;
+  int32_t num_parts = 1;
+  std::vector<bool> parts;
+  std::vector<uint64_t> retired;
 };
 
 class PushDedupTable {
@@ -50,10 +70,20 @@ class PushDedupTable {
   absl::StatusOr<PushClaim> Claim(const PushId& id)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The whole table, in worker order (for a snapshot), and its restore: a
+  // row imported replaces that worker's row.
+  std::vector<DedupEntry> Export() const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Import(const std::vector<DedupEntry>& entries)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  static constexpr size_t kMaxRetired = 8;
+
  private:
   // Which parts of its latest seq one worker has delivered.
   struct Worker {
     absl::Mutex mu;
+    uint64_t incarnation ABSL_GUARDED_BY(mu) = 0;
+    std::vector<uint64_t> retired ABSL_GUARDED_BY(mu);
     int64_t seq ABSL_GUARDED_BY(mu) = 0;
     int32_t num_parts ABSL_GUARDED_BY(mu) = 1;
     int32_t parts_done ABSL_GUARDED_BY(mu) = 0;
@@ -61,7 +91,12 @@ class PushDedupTable {
   };
   Worker* GetWorker(int32_t worker_id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::Mutex mu_;
+  // A part of a new incarnation: retires the current one and resets the
+  // sequence; FailedPrecondition for a retired incarnation.
+  static absl::Status SwitchIncarnationLocked(const PushId& id, Worker* w)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
+
+  mutable absl::Mutex mu_;
   // Entries are never removed, so a Worker* stays valid.
   std::map<int32_t, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
 };

@@ -84,5 +84,46 @@ TEST(PushDedupTableTest, ConcurrentRetriesClaimEachPartExactlyOnce) {
   EXPECT_GE(total_completes, 1);
 }
 
+// Recovery: a restarted worker (new incarnation, same id) starts a new
+// sequence; a retry from the same process stays a retry.
+TEST(PushDedupTableTest, NewIncarnationStartsANewSequence) {
+  PushDedupTable t;
+  for (int64_t seq = 1; seq <= 100; ++seq) {
+    EXPECT_FALSE(MustClaim(t, {0, seq, 0, 1, 111}).duplicate);
+  }
+  EXPECT_TRUE(MustClaim(t, {0, 100, 0, 1, 111}).duplicate);
+  PushClaim first = MustClaim(t, {0, 1, 0, 1, 222});
+  EXPECT_FALSE(first.duplicate);
+  EXPECT_TRUE(first.new_incarnation);
+  EXPECT_TRUE(first.completes_push);
+  EXPECT_TRUE(MustClaim(t, {0, 1, 0, 1, 222}).duplicate);
+  PushClaim second = MustClaim(t, {0, 2, 0, 1, 222});
+  EXPECT_FALSE(second.duplicate);
+  EXPECT_FALSE(second.new_incarnation);
+  // The replaced process is refused, loudly.
+  absl::StatusOr<PushClaim> old = t.Claim({0, 101, 0, 1, 111});
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.status().message().find("replaced"), std::string::npos);
+  // Other workers are untouched.
+  EXPECT_FALSE(MustClaim(t, {1, 1, 0, 1, 111}).duplicate);
+}
+
+TEST(PushDedupTableTest, ExportImportKeepsRetriesAndIncarnations) {
+  PushDedupTable t;
+  MustClaim(t, {0, 5, 0, 1, 7});
+  MustClaim(t, {0, 1, 0, 1, 8});
+  MustClaim(t, {2, 3, 1, 2, 9});
+  PushDedupTable u;
+  ASSERT_TRUE(u.Import(t.Export()).ok());
+  EXPECT_TRUE(MustClaim(u, {0, 1, 0, 1, 8}).duplicate);
+  EXPECT_TRUE(MustClaim(u, {2, 3, 1, 2, 9}).duplicate);
+  EXPECT_TRUE(MustClaim(u, {2, 3, 0, 2, 9}).completes_push);
+  EXPECT_FALSE(u.Claim({0, 6, 0, 1, 7}).ok());
+  DedupEntry bad;
+  bad.seq = 2;
+  bad.num_parts = 3;
+  EXPECT_FALSE(u.Import({bad}).ok());
+}
+
 }  // namespace
 }  // namespace downpour

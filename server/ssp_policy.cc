@@ -46,6 +46,22 @@ class SspPolicy final : public WaitingPolicy {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     s->ssp_max_lead = max_lead_;
   }
+  // Recovery: the clocks survive a restart of the shard.
+  std::vector<int64_t> SaveClocks() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return clock_;
+  }
+  absl::Status RestoreClocks(const std::vector<int64_t>& clocks) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (clocks.size() != clock_.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "snapshot has clocks of ", clocks.size(), " workers, the shard runs ",
+          clock_.size()));
+    }
+    clock_ = clocks;
+    return absl::OkStatus();
+  }
   // The lowest clock of an active worker; int64 max when none is active.
   int64_t MinActiveClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -85,6 +86,14 @@ class StepPolicy {
   // Sets the mode's fields of the stats: steps, ssp_max_lead,
   // evicted_workers, aborted.
   virtual void FillStats(ShardStats* s) const = 0;
+
+  // Recovery (server/shard_snapshot.h): the mode's counters for a snapshot
+  // and their restore: ssp each worker's clock, sync {step}, async none.
+  virtual std::vector<int64_t> SaveClocks() const { return {}; }
+  virtual absl::Status RestoreClocks(const std::vector<int64_t>& clocks) {
+    (void)clocks;
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace downpour

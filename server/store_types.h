@@ -67,7 +67,18 @@ struct PullSpec {
   // Ssp: the pulling worker's clock; negative means do not wait (at most
   // sync_timeout; more than 16 beyond the furthest clock is refused).
   int64_t worker_clock = -1;
+  // Hostile input (issue 16): the largest response the transport can send
+  // (0: no limit), counting value_bytes per value (4 for float32, 2 for
+  // fp16/bf16) and kPullChunkOverheadBytes per chunk, repeats included. A
+  // larger pull is refused with RESOURCE_EXHAUSTED before anything is read
+  // or counted in bytes_pulled (rejected["too_large"]).
+  int64_t max_response_bytes = 0;
+  int value_bytes = 4;
 };
+
+// An upper bound on a chunk's header in a PullResponse (rpc/wire.h: tags,
+// chunk_id, version, encoding, lengths), for PullSpec::max_response_bytes.
+inline constexpr int64_t kPullChunkOverheadBytes = 32;
 
 // Raw little-endian float32 bytes of one chunk, as they arrive off the wire:
 // `data` (contiguous), or, when `pieces` is not empty, the concatenation of
@@ -108,6 +119,9 @@ struct PushId {
   int64_t seq = 0;
   int32_t part = 0;
   int32_t num_parts = 1;
+  // Recovery: the worker process's incarnation (PushRequest.incarnation);
+  // seq counts within it (server/push_dedup.h).
+  uint64_t incarnation = 0;
 };
 
 struct PushResult {

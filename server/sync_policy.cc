@@ -71,6 +71,21 @@ class SyncPolicy final : public WaitingPolicy {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     s->steps = step_;
   }
+  // Recovery: the step survives a restart of the shard (as {step}); the
+  // step's pending gradients do not (the workers' retries bring them).
+  std::vector<int64_t> SaveClocks() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return {step_};
+  }
+  absl::Status RestoreClocks(const std::vector<int64_t>& clocks) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (clocks.size() != 1 || clocks[0] < 0) {
+      return absl::FailedPreconditionError("sync snapshot without its step");
+    }
+    step_ = clocks[0];
+    return absl::OkStatus();
+  }
 
   // Adds the part to the worker's pending gradient for this step. An error
   // refuses the worker's whole gradient for the step.

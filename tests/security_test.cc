@@ -2,6 +2,7 @@
 // against real ps_server processes (tests/test_cluster.h) and real gRPC
 // clients: each wrong client is refused and changes nothing, the right one
 // is served.
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -180,6 +181,69 @@ TEST(SecurityTest, MissingOrMismatchedFilesNamed) {
   r = BuildServerCredentials(o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("missing.pem"), std::string::npos);
+}
+
+// A ps_worker process against the secure cluster with the given token file
+// (and the job's certificates): its exit status and output.
+ExitStatus RunWorker(const TestCluster& cluster, const std::string& token,
+                     std::vector<std::string>* lines) {
+  const Certs& c = JobCerts();
+  SubprocessOptions o;
+  o.argv = {"worker/ps_worker", "--ps_hosts=" + cluster.hosts()[0],
+            "--tls_cert=" + c.dir + "/client.pem", "--tls_key=" + c.dir + "/client.key",
+            "--tls_ca=" + c.dir + "/ca.pem", "--auth_token_file=" + token,
+            "--max_train_examples=640", "--max_steps=5", "--log_every=5",
+            "--connect_timeout_s=20"};
+  auto p = Subprocess::Start(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return ExitStatus();
+  EXPECT_TRUE((*p)->WaitFor(absl::Seconds(60), lines));
+  return (*p)->exit_status();
+}
+
+TEST(SecurityTest, WorkerWithWrongTokenFailsSayingSoAndRightOneTrains) {
+  const Certs& c = JobCerts();
+  auto cluster = TestCluster::Start({.num_shards = 1, .server_flags = ServerFlags(c)});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string wrong_token = TestTmpPath("worker_wrong_token");
+  WriteBytes(wrong_token, "not-the-token\n");
+  std::vector<std::string> lines;
+  ExitStatus e = RunWorker(**cluster, wrong_token, &lines);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_FALSE(e.success()) << all;
+  EXPECT_NE(all.find("UNAUTHENTICATED"), std::string::npos) << all;
+  EXPECT_NE(all.find("token"), std::string::npos) << all;
+  EXPECT_EQ(all.find("DONE"), std::string::npos) << all;
+
+  lines.clear();
+  e = RunWorker(**cluster, c.dir + "/token", &lines);
+  all.clear();
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_TRUE(e.success()) << e.ToString() << "\n" << all;
+  EXPECT_NE(all.find("DONE {"), std::string::npos) << all;
+  EXPECT_TRUE((*cluster)->AllRunning());
+}
+
+// grpc.health.v1.Health/Watch over a real server: NOT_SERVING before the
+// declaration, SERVING after it, NOT_SERVING when SIGTERM starts draining.
+TEST(SecurityTest, HealthWatchSeesServingThenDraining) {
+  auto cluster = TestCluster::Start({.num_shards = 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const auto ch = Channel((*cluster)->hosts()[0], TransportSecurityOptions());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = grpc::health::v1::Health::NewStub(ch)->Watch(
+      &ctx, grpc::health::v1::HealthCheckRequest());
+  HealthCheckResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(Declare(ch).ok());
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+  ASSERT_TRUE((*cluster)->server(0)->Signal(SIGTERM).ok());
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -17,11 +18,24 @@
 #include "rpc/grpc_config.h"
 #include "rpc/rpc_convert.h"
 #include "rpc/wire.h"
+#include "worker/adaptive_window.h"
 #include "worker/call_window.h"
 #include "worker/chunk_io.h"
 
 namespace downpour {
 namespace {
+
+// Recovery: a random nonzero incarnation for a new client (one per worker
+// process and worker id), so that a restarted worker is a new sequence.
+uint64_t NewWorkerIncarnation() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) {
+    v = (uint64_t{rd()} << 32) ^ rd() ^
+        static_cast<uint64_t>(absl::GetCurrentTimeNanos());
+  }
+  return v;
+}
 
 bool IsTransient(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -86,7 +100,11 @@ class GrpcParameterClient final : public ParameterClient {
  public:
   // `security` is o.security's, its hosts checked by CheckTargetIsSafe.
   GrpcParameterClient(const GrpcClientOptions& o, const ClientSecurity& security)
-      : options_(o), connections_(ConnectionsPerShard(o)) {
+      : options_(o), connections_(ConnectionsPerShard(o)),
+        // Across machines: -1 sizes the window from measured throughput.
+        adaptive_(o.max_calls_in_flight_per_connection < 0
+                      ? std::make_unique<AdaptiveWindow>(AdaptiveWindowOptions())
+                      : nullptr) {
     for (const std::string& host : o.hosts) {
       std::vector<std::unique_ptr<grpc::GenericStub>> conns;
       for (int c = 0; c < connections_; ++c) {
@@ -175,6 +193,12 @@ class GrpcParameterClient final : public ParameterClient {
 
   const GrpcClientOptions options_;
   const int connections_;  // Per shard, with 0 ("auto") resolved.
+  // Null unless max_calls_in_flight_per_connection is -1 (adaptive).
+  const std::unique_ptr<AdaptiveWindow> adaptive_;
+  int Window() const {
+    return adaptive_ != nullptr ? adaptive_->window()
+                                : options_.max_calls_in_flight_per_connection;
+  }
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> generic_;
   ShardMap map_;
@@ -201,7 +225,7 @@ absl::Status GrpcParameterClient::CallAll(
   for (int attempt = 1; !pending.empty(); ++attempt) {
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
     const std::vector<int> skipped = RunWindowed(
-        pending, lane_of, options_.max_calls_in_flight_per_connection, &failed,
+        pending, lane_of, Window(), &failed,
         [&](int i, WindowSlot slot) {
           ctx[i] = std::make_unique<grpc::ClientContext>();
           ctx[i]->set_deadline(std::chrono::system_clock::now() +
@@ -377,7 +401,15 @@ absl::Status GrpcParameterClient::CallParts(
     const std::vector<grpc::ByteBuffer>& req,
     std::vector<grpc::ByteBuffer>* resp,
     const std::function<absl::Status(int)>& on_ok) {
-  return CallAll(
+  // Across machines: bytes both ways and time feed the adaptive window.
+  const absl::Time start = absl::Now();
+  std::atomic<int64_t> bytes{0};
+  for (const grpc::ByteBuffer& r : req) bytes += static_cast<int64_t>(r.Length());
+  const std::function<absl::Status(int)> count_reply = [&](int i) {
+    bytes += static_cast<int64_t>((*resp)[i].Length());
+    return on_ok ? on_ok(i) : absl::OkStatus();
+  };
+  absl::Status s = CallAll(
       what, static_cast<int>(parts_.size()),
       [&](int i) { return parts_[i].shard; },
       [&](int i) { return LaneOf(parts_[i]); }, options_.rpc_timeout,
@@ -387,7 +419,11 @@ absl::Status GrpcParameterClient::CallParts(
         generic_[p.shard][p.conn]->UnaryCall(ctx, method, grpc::StubOptions(),
                                              &req[i], &(*resp)[i], done);
       },
-      [&](int i) { (*resp)[i].Clear(); }, on_ok);
+      [&](int i) { (*resp)[i].Clear(); }, count_reply);
+  if (s.ok() && adaptive_ != nullptr) {
+    adaptive_->OnRound(bytes.load(), absl::Now() - start);
+  }
+  return s;
 }
 
 std::function<absl::Status(int)> GrpcParameterClient::ReadValues(
@@ -436,6 +472,7 @@ std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
     head.part = p.index;
     head.num_parts = p.count;
     if (push_pull) head.pull_encoding = options_.pull_encoding;
+    head.incarnation = options_.incarnation;
     wire::AppendPushHead(head, &heads);
     std::vector<size_t> head_end;
     int64_t encoded_total = 0;
@@ -534,6 +571,7 @@ absl::Status GrpcParameterClient::Leave() {
   proto::PushRequest req;
   req.set_worker_id(options_.worker_id);
   req.set_leave(true);
+  req.set_incarnation(options_.incarnation);
   std::vector<proto::PushResponse> resp(n);
   return CallEachShard(
       "Leave", options_.rpc_timeout, false,
@@ -580,9 +618,10 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
         "part_bytes must be in [4096, ", kMaxMessageBytes / 2, "], got ",
         options.part_bytes));
   }
-  if (options.max_calls_in_flight_per_connection < 0) {
+  if (options.max_calls_in_flight_per_connection < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "max_calls_in_flight_per_connection must be >= 0 (0: no limit), got ",
+        "max_calls_in_flight_per_connection must be >= -1 (0: no limit, -1: "
+        "sized from measured throughput), got ",
         options.max_calls_in_flight_per_connection));
   }
   if (options.connections_per_shard < 0 || options.connections_per_shard > 64) {
@@ -596,8 +635,12 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
     DP_RETURN_IF_ERROR(
         CheckTargetIsSafe(host, security.tls, security.allow_insecure));
   }
+  GrpcClientOptions with_incarnation = options;
+  if (with_incarnation.incarnation == 0) {
+    with_incarnation.incarnation = NewWorkerIncarnation();
+  }
   return std::unique_ptr<ParameterClient>(
-      new GrpcParameterClient(options, security));
+      new GrpcParameterClient(with_incarnation, security));
 }
 
 }  // namespace downpour

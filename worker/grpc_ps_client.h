@@ -35,6 +35,10 @@ struct GrpcClientOptions {
   // Must match the servers' (rpc/credentials.h).
   TransportSecurityOptions security;
   int32_t worker_id = 0;
+  // Recovery: this process's incarnation, sent with every push so that a
+  // restarted worker's pushes start a new sequence (server/push_dedup.h).
+  // NewGrpcParameterClient draws a random nonzero one when it is 0.
+  uint64_t incarnation = 0;
   // Deadline of one Pull/Push call.
   absl::Duration rpc_timeout = absl::Seconds(60);
   // How long Declare waits for servers that are not up yet.
@@ -56,7 +60,9 @@ struct GrpcClientOptions {
   // enough to stay in the CPU cache, so that the bytes a server receives are
   // still cached when its optimizer reads them, and those it writes still
   // cached when a PushPull sends them back. Over a network with a large
-  // bandwidth-delay product, allow more calls in flight.
+  // bandwidth-delay product, allow more calls in flight. -1: start at 1 and
+  // size it from each whole-model exchange's measured throughput
+  // (worker/adaptive_window.h; ps_worker's default).
   int max_calls_in_flight_per_connection = 1;
   // Encoding of pushed gradients and of pulled parameters on the wire.
   wire::Encoding push_encoding = wire::Encoding::kRawF32;

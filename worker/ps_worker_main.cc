@@ -76,9 +76,9 @@ ABSL_FLAG(bool, overlap, true,
 ABSL_FLAG(int64_t, part_kb, 1024, "Largest payload of one pull/push call, KiB.");
 ABSL_FLAG(int, connections_per_shard, 0,
           "TCP connections to each shard; 0: 2 for a single shard, else 1.");
-ABSL_FLAG(int, calls_in_flight, 1,
-          "Calls in flight per connection (0: no limit); raise it over a "
-          "network with a large bandwidth-delay product.");
+ABSL_FLAG(int, calls_in_flight, -1,
+          "Calls in flight per connection (0: no limit; -1: start at 1 and "
+          "size it from measured throughput, worker/adaptive_window.h).");
 ABSL_FLAG(std::string, push_dtype, "f32",
           "Gradient encoding on the wire: f32, fp16 or bf16.");
 ABSL_FLAG(std::string, pull_dtype, "f32",
@@ -104,8 +104,12 @@ ABSL_FLAG(int64_t, max_test_examples, 0, "Evaluate only the first N test "
 ABSL_FLAG(int64_t, max_steps, 0, "Stop after N steps (0: after --epochs).");
 ABSL_FLAG(int, log_every, 50, "Print progress every N steps.");
 ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20, "Largest parameter chunk.");
-ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU backend.");
+ABSL_FLAG(int, cpu_threads, 1, "Threads of the CPU backend.");
 ABSL_FLAG(int, prefetch, 4, "Batches prepared ahead by the input thread.");
+// Compute and learning (issue 18): the CPU backend.
+ABSL_FLAG(std::string, cpu_backend, "onednn",
+          "CPU backend: onednn (oneDNN primitives, the default) or openblas "
+          "(im2col + OpenBLAS GEMM, for comparison).");
 ABSL_FLAG(double, rpc_timeout_s, 60, "Deadline of one pull or push.");
 ABSL_FLAG(double, connect_timeout_s, 60, "How long to wait for the servers.");
 ABSL_FLAG(int, debug_step_delay_ms, 0,
@@ -537,6 +541,7 @@ absl::Status Run() {
   request.cpu_replicas = f.replicas;
   request.single = f.task == "eval";
   request.cpu_threads = f.cpu_threads;
+  request.cpu_backend = absl::GetFlag(FLAGS_cpu_backend);  // Issue 18.
   request.cuda.blocking_sync = absl::GetFlag(FLAGS_cuda_blocking_sync);
   DP_ASSIGN_OR_RETURN(SelectedBackends selected,
                       SelectBackends(request, RealCudaFactory()));

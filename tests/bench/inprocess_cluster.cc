@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
     host_options.store.shard_index = s;
     host_options.store.num_shards = options.num_shards;
     host_options.store.optimizer = options.optimizer;
+    host_options.security = options.security;
     host_options.listen_addresses.clear();
     for (int a = 0; a < options.num_addresses; ++a) {
       host_options.listen_addresses.push_back(

@@ -33,6 +33,7 @@
 #include "server/optimizer.h"
 #include "server/parameter_store.h"
 #include "server/ps_host.h"
+#include "rpc/credentials.h"
 
 namespace downpour {
 
@@ -42,6 +43,9 @@ struct InProcessClusterOptions {
   // Loopback addresses 127.0.0.1 .. 127.0.0.<num_addresses> each shard
   // listens on (one port per address); 1 <= num_addresses <= 200.
   int num_addresses = 1;
+  // Security and operations: TLS / token of every shard (the certificate
+  // must cover 127.0.0.1..num_addresses; make_certs.sh's covers 127.0.0.1).
+  TransportSecurityOptions security;
 };
 
 class InProcessCluster {

@@ -62,6 +62,9 @@ def parse_args(argv):
     p.add_argument("--pool_batches", type=int, default=8)
     p.add_argument("--cpu_threads", type=int, default=0,
                    help="--device=cpu: torch.set_num_threads; 0 = default")
+    # Issue 18: PyTorch's best CPU setting (channels_last activations).
+    p.add_argument("--channels_last", action="store_true",
+                   help="feed the model NHWC (torch.channels_last) input")
     p.add_argument("--tf32", action="store_true",
                    help="allow TF32 (default: off, like Downpour)")
     p.add_argument("--cudnn_benchmark", type=int, default=0, choices=[0, 1],
@@ -193,6 +196,8 @@ def main(argv):
 
         def forward_backward(i):
             x = xs[i % args.pool_batches].to(dev, non_blocking=True)
+            if args.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
             y = ys[i % args.pool_batches].to(dev, non_blocking=True)
             flat_g.zero_()
             loss = F.cross_entropy(model(x), y)
@@ -267,6 +272,7 @@ def main(argv):
         "device": device_name,
         "host_buffers": "pinned" if pin else "pageable",
         "tf32": bool(args.tf32),
+        "channels_last": bool(args.channels_last),
         "cudnn_benchmark": bool(args.cudnn_benchmark),
         "input": "synthetic",
         "parameters": n_params,

@@ -64,6 +64,7 @@
 #include "worker/grpc_ps_client.h"
 #include "common/malloc_tuning.h"
 #include "rpc/wire.h"
+#include "tests/bench/security_cost.h"  // Security and operations.
 
 // Every tunable of the benchmark. 0 / empty means "the profile's default"
 // (the full profile, or the --quick one).
@@ -114,6 +115,13 @@ ABSL_FLAG(int64_t, headline_mb, 0,
           "MiB moved per headline trial. Full: 512. Quick: 256.");
 ABSL_FLAG(int64_t, apply_mb, 64, "Gradient size for (c) and (d), MiB.");
 ABSL_FLAG(int, apply_rounds, 0, "Timed repetitions in (c) and (d). Full: 10. Quick: 3.");
+// Security and operations (tests/bench/security_cost.h): the TLS mode.
+ABSL_FLAG(bool, security_cost, false,
+          "Only the 64 MiB, 2-shard, 1-worker goodput cell with plaintext, "
+          "token, mTLS and mTLS + token, side by side (--headline_trials each).");
+ABSL_FLAG(std::string, certs_dir, "",
+          "--security_cost: make_certs.sh's files (default: made now in a "
+          "temporary directory with deploy/make_certs.sh).");
 
 namespace downpour {
 namespace {
@@ -145,6 +153,7 @@ struct BenchOptions {
   int headline_trials = 5;
   int64_t headline_bytes = 512 * kMiB;
   bool quick = false;  // Only reported.
+  TransportSecurityOptions security;  // Of clients and servers.
 };
 
 // Written by timed code so the compiler cannot drop it.
@@ -254,6 +263,7 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
   cluster_options.num_shards = shards;
   cluster_options.optimizer = TinySgd();
   cluster_options.num_addresses = o.separate_connections ? workers : 1;
+  cluster_options.security = o.security;
   absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
       InProcessCluster::Start(cluster_options);
   if (!cluster.ok()) {
@@ -279,6 +289,7 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
       client_options.streaming_pull_min_bytes = o.streaming_pull_min_bytes;
       client_options.push_encoding = o.encoding;
       client_options.pull_encoding = o.encoding;
+      client_options.security = o.security;
       absl::StatusOr<std::unique_ptr<ParameterClient>> client =
           NewGrpcParameterClient(client_options);
       absl::Status s = client.status();
@@ -665,6 +676,38 @@ std::vector<Stage> MeasureCopyStages(int64_t bytes, int rounds,
 
 // --------------------------------------------------------------- main ----
 
+// Security and operations: --security_cost. The 64 MiB, 2-shard, 1-worker
+// cell (section (h)'s) with each security setting, trials interleaved.
+int RunSecurityCostMode(BenchOptions o) {
+  std::string dir = absl::GetFlag(FLAGS_certs_dir);
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/downpour-bench-certs-XXXXXX";
+    dir = mkdtemp(tmpl) != nullptr ? tmpl : "";
+    const std::string cmd = absl::StrCat("bash deploy/make_certs.sh ", dir, " >/dev/null");
+    if (dir.empty() || std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "transport_bench: `%s` failed; pass --certs_dir\n", cmd.c_str());
+      return 1;
+    }
+  }
+  auto settings = RunSecurityCost(dir, o.headline_trials, [&](const TransportSecurityOptions& s)
+      -> absl::StatusOr<double> {
+    o.security = s;
+    GoodputCell cell = RunGoodputCell(o, 64 * kMiB, 2, 1);
+    if (!cell.refused.empty()) return absl::InternalError(cell.refused);
+    return cell.goodput;
+  });
+  if (!settings.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", settings.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("security cost: push+pull goodput, 64 MiB, 2 shards, 1 worker, %d "
+              "trials of %d rounds per setting (load %s)\n%s", o.headline_trials,
+              static_cast<int>(std::clamp<int64_t>(o.cell_bytes / (2 * 64 * kMiB),
+                                                   o.min_rounds, o.max_rounds)),
+              LoadAverage().c_str(), SecurityCostTable(*settings).c_str());
+  return 0;
+}
+
 int Run(const BenchOptions& o) {
   const Clock::time_point t_begin = Clock::now();
   const std::string load_before = LoadAverage();
@@ -1042,5 +1085,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "transport_bench: a size or count flag is out of range\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_security_cost)) return downpour::RunSecurityCostMode(o);
   return downpour::Run(o);
 }

@@ -26,8 +26,8 @@ SRC_SERVER="${2:-bazel-bin/server/ps_server}"
 SRC_WORKER="${3:-bazel-bin/worker/ps_worker}"
 DATA=/usr/share/datasets/fashion-mnist
 # Band for 2 workers x 2 epochs over 12000 examples, 2000 test examples
-# (0.77-0.81 measured on the 2-core dev box).
-MIN_ACC="${MIN_ACC:-0.70}"
+# (0.77-0.81 measured on the 2-core dev box; the Slurm run of the same job 0.75-0.82).
+MIN_ACC="${MIN_ACC:-0.65}"
 TIME_LIMIT_S="${TIME_LIMIT_S:-120}"
 
 if ! netns_available 2>/dev/null; then echo "SKIP: $NETNS_REASON"; exit 0; fi

@@ -10,17 +10,22 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/nn/onednn_backend.h"
 
 namespace downpour {
 namespace {
 
-SelectedBackends CpuBackends(const BackendRequest& r, std::string note) {
+absl::StatusOr<SelectedBackends> CpuBackends(const BackendRequest& r,
+                                             std::string note) {
   SelectedBackends s;
   const int n = r.single ? 1 : std::max(1, r.cpu_replicas);
   for (int i = 0; i < n; ++i) {
-    s.backends.push_back(NewCpuBackend(r.cpu_threads));
+    absl::StatusOr<std::unique_ptr<Backend>> b = NewCpuBackendByName(
+        r.cpu_backend, r.cpu_threads);
+    if (!b.ok()) return b.status();
+    s.backends.push_back(std::move(*b));
   }
-  s.note = std::move(note);
+  s.note = absl::StrCat(note, "; CPU backend: ", r.cpu_backend);
   return s;
 }
 
@@ -51,8 +56,19 @@ CudaFactory RealCudaFactory() {
   return f;
 }
 
+absl::StatusOr<std::unique_ptr<Backend>> NewCpuBackendByName(
+    const std::string& name, int threads) {
+  if (name == "onednn") return NewOnednnBackend(threads);
+  if (name == "openblas") return NewCpuBackend(threads);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--cpu_backend must be onednn or openblas, got '", name, "'"));
+}
+
 absl::StatusOr<SelectedBackends> SelectBackends(const BackendRequest& r,
                                                 const CudaFactory& f) {
+  if (r.cpu_backend != "onednn" && r.cpu_backend != "openblas") {
+    return NewCpuBackendByName(r.cpu_backend, 1).status();
+  }
   if (r.device != "auto" && r.device != "cpu" && r.device != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device must be auto, cpu or cuda, got '", r.device, "'"));

@@ -40,6 +40,9 @@ struct BackendRequest {
   int cpu_replicas = 1;         // Replicas on the CPU backend.
   bool single = false;          // One replica whatever the above (eval).
   int cpu_threads = 1;
+  // Compute and learning (issue 18): the CPU backend, onednn (default) or
+  // openblas.
+  std::string cpu_backend = "onednn";
   CudaBackendOptions cuda;
 };
 
@@ -61,7 +64,13 @@ struct SelectedBackends {
   std::string note;
 };
 
-// Errors: InvalidArgument for a bad request or a GPU ordinal beyond the
+// The CPU backend named by --cpu_backend: "onednn" or "openblas";
+// InvalidArgument for anything else.
+absl::StatusOr<std::unique_ptr<Backend>> NewCpuBackendByName(
+    const std::string& name, int threads);
+
+// Errors: InvalidArgument for a bad request (--cpu_backend included) or a
+// GPU ordinal beyond the
 // visible ones; FailedPrecondition for --device=cuda/--gpus without a GPU;
 // the backend's error for --device=cuda when it fails to start.
 absl::StatusOr<SelectedBackends> SelectBackends(const BackendRequest& request,

@@ -41,7 +41,7 @@ TEST(BackendSelectTest, AutoFallsBackToTheCpuWhenTheCudaBackendFails) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_FALSE(s->cuda);
   EXPECT_EQ(s->backends.size(), 2u);
-  EXPECT_EQ(s->backends[0]->Name(), "cpu");
+  EXPECT_EQ(s->backends[0]->Name(), "cpu (onednn)");  // The default.
   EXPECT_EQ(opened, std::vector<int>{0});
   EXPECT_NE(s->note.find("Fake GPU"), std::string::npos) << s->note;
   EXPECT_NE(s->note.find("cannot load libcudnn.so.9"), std::string::npos);
@@ -104,6 +104,28 @@ TEST(BackendSelectTest, RealFactoryWithoutAGpu) {
   r.device = "cuda";
   EXPECT_EQ(SelectBackends(r, RealCudaFactory()).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Issue 18: --cpu_backend picks oneDNN (default) or OpenBLAS; anything else
+// is refused before any backend opens.
+TEST(BackendSelectTest, CpuBackendFlag) {
+  std::vector<int> opened;
+  BackendRequest r;
+  r.device = "cpu";
+  auto s = SelectBackends(r, OneGpu(absl::OkStatus(), &opened));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->backends[0]->Name(), "cpu (onednn)");
+  EXPECT_NE(s->note.find("CPU backend: onednn"), std::string::npos) << s->note;
+  r.cpu_backend = "openblas";
+  s = SelectBackends(r, OneGpu(absl::OkStatus(), &opened));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->backends[0]->Name(), "cpu");
+  r.cpu_backend = "mkl";
+  r.device = "auto";
+  s = SelectBackends(r, OneGpu(absl::OkStatus(), &opened));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--cpu_backend"), std::string::npos);
+  EXPECT_TRUE(opened.empty());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/test_cpu_backend.h"
 #include "worker/nn/test_util.h"
 
 namespace downpour {
@@ -43,7 +44,7 @@ class CpuBackendTest : public ::testing::Test {
 
   // Three workers on a two-core machine also exercises uneven and empty
   // work splits.
-  std::unique_ptr<Backend> be_ = NewCpuBackend(3);
+  std::unique_ptr<Backend> be_ = NewTestCpuBackend(3);
 };
 
 TEST_F(CpuBackendTest, AllocateIsZeroedAndAligned) {
@@ -56,7 +57,7 @@ TEST_F(CpuBackendTest, AllocateIsZeroedAndAligned) {
   }
   EXPECT_EQ(be_->Allocate(-1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(be_->Name(), "cpu");
+  EXPECT_EQ(be_->Name().substr(0, 3), "cpu");
 }
 
 TEST_F(CpuBackendTest, DeviceBufferMoves) {
@@ -203,7 +204,7 @@ class ConvTest : public CpuBackendTest,
 
 TEST_P(ConvTest, MatchesReference) {
   const ConvCase& p = GetParam();
-  be_ = NewCpuBackend(p.threads);
+  be_ = NewTestCpuBackend(p.threads);
   const ConvDesc d = ToConvDesc(p);
   const auto [xs, ws, ys] = ConvSizes(d);
   std::vector<float> x = RandomVec(xs, 10), w = RandomVec(ws, 11),
@@ -327,6 +328,17 @@ TEST_F(CpuBackendTest, MaxPoolOddSizes) {
           .ok());
   ExpectNear(Download(dx), want_dx, 0, "pool backward");
   EXPECT_EQ(Download(dx)[1], 0.f);  // Second of the tied maxima.
+
+  // A backward whose forward was on other buffers (the oneDNN backend keeps
+  // the argmax of the last forward per shape, and must not use it here).
+  DeviceBuffer x2 = Upload(x), y2 = Zeros(ys), other = Upload(RandomVec(xs, 33)),
+               other_y = Zeros(ys), dx2 = Upload(RandomVec(xs, 34));
+  ASSERT_TRUE(be_->MaxPoolForward(d, x2.data(), y2.data()).ok());
+  ASSERT_TRUE(be_->MaxPoolForward(d, other.data(), other_y.data()).ok());
+  ASSERT_TRUE(
+      be_->MaxPoolBackward(d, x2.data(), y2.data(), ddy.data(), dx2.data())
+          .ok());
+  ExpectNear(Download(dx2), want_dx, 0, "pool backward after another forward");
 }
 
 TEST_F(CpuBackendTest, SoftmaxCrossEntropy) {

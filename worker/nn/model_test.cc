@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/test_cpu_backend.h"
 #include "worker/nn/test_util.h"
 
 namespace downpour {
@@ -117,7 +118,7 @@ std::vector<float> SpreadInput(int64_t n, uint64_t seed, float gap) {
 
 class LayerGradTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Backend> be_ = NewCpuBackend(1);
+  std::unique_ptr<Backend> be_ = NewTestCpuBackend(1);
 };
 
 TEST_F(LayerGradTest, Conv2dPad0) {
@@ -177,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Model>> SmallModel(Backend* be, int max_batch,
 }
 
 TEST(ModelTest, SoftmaxGradientsMatchFiniteDifferences) {
-  auto be = NewCpuBackend(1);
+  auto be = NewTestCpuBackend(1);
   auto model = SmallModel(be.get(), 8);
   ASSERT_TRUE(model.ok()) << model.status();
   Model& m = **model;
@@ -225,7 +226,7 @@ TEST(ModelTest, SoftmaxGradientsMatchFiniteDifferences) {
 }
 
 TEST(ModelTest, FashionCnnLayout) {
-  auto be = NewCpuBackend(1);
+  auto be = NewTestCpuBackend(1);
   auto model = BuildModel("fashion_cnn", be.get(), 16);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<TensorSpec> want = {
@@ -247,7 +248,7 @@ TEST(ModelTest, FashionCnnLayout) {
 }
 
 TEST(ModelTest, CifarVggLayout) {
-  auto be = NewCpuBackend(1);
+  auto be = NewTestCpuBackend(1);
   auto model = BuildModel("cifar_vgg", be.get(), 8);
   ASSERT_TRUE(model.ok()) << model.status();
   // Parameters, weights + biases (3x3 convs: out * in * 9 + out):
@@ -285,7 +286,7 @@ TEST(ModelTest, CifarVggLayout) {
 // enough not to cross ReLU / max-pool kinks here (3e-3 already does for
 // conv4), large enough for float32 losses.
 TEST(ModelTest, CifarVggGradientsMatchFiniteDifferences) {
-  auto be = NewCpuBackend(2);
+  auto be = NewTestCpuBackend(2);
   auto model = BuildModel("cifar_vgg", be.get(), 2);
   ASSERT_TRUE(model.ok()) << model.status();
   Model& m = **model;
@@ -336,7 +337,7 @@ TEST(ModelTest, CifarVggGradientsMatchFiniteDifferences) {
 }
 
 TEST(ModelTest, InitialParametersDeterministic) {
-  auto be = NewCpuBackend(1);
+  auto be = NewTestCpuBackend(1);
   auto model = BuildModel("fashion_cnn", be.get(), 4);
   ASSERT_TRUE(model.ok());
   Model& m = **model;
@@ -381,7 +382,7 @@ TEST(ModelTest, InitialParametersDeterministic) {
 }
 
 TEST(ModelTest, SgdReducesLossOnSeparableData) {
-  auto be = NewCpuBackend(1);
+  auto be = NewTestCpuBackend(1);
   const int classes = 3, n = 24;
   auto model = SmallModel(be.get(), n, classes);
   ASSERT_TRUE(model.ok());
@@ -423,7 +424,7 @@ TEST(ModelTest, SgdReducesLossOnSeparableData) {
 }
 
 TEST(ModelTest, RejectsBadBatchesAndLabels) {
-  auto be = NewCpuBackend(1);
+  auto be = NewTestCpuBackend(1);
   auto model = SmallModel(be.get(), 4);
   ASSERT_TRUE(model.ok());
   Model& m = **model;
@@ -472,7 +473,7 @@ TEST(ModelTest, ThreadCountDoesNotChangeResults) {
   std::vector<std::vector<float>> grads;
   std::vector<float> losses;
   for (int threads : {0, 1, 2, 3}) {
-    auto be = NewCpuBackend(threads);
+    auto be = NewTestCpuBackend(threads);
     auto model = BuildModel("fashion_cnn", be.get(), 8);
     ASSERT_TRUE(model.ok());
     Model& m = **model;
@@ -500,7 +501,7 @@ TEST(ModelTest, ThreadCountDoesNotChangeResults) {
 // Information only: fashion_cnn forward + backward time at batch 64.
 TEST(ModelTest, FashionCnnTiming) {
   for (int threads : {1, 2}) {
-    auto be = NewCpuBackend(threads);
+    auto be = NewTestCpuBackend(threads);
     auto model = BuildModel("fashion_cnn", be.get(), 64);
     ASSERT_TRUE(model.ok());
     Model& m = **model;

@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of fuzz/ (small, valid or nearly valid inputs of
+every kind each target reads). Run from the repository root:
+    /usr/bin/python3 fuzz/make_seeds.py
+The files are checked in; this script documents how they were made."""
+import gzip
+import json
+import os
+import struct
+
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def vfield(f, v):
+    return varint(f << 3) + varint(v)
+
+
+def lfield(f, b):
+    return varint(f << 3 | 2) + varint(len(b)) + b
+
+
+def f32(vals):
+    return b"".join(struct.pack("<f", v) for v in vals)
+
+
+def chunk(cid, version, data, enc=0):
+    return vfield(1, cid) + vfield(2, version) + lfield(3, data) + (vfield(4, enc) if enc else b"")
+
+
+def write(target, name, data):
+    d = os.path.join("fuzz", "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+push = vfield(1, 1) + vfield(2, 2) + lfield(3, chunk(0, 0, f32([1, 2])))
+push_fp16 = vfield(1, 0) + vfield(2, 1) + lfield(3, chunk(1, 3, b"\x00\x3c\x00\x3c", 1)) + vfield(5, 0) + vfield(6, 2)
+leave = vfield(1, 1) + vfield(2, 9) + vfield(4, 1)
+pull_resp = lfield(1, chunk(3, 5, f32([0.5] * 4))) + lfield(1, chunk(4, 5, b"\x80\x3f", 2))
+pull_req = lfield(1, b"\x00\x01\x02") + vfield(2, 1) + vfield(3, 4) + vfield(4, 2) + vfield(5, 1)
+layout = lfield(1, lfield(1, b"w") + lfield(2, varint(4) + varint(8))) + vfield(2, 64) + vfield(3, 2) + vfield(4, 16)
+declare = lfield(1, layout) + lfield(2, chunk(0, 0, f32([0.1] * 16))) + vfield(3, 0)
+stats = vfield(1, 0) + vfield(2, 1) + vfield(3, 1) + lfield(9, lfield(1, b"wait_timeout") + vfield(2, 3))
+
+write("wire_fuzzer", "push", b"\x00\x05\x09" + push)
+write("wire_fuzzer", "push_fp16_parts", b"\x00\x03\x01" + push_fp16)
+write("wire_fuzzer", "leave", b"\x00\x00\x00" + leave)
+write("wire_fuzzer", "pull_response", b"\x01\x07\x02" + pull_resp)
+write("wire_fuzzer", "pull_request", b"\x02\x00\x00" + pull_req)
+write("wire_fuzzer", "declare", b"\x03\x00\x00" + declare)
+write("wire_fuzzer", "stats", b"\x04\x00\x00" + stats)
+write("wire_fuzzer", "field_zero", b"\x00\x00\x00\x00\x01" + push)
+
+# store_fuzzer: mode byte, then ops (kind, length lo, length hi, message).
+# Layout w[40,33] + b[7] in 1 KiB chunks: chunks 0-4 of w hold 256 floats.
+def op(kind, msg):
+    return bytes([kind, len(msg) & 0xFF, len(msg) >> 8]) + msg
+
+g = lfield(3, chunk(0, 0, f32([0.25] * 256)))
+p1 = vfield(1, 0) + vfield(2, 1) + g
+p2 = vfield(1, 1) + vfield(2, 1) + g
+for mode, name in ((0, "async"), (1, "sync"), (2, "ssp")):
+    write("store_fuzzer", name, bytes([mode]) + op(0, p1) + op(1, p2) + op(2, pull_req) + op(3, b"") + op(0, p1) + op(0, leave))
+nan = vfield(1, 0) + vfield(2, 3) + lfield(3, chunk(0, 0, f32([float("nan")] * 256)))
+write("store_fuzzer", "nan", b"\x00" + op(0, nan) + op(2, b""))
+
+# layout_fuzzer: shards, chunk-size code, spread code, tensors, then each
+# tensor's name length + name, rank and dims.
+write("layout_fuzzer", "small", bytes([2, 6, 12, 2, 1]) + b"w" + bytes([2, 4, 8, 1]) + b"b" + bytes([1, 7]))
+write("layout_fuzzer", "huge_dims", bytes([1, 18, 16, 1, 1]) + b"x" + bytes([2, 232, 232]))
+write("layout_fuzzer", "raw_dims", bytes([1, 18, 16, 1, 1]) + b"y" + bytes([2, 255]) + struct.pack("<q", 3) + bytes([255]) + struct.pack("<q", 1 << 62))
+
+def safetensors(header, data):
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+write("safetensors_fuzzer", "two", safetensors(
+    {"__metadata__": {"step": "3"}, "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+     "b": {"dtype": "F32", "shape": [1], "data_offsets": [16, 20]}}, f32([1, 2, 3, 4, 5])))
+write("safetensors_fuzzer", "empty_tensor", safetensors({"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}, b""))
+
+images = struct.pack(">IIII", 0x803, 2, 2, 2) + bytes(range(8))
+labels = struct.pack(">II", 0x801, 2) + b"\x01\x09"
+def data_seed(which, a, b):
+    return bytes([which, len(a) & 0xFF, len(a) >> 8]) + a + b
+write("data_fuzzer", "idx", data_seed(0, images, labels))
+write("data_fuzzer", "idx_gz", data_seed(1, gzip.compress(images, mtime=0), gzip.compress(labels, mtime=0)))
+record = b"\x03" + bytes(i % 256 for i in range(3072))
+write("data_fuzzer", "cifar_one", data_seed(2, record, b""))
+write("data_fuzzer", "cifar_two_files", data_seed(2 | 8, record, record))
+
+tf = {"cluster": {"ps": ["h0:2222", "h1:2222"], "worker": ["w0:2222", "[::1]:2223"]},
+      "task": {"type": "worker", "index": 1}}
+write("cluster_spec_fuzzer", "tf_config", b"\x00" + json.dumps(tf).encode())
+write("cluster_spec_fuzzer", "nodelist", b"\x01" + b"r[1-2]-n[01-03,7],m5")
+write("cluster_spec_fuzzer", "tasks_per_node", b"\x02" + b"3(x2),2,1(x3)")
+write("cluster_spec_fuzzer", "host_list", b"\x03" + b"h1:5000, h2:5001,[::1]:7")
+write("cluster_spec_fuzzer", "host_port", b"\x04" + b"198.18.0.7:2222")

@@ -1,0 +1,340 @@
+#include "server/shard_snapshot.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace downpour {
+namespace {
+
+using nlohmann::json;
+constexpr char kMetaKey[] = "downpour_snapshot";
+
+// FNV-1a over 8-byte words (and the tail bytes), to catch a corrupt file.
+uint64_t Checksum(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+constexpr uint64_t kChecksumSeed = 1469598103934665603ull;
+
+std::string Prefix(int32_t shard, int32_t num_shards) {
+  return absl::StrCat("shard-", shard, "-of-", num_shards, "-");
+}
+
+json LayoutJson(const ModelLayout& l) {
+  json tensors = json::array();
+  for (const TensorSpec& t : l.tensors) {
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}});
+  }
+  return {{"tensors", tensors},
+          {"num_shards", l.num_shards},
+          {"max_chunk_bytes", l.max_chunk_bytes},
+          {"spread_min_bytes", l.spread_min_bytes}};
+}
+
+ModelLayout LayoutFromJson(const json& j) {
+  ModelLayout l;
+  for (const json& t : j.at("tensors")) {
+    l.tensors.push_back({t.at("name").get<std::string>(),
+                         t.at("shape").get<std::vector<int64_t>>()});
+  }
+  l.num_shards = j.at("num_shards").get<int32_t>();
+  l.max_chunk_bytes = j.at("max_chunk_bytes").get<int64_t>();
+  l.spread_min_bytes = j.at("spread_min_bytes").get<int64_t>();
+  return l;
+}
+
+json DedupJson(const std::vector<DedupEntry>& entries) {
+  json out = json::array();
+  for (const DedupEntry& e : entries) {
+    out.push_back({{"worker", e.worker_id},
+                   {"incarnation", std::to_string(e.incarnation)},
+                   {"seq", e.seq},
+                   {"num_parts", e.num_parts},
+                   {"parts", e.parts},
+                   {"retired", e.retired}});
+  }
+  return out;
+}
+
+std::vector<DedupEntry> DedupFromJson(const json& j) {
+  std::vector<DedupEntry> out;
+  for (const json& r : j) {
+    DedupEntry e;
+    e.worker_id = r.at("worker").get<int32_t>();
+    e.incarnation = std::stoull(r.at("incarnation").get<std::string>());
+    e.seq = r.at("seq").get<int64_t>();
+    e.num_parts = r.at("num_parts").get<int32_t>();
+    e.parts = r.at("parts").get<std::vector<bool>>();
+    e.retired = r.at("retired").get<std::vector<uint64_t>>();
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// One tensor of the file: its name and float data.
+struct Blob {
+  std::string name;
+  const float* data;
+  int64_t n;
+};
+
+std::vector<Blob> Blobs(const ShardSnapshot& s) {
+  std::vector<Blob> blobs;
+  for (const ChunkSnapshot& c : s.chunks) {
+    blobs.push_back({absl::StrCat("chunk.", c.chunk_id, ".values"),
+                     c.values->data(), static_cast<int64_t>(c.values->size())});
+    if (!c.opt_state.empty()) {
+      blobs.push_back({absl::StrCat("chunk.", c.chunk_id, ".opt"),
+                       c.opt_state.data(),
+                       static_cast<int64_t>(c.opt_state.size())});
+    }
+  }
+  return blobs;
+}
+
+std::string HeaderBytes(const ShardSnapshot& s, const std::vector<Blob>& blobs) {
+  uint64_t sum = kChecksumSeed;
+  json header = json::object();
+  int64_t offset = 0;
+  for (const Blob& b : blobs) {
+    const int64_t bytes = b.n * 4;
+    header[b.name] = {{"dtype", "F32"},
+                      {"shape", {b.n}},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    sum = Checksum(sum, b.data, static_cast<size_t>(bytes));
+  }
+  json versions = json::array();
+  for (const ChunkSnapshot& c : s.chunks) versions.push_back({c.chunk_id, c.version});
+  json meta = {{"layout", LayoutJson(s.layout)},
+               {"shard_index", s.shard_index},
+               {"num_shards", s.num_shards},
+               {"optimizer", s.optimizer},
+               {"mode", s.mode},
+               {"step", s.step},
+               {"created_unix_ms", s.created_unix_ms},
+               {"versions", versions},
+               {"dedup", DedupJson(s.dedup)},
+               {"clocks", s.clocks},
+               {"checksum", std::to_string(sum)}};
+  header["__metadata__"] = {{kMetaKey, meta.dump()}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t len = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(len >> (8 * i));
+  return out + text;
+}
+
+// Writes all of `data` to `fd`, counting towards the debug crash.
+bool WriteAll(int fd, const char* data, int64_t n, int64_t* written,
+              const SnapshotWriteOptions& o) {
+  while (n > 0) {
+    int64_t step = std::min<int64_t>(n, 1 << 20);
+    if (o.debug_crash_after_bytes >= 0) {
+      step = std::min(step, std::max<int64_t>(
+                                1, o.debug_crash_after_bytes - *written));
+    }
+    const ssize_t w = ::write(fd, data, static_cast<size_t>(step));
+    if (w <= 0) return false;
+    data += w;
+    n -= w;
+    *written += w;
+    if (o.debug_crash_after_bytes >= 0 && *written >= o.debug_crash_after_bytes) {
+      std::fprintf(stderr, "ps_server: debug: crashing after %lld snapshot bytes\n",
+                   static_cast<long long>(*written));
+      ::_exit(86);
+    }
+  }
+  return true;
+}
+
+absl::Status FsyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open ", path));
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return absl::UnavailableError(absl::StrCat("fsync failed: ", path));
+  return absl::OkStatus();
+}
+
+// Snapshot files of one shard, newest first.
+std::vector<std::string> ListSnapshots(const std::string& dir, int32_t shard,
+                                       int32_t num_shards) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  const std::string prefix = Prefix(shard, num_shards);
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string kExt = ".safetensors";
+    if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + kExt.size() ||
+        name.compare(name.size() - kExt.size(), kExt.size(), kExt) != 0) {
+      continue;
+    }
+    int64_t ms;
+    if (!absl::SimpleAtoi(name.substr(prefix.size(), name.size() - prefix.size() -
+                                                       kExt.size()),
+                          &ms)) {
+      continue;
+    }
+    found.push_back({ms, e.path().string()});
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteShardSnapshot(
+    const std::string& dir, const ShardSnapshot& s,
+    const SnapshotWriteOptions& options) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path =
+      absl::StrCat(dir, "/", Prefix(s.shard_index, s.num_shards),
+                   s.created_unix_ms, ".safetensors");
+  const std::string tmp = path + ".tmp";
+  const std::vector<Blob> blobs = Blobs(s);
+  const std::string head = HeaderBytes(s, blobs);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot create ", tmp));
+  int64_t written = 0;
+  bool ok = WriteAll(fd, head.data(), static_cast<int64_t>(head.size()),
+                     &written, options);
+  for (const Blob& b : blobs) {
+    ok = ok && WriteAll(fd, reinterpret_cast<const char*>(b.data), b.n * 4,
+                        &written, options);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("could not write snapshot ", path));
+  }
+  DP_RETURN_IF_ERROR(FsyncPath(dir, O_RDONLY | O_DIRECTORY));
+  const std::vector<std::string> all =
+      ListSnapshots(dir, s.shard_index, s.num_shards);
+  for (size_t i = kKeepSnapshots; i < all.size(); ++i) {
+    std::remove(all[i].c_str());
+  }
+  return path;
+}
+
+namespace {
+
+absl::Status Corrupt(const std::string& path, const std::string& what) {
+  return absl::DataLossError(
+      absl::StrCat("snapshot ", path, " is corrupt or truncated: ", what));
+}
+
+// Fills `s` from the file's metadata and tensors (checksum first).
+absl::Status FromFile(const std::string& path, const SafetensorsFile& f,
+                      ShardSnapshot* s) {
+  auto it = f.metadata.find(kMetaKey);
+  if (it == f.metadata.end()) return Corrupt(path, "no downpour_snapshot metadata");
+  const json meta = json::parse(it->second);  // throws on malformed JSON
+  std::map<std::string, std::pair<int64_t, int64_t>> where;  // offset, n
+  uint64_t sum = kChecksumSeed;
+  int64_t offset = 0;
+  for (const TensorSpec& t : f.tensors) {
+    const int64_t n = t.NumElements();
+    sum = Checksum(sum, f.flat.data() + offset, static_cast<size_t>(n) * 4);
+    where[t.name] = {offset, n};
+    offset += n;
+  }
+  if (std::to_string(sum) != meta.at("checksum").get<std::string>()) {
+    return Corrupt(path, "checksum mismatch");
+  }
+  s->layout = LayoutFromJson(meta.at("layout"));
+  s->shard_index = meta.at("shard_index").get<int32_t>();
+  s->num_shards = meta.at("num_shards").get<int32_t>();
+  s->optimizer = meta.at("optimizer").get<std::string>();
+  s->mode = meta.at("mode").get<std::string>();
+  s->step = meta.at("step").get<int64_t>();
+  s->created_unix_ms = meta.at("created_unix_ms").get<int64_t>();
+  s->dedup = DedupFromJson(meta.at("dedup"));
+  s->clocks = meta.at("clocks").get<std::vector<int64_t>>();
+  for (const json& v : meta.at("versions")) {
+    ChunkSnapshot c;
+    c.chunk_id = v.at(0).get<int32_t>();
+    c.version = v.at(1).get<int64_t>();
+    auto values = where.find(absl::StrCat("chunk.", c.chunk_id, ".values"));
+    if (values == where.end()) {
+      return Corrupt(path, absl::StrCat("no values of chunk ", c.chunk_id));
+    }
+    const float* base = f.flat.data() + values->second.first;
+    c.values = std::make_shared<const std::vector<float>>(
+        base, base + values->second.second);
+    auto opt = where.find(absl::StrCat("chunk.", c.chunk_id, ".opt"));
+    if (opt != where.end()) {
+      const float* o = f.flat.data() + opt->second.first;
+      c.opt_state.assign(o, o + opt->second.second);
+    }
+    s->chunks.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ShardSnapshot> ReadShardSnapshot(const std::string& path) {
+  absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
+  if (!f.ok()) {
+    if (absl::IsNotFound(f.status())) return f.status();
+    return Corrupt(path, std::string(f.status().message()));
+  }
+  ShardSnapshot s;
+  try {
+    DP_RETURN_IF_ERROR(FromFile(path, *f, &s));
+  } catch (const std::exception& e) {
+    return Corrupt(path, absl::StrCat("bad metadata: ", e.what()));
+  }
+  return s;
+}
+
+absl::StatusOr<LoadedSnapshot> LoadLatestShardSnapshot(const std::string& dir,
+                                                       int32_t shard_index,
+                                                       int32_t num_shards) {
+  LoadedSnapshot out;
+  for (const std::string& path : ListSnapshots(dir, shard_index, num_shards)) {
+    absl::StatusOr<ShardSnapshot> s = ReadShardSnapshot(path);
+    if (s.ok() && (s->shard_index != shard_index || s->num_shards != num_shards)) {
+      s = absl::FailedPreconditionError(absl::StrCat(
+          "snapshot ", path, " is of shard ", s->shard_index, " of ",
+          s->num_shards, ", not ", shard_index, " of ", num_shards));
+    }
+    if (!s.ok()) {
+      out.refused.push_back(std::string(s.status().message()));
+      continue;
+    }
+    out.snapshot = *std::move(s);
+    out.path = path;
+    return out;
+  }
+  std::string why = absl::StrCat("no usable snapshot of shard ", shard_index,
+                                 " of ", num_shards, " in ", dir);
+  for (const std::string& r : out.refused) absl::StrAppend(&why, "; ", r);
+  return absl::NotFoundError(why);
+}
+
+}  // namespace downpour

@@ -1,0 +1,128 @@
+// Recovery: a shard's snapshot round-trips through its file into a fresh
+// store (values, optimizer state, versions, dedup, mode state); corrupt,
+// truncated and foreign files are refused and the previous one is used;
+// only the newest kKeepSnapshots stay.
+#include "server/shard_snapshot.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/test_files.h"
+#include "gtest/gtest.h"
+#include "server/parameter_store.h"
+#include "server/store_test_util.h"
+
+namespace downpour {
+namespace {
+
+using store_test::ChunksOf;
+using store_test::MakeFixture;
+
+std::string FreshDir(const std::string& name) {
+  const std::string d = TestTmpPath(name);
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+std::unique_ptr<ParameterStore> Store(TrainMode mode, int shard, int shards) {
+  ParameterStoreOptions o;
+  o.shard_index = shard;
+  o.num_shards = shards;
+  o.optimizer.name = "adagrad";
+  o.optimizer.learning_rate = 0.1f;
+  o.mode = mode;
+  o.num_workers = mode == TrainMode::kAsync ? 0 : 2;
+  auto s = ParameterStore::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
+
+TEST(ShardSnapshotTest, RestoredStoreContinuesExactlyLikeTheOriginal) {
+  for (TrainMode mode : {TrainMode::kAsync, TrainMode::kSsp}) {
+    store_test::Fixture f = MakeFixture(2);
+    auto a = Store(mode, 1, 2);
+    ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 1, f.flat)).ok());
+    std::vector<float> g(f.flat.size(), 0.5f);
+    for (int64_t seq = 1; seq <= 3; ++seq) {
+      ASSERT_TRUE(a->Push(PushId{0, seq, 0, 1, 42}, ChunksOf(f, 1, g)).ok());
+    }
+    absl::StatusOr<ShardSnapshot> s = a->Save();
+    ASSERT_TRUE(s.ok()) << s.status();
+    const std::string dir = FreshDir("snap");
+    absl::StatusOr<std::string> path = WriteShardSnapshot(dir, *s, {});
+    ASSERT_TRUE(path.ok()) << path.status();
+    absl::StatusOr<LoadedSnapshot> loaded = LoadLatestShardSnapshot(dir, 1, 2);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->path, *path);
+    auto b = Store(mode, 1, 2);
+    ASSERT_TRUE(b->Restore(loaded->snapshot).ok());
+    // A retry of seq 3 is still a retry; seq 4 applies the same on both
+    // (the adagrad accumulators came back too).
+    EXPECT_TRUE(b->Push(PushId{0, 3, 0, 1, 42}, ChunksOf(f, 1, g))->duplicate);
+    ASSERT_TRUE(a->Push(PushId{0, 4, 0, 1, 42}, ChunksOf(f, 1, g)).ok());
+    ASSERT_TRUE(b->Push(PushId{0, 4, 0, 1, 42}, ChunksOf(f, 1, g)).ok());
+    std::vector<int64_t> va, vb;
+    EXPECT_EQ(store_test::Snapshot(*a, f, &va), store_test::Snapshot(*b, f, &vb));
+    EXPECT_EQ(va, vb);
+    EXPECT_EQ(a->Stats().ssp_max_lead, b->Stats().ssp_max_lead);
+    // A restored store is declared: a second restore is refused.
+    EXPECT_EQ(b->Restore(loaded->snapshot).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST(ShardSnapshotTest, CorruptOrTruncatedFallsBackToThePreviousOne) {
+  store_test::Fixture f = MakeFixture(1);
+  auto a = Store(TrainMode::kAsync, 0, 1);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  const std::string dir = FreshDir("corrupt");
+  std::vector<std::string> paths;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<ShardSnapshot> s = a->Save();
+    ASSERT_TRUE(s.ok());
+    s->created_unix_ms += i;  // distinct names within one millisecond
+    paths.push_back(*WriteShardSnapshot(dir, *s, {}));
+  }
+  // Pruned to the newest two.
+  EXPECT_FALSE(std::filesystem::exists(paths[0]));
+  EXPECT_TRUE(std::filesystem::exists(paths[1]));
+  // Flip one byte in the data of the newest: checksum.
+  {
+    std::fstream io(paths[2], std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-5, std::ios::end);
+    io.put('\x7f');
+  }
+  absl::StatusOr<LoadedSnapshot> l = LoadLatestShardSnapshot(dir, 0, 1);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->path, paths[1]);
+  ASSERT_EQ(l->refused.size(), 1u);
+  EXPECT_NE(l->refused[0].find("checksum"), std::string::npos) << l->refused[0];
+  // Truncate the older one too: nothing usable is NotFound, naming both.
+  std::filesystem::resize_file(paths[1], 100);
+  l = LoadLatestShardSnapshot(dir, 0, 1);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(l.status().message().find("truncated"), std::string::npos)
+      << l.status();
+  // Another shard count is never picked up.
+  EXPECT_EQ(LoadLatestShardSnapshot(dir, 0, 2).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ShardSnapshotTest, SnapshotOfAnotherShardOrOptimizerIsRefused) {
+  store_test::Fixture f = MakeFixture(2);
+  auto a = Store(TrainMode::kAsync, 0, 2);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  ShardSnapshot s = *a->Save();
+  EXPECT_EQ(Store(TrainMode::kAsync, 1, 2)->Restore(s).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Store(TrainMode::kSsp, 0, 2)->Restore(s).code(),
+            absl::StatusCode::kFailedPrecondition);
+  s.chunks.pop_back();
+  auto b = Store(TrainMode::kAsync, 0, 2);
+  EXPECT_EQ(b->Restore(s).code(), absl::StatusCode::kInvalidArgument);
+  // A refused restore leaves the shard declarable.
+  EXPECT_TRUE(b->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+}
+
+}  // namespace
+}  // namespace downpour
