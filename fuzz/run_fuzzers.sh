@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Hostile input (issue 16): builds the libFuzzer targets of fuzz/ with
+# --config=fuzz (clang-14, ASan + UBSan, in an output base of its own) and
+# runs each for a bounded time, starting from a copy of its seed corpus
+# (fuzz/corpus/<target>/; the checked-in seeds are not modified). Prints one
+# line per target: "fuzz: <target> OK|FAILED <executions> execs in <s> s";
+# a crash leaves its input as crash-* in $FUZZ_OUT and fails the script.
+#   bash fuzz/run_fuzzers.sh [seconds per target, default 25]
+# Environment: FUZZ_OUT (default /tmp/downpour_fuzz), FUZZ_TARGETS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-25}"
+out="${FUZZ_OUT:-/tmp/downpour_fuzz}"
+targets="${FUZZ_TARGETS:-wire_fuzzer store_fuzzer layout_fuzzer safetensors_fuzzer data_fuzzer cluster_spec_fuzzer}"
+base="${HOME}/.cache/bazel_fuzz"
+
+if ! bazel --output_base="$base" build --config=fuzz //fuzz/...; then
+  echo "fuzz: build (--config=fuzz) FAILED" >&2
+  exit 1
+fi
+bin="$(bazel --output_base="$base" info --config=fuzz bazel-bin 2>/dev/null)/fuzz"
+mkdir -p "$out"
+failed=0
+for t in $targets; do
+  corpus="$out/corpus_$t"
+  rm -rf "$corpus" && mkdir -p "$corpus" && cp fuzz/corpus/"$t"/* "$corpus"/
+  log="$out/$t.log"
+  # -rss_limit_mb: an input that makes a reader allocate without bound is a
+  # finding, not an OOM of the machine.
+  "$bin/$t" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 \
+    -artifact_prefix="$out/$t-" -print_final_stats=1 "$corpus" >"$log" 2>&1
+  rc=$?
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  if ((rc == 0)); then
+    echo "fuzz: $t OK ${execs:-0} execs in ${secs} s"
+  else
+    echo "fuzz: $t FAILED (exit $rc) after ${execs:-?} execs; see $log"
+    grep -m5 -E 'ERROR|SUMMARY|runtime error|deadly signal' "$log"
+    failed=$((failed + 1))
+  fi
+done
+exit $((failed > 0))
