@@ -103,5 +103,26 @@ TEST(ClusterPlanTest, ReplicasThatPushAloneCountAsServerWorkers) {
   EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--max_train_examples")));
 }
 
+// Security and operations: every child gets the security flags; servers
+// and workers their own metrics port; evaluations none.
+TEST(ClusterPlanTest, SecurityFlagsToEveryChildAndOneMetricsPortEach) {
+  LaunchOptions o = Options();
+  o.security_args = {"--tls_ca=/c/ca.pem", "--auth_token_file=/c/token"};
+  o.metrics_base_port = 9400;
+  const ClusterPlan plan(o, "/logs");
+  const std::vector<TaskSpec> servers = plan.Servers();
+  const std::vector<TaskSpec> workers = plan.Workers({"h:1", "h:2"});
+  EXPECT_THAT(Args(servers[1]), testing::HasSubstr(
+      "--tls_ca=/c/ca.pem --auth_token_file=/c/token --metrics_port=9401 --extra_server=1"));
+  EXPECT_THAT(Args(workers[1]), testing::HasSubstr(
+      "--tls_ca=/c/ca.pem --auth_token_file=/c/token --metrics_port=9403 --extra_worker=2"));
+  const std::string eval = Args(plan.FinalEval({"h:1", "h:2"}));
+  EXPECT_THAT(eval, testing::HasSubstr("--auth_token_file=/c/token"));
+  EXPECT_THAT(eval, testing::Not(testing::HasSubstr("--metrics_port")));
+  o.metrics_base_port = -1;
+  EXPECT_THAT(Args(ClusterPlan(o, "/logs").Servers()[0]),
+              testing::Not(testing::HasSubstr("--metrics_port")));
+}
+
 }  // namespace
 }  // namespace downpour

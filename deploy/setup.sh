@@ -27,6 +27,10 @@ PACKAGES=(
   libdnnl-dev
   # The default training data: Fashion-MNIST under /usr/share/datasets/.
   dataset-fashion-mnist
+  # Across machines: emulated hosts (ip netns, tc tbf) for tests/netns/.
+  # (slurm-wlm and munge for tests/slurm/ are installed by
+  # deploy/slurm/local_slurm.sh, which keeps their services from starting.)
+  iproute2
 )
 
 missing=()

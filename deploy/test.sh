@@ -20,11 +20,17 @@ rc=$?
 tsa_ok=1
 if ! bazel --output_base="${HOME}/.cache/bazel_thread_safety" build \
     --config=thread_safety //common/... //rpc/... //server/... //worker/... \
-    //deploy/... //tests/... //proto/...; then
+    //deploy/... //tests/... //proto/... //fuzz/...; then
   echo "test: the thread-safety build (--config=thread_safety) failed" >&2
   tsa_ok=0
   rc=1
 fi
+
+# Hostile input (issue 16): ASan+UBSan over the suite, TSan over the
+# concurrency-heavy tests, the fuzzers (deploy/sanitizer_checks.sh); their
+# tests are added to the counts below.
+san_counts="$(mktemp)"
+bash deploy/sanitizer_checks.sh "$san_counts" || rc=1
 
 passed=0; failed=0; skipped=0
 while IFS= read -r -d '' xml; do
@@ -40,6 +46,9 @@ done < <(find -L bazel-testlogs/ -name test.xml -print0 2>/dev/null)
 
 # The thread-safety build counts as one test.
 if ((tsa_ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+read -r san_p san_f san_s < "$san_counts" 2>/dev/null || { san_p=0; san_f=1; san_s=0; }
+passed=$((passed + san_p)); failed=$((failed + san_f)); skipped=$((skipped + san_s))
+rm -f "$san_counts"
 
 if ((rc != 0 && failed == 0)); then
   # The build broke, or a test target failed without a readable result.

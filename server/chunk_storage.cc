@@ -37,12 +37,21 @@ void ChunkState::Restore(std::vector<float> values,
   version_.store(version, std::memory_order_relaxed);
 }
 
+void ChunkState::AdvanceVersion(int64_t version) {
+  absl::MutexLock l(&mu_);
+  if (version > version_.load(std::memory_order_relaxed)) {
+    version_.store(version, std::memory_order_relaxed);
+  }
+}
+
 bool ChunkState::ApplyGradient(const ChunkBytes& grad,
                                const Optimizer& optimizer,
                                const StalenessRule& rule, int64_t* staleness) {
   absl::MutexLock l(&mu_);
   const int64_t version = version_.load(std::memory_order_relaxed);
-  *staleness = version - grad.base_version;
+  // Recovery: a restored shard accepts base versions ahead of its own (the
+  // workers saw updates the snapshot lost); such an update counts as fresh.
+  *staleness = std::max<int64_t>(0, version - grad.base_version);
   if (rule.drop_threshold > 0 && *staleness > rule.drop_threshold) {
     return false;
   }

@@ -99,6 +99,9 @@ class ChunkState {
   // caller: num_elements values, num_elements * StateSize() state).
   void Restore(std::vector<float> values, std::vector<float> opt_state,
                int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  // Recovery: moves the version forward to `version` (never back), values
+  // unchanged: a restored sync shard adopting the workers' step.
+  void AdvanceVersion(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   using ValuesBuffer = std::vector<float>;

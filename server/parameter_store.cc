@@ -100,6 +100,10 @@ class ParameterStoreImpl final : public ParameterStore {
   // requests read them without the lock only after checking initialized_.
   absl::Mutex declare_mu_;
   std::atomic<bool> initialized_{false};
+  // Recovery: set by Restore before initialized_. A restored shard accepts
+  // base versions ahead of its own: workers computed from updates the
+  // snapshot lost (async/ssp: staleness 0; sync: the shard adopts the step).
+  std::atomic<bool> restored_{false};
   bool layout_published_ ABSL_GUARDED_BY(declare_mu_) = false;
   int64_t chunks_without_values_ ABSL_GUARDED_BY(declare_mu_) = 0;
   ModelLayout layout_;
@@ -355,7 +359,8 @@ absl::Status ParameterStoreImpl::ValidatePush(
                              " appears twice in one push")));
     }
     const int64_t version = chunks_.at(chunks_.LocalIndex(g.chunk_id)).version();
-    if (g.base_version < 0 || g.base_version > version) {
+    const bool ahead_ok = restored_.load(std::memory_order_relaxed);
+    if (g.base_version < 0 || (g.base_version > version && !ahead_ok)) {
       return metrics_.Reject(
           "bad_request",
           absl::InvalidArgumentError(absl::StrCat(
@@ -505,6 +510,7 @@ absl::Status ParameterStoreImpl::Restore(const ShardSnapshot& s) {
   }
   chunks_without_values_ = 0;
   layout_published_ = true;
+  restored_.store(true, std::memory_order_relaxed);
   initialized_.store(true, std::memory_order_release);
   return absl::OkStatus();
 }

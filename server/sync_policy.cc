@@ -1,6 +1,7 @@
 #include "server/sync_policy.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -84,8 +85,24 @@ class SyncPolicy final : public WaitingPolicy {
       return absl::FailedPreconditionError("sync snapshot without its step");
     }
     step_ = clocks[0];
+    restored_ = true;
     return absl::OkStatus();
   }
+  // Recovery: a restored shard's first request for a later step than its
+  // snapshot's (a push computed from it, a pull waiting for it), before any
+  // push was taken, moves the shard to that step, values unchanged: the
+  // steps in between are the updates the snapshot lost. The job resumes at
+  // the workers' step; no step is redone.
+  void PullWhenReady(PullSpec spec, PullSink sink, PullDone done) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock l(&mu_);
+      AdoptStepLocked(spec.min_version);
+    }
+    WaitingPolicy::PullWhenReady(std::move(spec), std::move(sink),
+                                 std::move(done));
+  }
+  void AdoptStepLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Adds the part to the worker's pending gradient for this step. An error
   // refuses the worker's whole gradient for the step.
@@ -102,6 +119,9 @@ class SyncPolicy final : public WaitingPolicy {
   void CompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  // Recovery: restored from a snapshot and no push taken since
+  // (AdoptStepLocked); cleared by the first adoption or accepted push.
+  bool restored_ ABSL_GUARDED_BY(mu_) = false;
   // Gradients for step_ by worker id (ordered: deterministic sums).
   std::map<int32_t, PendingGrad> pending_ ABSL_GUARDED_BY(mu_);
   absl::Time pending_since_ ABSL_GUARDED_BY(mu_);
@@ -135,6 +155,7 @@ absl::StatusOr<PushResult> SyncPolicy::Apply(
     if (AbortedLocked()) return AbortedStatusLocked();
     int64_t base = std::numeric_limits<int64_t>::max();
     for (const ChunkBytes& g : grads) base = std::min(base, g.base_version);
+    if (!grads.empty()) AdoptStepLocked(base);
     auto it = pending_.find(worker_id);
     if (base < step_ || (it != pending_.end() && it->second.seq != id.seq)) {
       // Computed from an older step, or a second gradient for this step.
@@ -142,6 +163,7 @@ absl::StatusOr<PushResult> SyncPolicy::Apply(
       result.dropped = true;
       return result;
     }
+    restored_ = false;  // From here on, steps advance only by pushes.
     ReactivateLocked(worker_id, absl::StrCat("step ", step_), &out);
     if (it == pending_.end()) {
       if (pending_.empty()) pending_since_ = absl::Now();
@@ -250,6 +272,24 @@ void SyncPolicy::CompleteStepLocked() {
       0, static_cast<int64_t>(pending_.size() * chunks.size()));
   ++step_;
   pending_.clear();
+}
+
+void SyncPolicy::AdoptStepLocked(int64_t step) {
+  if (!restored_ || step <= step_) return;
+  std::fprintf(stderr,
+               "shard %d: restored at step %lld, the workers are at step "
+               "%lld: resuming there (%lld steps of this shard lost)\n",
+               options_.shard_index, static_cast<long long>(step_),
+               static_cast<long long>(step),
+               static_cast<long long>(step - step_));
+  for (size_t i = 0; i < pending_.size(); ++i) ctx_.metrics->RecordDropped();
+  pending_.clear();
+  const ShardChunks& chunks = *ctx_.chunks;
+  for (size_t idx = 0; idx < chunks.size(); ++idx) {
+    chunks.at(idx).AdvanceVersion(step);
+  }
+  step_ = step;
+  restored_ = false;
 }
 
 void SyncPolicy::OnTickLocked(absl::Time now, Outbox* out) {

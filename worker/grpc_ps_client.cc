@@ -222,6 +222,7 @@ absl::Status GrpcParameterClient::CallAll(
   // Set once a reply could not be consumed: the run fails, so queued calls
   // are not started (a push would be applied for nothing).
   std::atomic<bool> failed{false};
+  absl::Time first_failure = absl::InfiniteFuture();
   for (int attempt = 1; !pending.empty(); ++attempt) {
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
     const std::vector<int> skipped = RunWindowed(
@@ -252,9 +253,14 @@ absl::Status GrpcParameterClient::CallAll(
       status[i] = grpc::Status(grpc::StatusCode::CANCELLED, "not started");
     }
     std::vector<int> retry;
+    const absl::Time now = absl::Now();
     for (int i : pending) {
       if (status[i].ok()) continue;
-      if (IsTransient(status[i]) && attempt < options_.max_attempts) {
+      first_failure = std::min(first_failure, now);
+      // Recovery: a shard being restarted is retried up to reconnect_timeout.
+      const bool again = attempt < options_.max_attempts ||
+                         now - first_failure < options_.reconnect_timeout;
+      if (IsTransient(status[i]) && again) {
         retry.push_back(i);
         continue;
       }
@@ -267,7 +273,8 @@ absl::Status GrpcParameterClient::CallAll(
                                         : ""));
     }
     if (!retry.empty()) {
-      absl::SleepFor(absl::Milliseconds(100) * (1 << std::min(attempt, 5)));
+      absl::SleepFor(std::min(absl::Milliseconds(100) * (1 << std::min(attempt, 5)),
+                              absl::Seconds(2)));
     }
     pending = std::move(retry);
   }

@@ -45,6 +45,11 @@ struct GrpcClientOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // Attempts for calls failing with UNAVAILABLE or DEADLINE_EXCEEDED.
   int max_attempts = 5;
+  // Recovery: beyond max_attempts, keep retrying such calls (backoff up to
+  // 2 s) until this long after the first failure, so that a worker rides
+  // through a shard's restart (ps_worker --reconnect_timeout_s). 0: only
+  // max_attempts.
+  absl::Duration reconnect_timeout = absl::ZeroDuration();
   // Largest payload of one call (bytes). A shard's chunks are grouped, in
   // order, into parts of at most this (a chunk larger than it is a part of
   // its own); must stay below kMaxMessageBytes

@@ -112,6 +112,10 @@ ABSL_FLAG(std::string, cpu_backend, "onednn",
           "(im2col + OpenBLAS GEMM, for comparison).");
 ABSL_FLAG(double, rpc_timeout_s, 60, "Deadline of one pull or push.");
 ABSL_FLAG(double, connect_timeout_s, 60, "How long to wait for the servers.");
+// Recovery (issue 14): riding through a shard restart.
+ABSL_FLAG(double, reconnect_timeout_s, 120,
+          "Keep retrying an unreachable shard this long (backoff up to 2 s) "
+          "before failing, so a restarted shard is picked up again.");
 ABSL_FLAG(int, debug_step_delay_ms, 0,
           "Testing only: sleep this long in every step, to play a straggler.");
 ABSL_FLAG(std::string, save_params, "",
@@ -196,6 +200,8 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
   f.client.worker_id = absl::GetFlag(FLAGS_worker_index);
   f.client.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   f.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  f.client.reconnect_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));  // Recovery.
   // Security and operations: TLS files and token (rpc/security_flags.h).
   DP_ASSIGN_OR_RETURN(f.client.security, SecurityOptionsFromFlags());
   f.num_workers = absl::GetFlag(FLAGS_num_workers);

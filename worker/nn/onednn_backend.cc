@@ -495,8 +495,11 @@ absl::Status OnednnBackend::MaxPoolBackward(const PoolDesc& d, const float* x,
 absl::StatusOr<std::unique_ptr<Backend>> NewOnednnBackend(int num_threads) {
   const int threads = num_threads <= 0 ? 1 : num_threads;
   try {
+    // The loops run on the calling thread only: oneDNN's OpenMP threads
+    // keep spinning for a while after each primitive, and helper threads of
+    // the loops' own pool would compete with them for the same cores.
     return std::unique_ptr<Backend>(
-        new OnednnBackend(threads, NewCpuBackend(threads)));
+        new OnednnBackend(threads, NewCpuBackend(1)));
   } catch (const dnnl::error& e) {
     return absl::InternalError(
         absl::StrCat("oneDNN: cannot create a CPU engine: ", e.what()));

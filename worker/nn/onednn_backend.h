@@ -4,7 +4,8 @@
 // (forward with fused bias, backward-data, backward-weights with fused bias
 // gradient) and max pooling run as oneDNN primitives; matrix products go
 // through oneDNN's sgemm; memory, elementwise ops and the loss reuse the
-// OpenBLAS backend's loops. It is the default CPU backend; the OpenBLAS one
+// OpenBLAS backend's loops (single-threaded: they are memory-bound, and a
+// second pool of threads would fight oneDNN's spinning OpenMP threads). It is the default CPU backend; the OpenBLAS one
 // stays selectable (`--cpu_backend=openblas`).
 //
 // Layouts: the interface is NCHW / OIHW. Each convolution primitive is

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Hostile input (issue 16): the sanitizer and fuzzing stages of the CI run,
+# called by deploy/test.sh. Each build has an output base of its own, so no
+# stage throws another's cache away.
+#   1. ASan + UBSan (--config=asan): the whole suite except the long,
+#      exclusive training test (cluster_train_test, accuracy-bound).
+#   2. TSan (--config=tsan): the concurrency-heavy tests (store and its
+#      policies, call window, trainer, gRPC client, exactly-once, transport,
+#      ps_host).
+#   3. The libFuzzer targets of fuzz/, FUZZ_SECONDS (default 20) each; each
+#      target counts as one test.
+# Writes "passed failed skipped" to the file named by $1 and exits non-zero
+# when a stage failed. SANITIZER_STAGES selects; the default is "fuzz" only
+# until the ASan+UBSan suite run has been measured green and within the CI
+# time budget (not yet done), and TSan stays off by default: with Debian's
+# uninstrumented gRPC and abseil it reports races inside gRPC's epoll poller
+# and on data guarded by absl::Mutex (whose happens-before it cannot see);
+# 9 of the 10 tests above fail that way. Run it by hand:
+#   SANITIZER_STAGES=asan bash deploy/sanitizer_checks.sh /tmp/counts
+set -uo pipefail
+cd "$(dirname "$0")/.."
+counts_file="$1"
+stages="${SANITIZER_STAGES:-fuzz}"
+passed=0; failed=0; skipped=0; rc=0
+
+# Adds the JUnit XML results under $1 to the counts.
+count_xml() {
+  while IFS= read -r -d '' xml; do
+    local cases fails skips
+    cases=$(grep -o '<testcase ' "$xml" | wc -l)
+    fails=$(grep -o '<failure' "$xml" | wc -l)
+    skips=$(grep -o 'result="skipped"' "$xml" | wc -l)
+    if ((cases == 0)) && grep -q '<error' "$xml"; then cases=1; fails=1; fi
+    failed=$((failed + fails)); skipped=$((skipped + skips))
+    passed=$((passed + cases - fails - skips))
+  done < <(find -L "$1" -name test.xml -print0 2>/dev/null)
+}
+
+# run_stage NAME CONFIG TARGETS...: bazel test under --config=CONFIG.
+run_stage() {
+  local name="$1" config="$2"; shift 2
+  local base="${HOME}/.cache/bazel_${config}" start=$SECONDS
+  local logs
+  logs="$(bazel --output_base="$base" info --config="$config" bazel-testlogs 2>/dev/null)"
+  [[ -n "$logs" ]] && rm -rf "$logs"  # Only this run's results count.
+  if ! bazel --output_base="$base" test --config="$config" -- "$@"; then
+    echo "test: the ${name} run (--config=${config}) failed" >&2
+    rc=1
+  fi
+  logs="$(bazel --output_base="$base" info --config="$config" bazel-testlogs 2>/dev/null)"
+  count_xml "$logs"
+  echo "test: ${name} stage took $((SECONDS - start)) s" >&2
+}
+
+for stage in $stages; do
+  case "$stage" in
+    asan)
+      run_stage "ASan+UBSan" asan //common/... //rpc/... //server/... \
+        //worker/... //deploy/... //tests/... //proto/... //fuzz/... \
+        -//tests:cluster_train_test
+      ;;
+    tsan)
+      run_stage "TSan" tsan //server:parameter_store_test \
+        //server:async_policy_test //server:sync_policy_test \
+        //server:ssp_policy_test //server:ps_host_test \
+        //worker:call_window_test //worker:trainer_test \
+        //worker:grpc_ps_client_test //tests:exactly_once_test \
+        //tests:transport_test
+      ;;
+    fuzz)
+      start=$SECONDS
+      out="$(bash fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-20}")" || rc=1
+      echo "$out" >&2
+      passed=$((passed + $(grep -c '^fuzz: .* OK ' <<<"$out")))
+      nfail=$(grep -c '^fuzz: .*FAILED' <<<"$out")
+      failed=$((failed + nfail))
+      echo "test: fuzz stage took $((SECONDS - start)) s" >&2
+      ;;
+  esac
+done
+echo "$passed $failed $skipped" >"$counts_file"
+exit $rc

@@ -1,0 +1,144 @@
+// Recovery (issue 14): workers ride through a shard restart. Two real
+// ps_server shards with snapshots and two real ps_worker processes train on
+// Fashion-MNIST; mid-run shard 0 is SIGKILLed and started again on the same
+// port from its own snapshot. Every worker must exit 0 (they retry the shard
+// for up to --reconnect_timeout_s, then go on with the restored values:
+// async treats base versions ahead of the restored ones as fresh, sync
+// resumes at the workers' step) and an eval of the final parameters must be
+// within the accuracy band of an undisturbed run. In async and sync mode.
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/report.h"
+#include "common/test_files.h"
+#include "deploy/fs.h"
+#include "deploy/subprocess.h"
+#include "gtest/gtest.h"
+
+namespace downpour {
+namespace {
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+
+std::unique_ptr<Subprocess> Start(std::vector<std::string> argv) {
+  SubprocessOptions o;
+  o.argv = std::move(argv);
+  o.tail_lines = 40;
+  auto p = Subprocess::Start(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+// Shard `shard` of 2 on `port` (0: a free one); *bound gets the port.
+std::unique_ptr<Subprocess> StartShard(int shard, int port,
+                                       const std::string& mode,
+                                       const std::string& dir, int* bound) {
+  const std::string port_file = TestTmpPath(absl::StrCat("port", shard));
+  std::remove(port_file.c_str());
+  auto p = Start({"server/ps_server", absl::StrCat("--port=", port),
+                  absl::StrCat("--port_file=", port_file),
+                  absl::StrCat("--shard_index=", shard), "--num_shards=2",
+                  "--num_workers=2", absl::StrCat("--mode=", mode),
+                  "--sync_timeout_s=20", absl::StrCat("--checkpoint_dir=", dir),
+                  "--checkpoint_every_s=0.5"});
+  if (p == nullptr) return nullptr;
+  for (int i = 0; i < 400; ++i) {
+    if (std::optional<int> got = ReadPortFile(port_file)) {
+      *bound = *got;
+      return p;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ADD_FAILURE() << "ps_server did not start";
+  return nullptr;
+}
+
+class ShardRestartTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShardRestartTest, WorkersRideThroughAKilledShard) {
+  if (!std::ifstream(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install "
+                    "dataset-fashion-mnist)";
+  }
+  const std::string mode = GetParam();
+  const std::string dir = TestTmpPath(absl::StrCat("snap_", mode));
+  std::filesystem::remove_all(dir);
+  int p0 = 0, p1 = 0;
+  auto s0 = StartShard(0, 0, mode, dir, &p0);
+  auto s1 = StartShard(1, 0, mode, dir, &p1);
+  ASSERT_TRUE(s0 && s1);
+  const std::string hosts =
+      absl::StrCat("--ps_hosts=127.0.0.1:", p0, ",127.0.0.1:", p1);
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.push_back(Start(
+        {"worker/ps_worker", hosts, absl::StrCat("--worker_index=", w),
+         "--num_workers=2", absl::StrCat("--mode=", mode),
+         "--max_train_examples=8000", "--epochs=3", "--max_steps=60",
+         "--log_every=10", "--reconnect_timeout_s=40"}));
+    ASSERT_TRUE(workers.back());
+  }
+  // Kill shard 0 once worker 0 is well into training (and a snapshot or
+  // two were written), then restart it on the same port.
+  std::vector<std::string> seen;
+  auto progress = workers[0]->WaitForLine(
+      [](const std::string& l) {
+        auto p = ParseProgressLine(l);
+        return p.has_value() && p->step >= 20;
+      },
+      absl::Seconds(40), &seen);
+  ASSERT_TRUE(progress.ok()) << progress.status() << absl::StrJoin(seen, "\n");
+  ASSERT_TRUE(s0->Signal(SIGKILL).ok());
+  s0->WaitFor(absl::Seconds(5), nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  int again = 0;
+  s0 = StartShard(0, p0, mode, dir, &again);
+  ASSERT_TRUE(s0);
+  ASSERT_EQ(again, p0);
+  std::vector<std::string> restart_log;
+  auto restored = s0->WaitForLine(
+      [](const std::string& l) {
+        return absl::StrContains(l, "restored snapshot");
+      },
+      absl::Seconds(10), &restart_log);
+  EXPECT_TRUE(restored.ok()) << absl::StrJoin(restart_log, "\n");
+  for (auto& w : workers) {
+    std::vector<std::string> lines;
+    EXPECT_TRUE(w->WaitFor(absl::Seconds(60), &lines)) << "ps_worker hung";
+    if (!w->exited()) w->Terminate(absl::Seconds(5));
+    EXPECT_TRUE(w->exit_status().success())
+        << w->exit_status().ToString() << "\n" << absl::StrJoin(w->tail(), "\n");
+  }
+  auto eval = Start({"worker/ps_worker", hosts, "--task=eval",
+                     "--max_test_examples=2000"});
+  ASSERT_TRUE(eval);
+  std::vector<std::string> lines;
+  ASSERT_TRUE(eval->WaitFor(absl::Seconds(60), &lines));
+  std::optional<EvalReport> r;
+  for (const std::string& l : lines) {
+    if (auto e = ParseEvalLine(l)) r = e;
+  }
+  ASSERT_TRUE(r.has_value()) << absl::StrJoin(lines, "\n");
+  // 60 steps of 2 workers end at 0.69-0.76 with the restart on this subset
+  // (2-core box); the restart loses < 1 s of one shard's updates, so the
+  // band is the undisturbed run's lower edge with a margin.
+  std::printf("%s: test accuracy after a shard restart %.4f\n", mode.c_str(),
+              r->test_accuracy);
+  EXPECT_GE(r->test_accuracy, 0.60) << absl::StrJoin(lines, "\n");
+  s1->ReadAvailable(nullptr);
+  EXPECT_FALSE(s1->exited()) << "shard 1 exited";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShardRestartTest,
+                         ::testing::Values("async", "sync"));
+
+}  // namespace
+}  // namespace downpour
