@@ -59,6 +59,10 @@ absl::StatusOr<TrainResult> DownpourLoop::Run() {
   DP_RETURN_IF_ERROR(exchange_->PullFirst());
   window_.times().pull += clock_.Lap();
   while (options_.max_steps == 0 || result_.steps < options_.max_steps) {
+    if (options_.stop_requested != nullptr &&
+        options_.stop_requested->load(std::memory_order_relaxed)) {
+      break;  // Recovery: graceful stop; Finish pushes and leaves.
+    }
     DP_ASSIGN_OR_RETURN(const bool stepped, Step());
     if (!stepped) break;
   }

@@ -26,6 +26,7 @@
 #ifndef DOWNPOUR_WORKER_DOWNPOUR_LOOP_H_
 #define DOWNPOUR_WORKER_DOWNPOUR_LOOP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,10 @@ struct TrainerOptions {
   // Host staging for pulled parameters and pushed gradients (pinned memory
   // for a CUDA backend); null means DefaultHostAllocator(). Not owned.
   HostAllocator* host_allocator = nullptr;
+  // Recovery (issue 14): graceful stop. When this becomes true the loop
+  // finishes the step under way, pushes the accrued gradient and leaves, as
+  // at max_steps. Polled once per step; not owned, may be null.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 
 struct TrainResult {
