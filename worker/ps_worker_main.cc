@@ -7,7 +7,10 @@
 //
 // Every flag is read here and turned into options structs; nothing below main
 // reads a flag.
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -23,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/exit_codes.h"  // Recovery.
 #include "common/malloc_tuning.h"
 #include "common/report.h"
 #include "common/safetensors.h"
@@ -148,6 +152,11 @@ ABSL_FLAG(double, job_wait_timeout_s, 7200,
 
 namespace downpour {
 namespace {
+
+// Recovery (issue 14): graceful stop. SIGTERM or SIGINT sets this; the
+// Downpour loop finishes its step, pushes, leaves, and the worker exits 0.
+std::atomic<bool> g_stop_requested{false};
+void OnStopSignal(int) { g_stop_requested.store(true); }
 
 struct WorkerFlags {
   GrpcClientOptions client;
@@ -380,6 +389,7 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
   std::fflush(stdout);
   TrainerOptions to = f.trainer;
   to.host_allocator = set.allocator();
+  to.stop_requested = &g_stop_requested;  // Recovery: graceful stop.
   auto progress = [metrics = f.metrics](int id) {
     return [id, metrics](const Progress& p) {
       if (metrics != nullptr) metrics->OnProgress(id, p);
@@ -594,11 +604,23 @@ int main(int argc, char** argv) {
   // update on every Mutex acquisition (~1% of the transport's CPU). Tests
   // keep it; the binaries turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Recovery (issue 14): SIGTERM/SIGINT stop gracefully (see OnStopSignal).
+  struct sigaction stop = {};
+  stop.sa_handler = downpour::OnStopSignal;
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGINT, &stop, nullptr);
   const absl::Status s = downpour::Run();
+  if (downpour::g_stop_requested.load()) {
+    std::printf("worker %d: stopped by signal after its last step (%s)\n",
+                absl::GetFlag(FLAGS_worker_index),
+                s.ok() ? "pushed and left" : s.ToString().c_str());
+    std::fflush(stdout);
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "ps_worker %d: error: %s\n",
                  absl::GetFlag(FLAGS_worker_index), s.ToString().c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  return 0;
+  // Recovery: 0 done, 2 fatal (flags), 3 retryable, 1 other
+  // (common/exit_codes.h).
+  return downpour::ExitCodeForStatus(s);
 }

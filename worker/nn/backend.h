@@ -55,7 +55,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  // "cpu" or e.g. "cuda:0 (NVIDIA H100)".
+  // "cpu" (OpenBLAS), "cpu (onednn)" or e.g. "cuda:0 (NVIDIA H100)".
   virtual std::string Name() const = 0;
 
   // ---- Memory -------------------------------------------------------------
