@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
-#include <initializer_list>
 #include <map>
 #include <utility>
 
@@ -11,38 +10,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/cluster_spec_internal.h"
+#include "common/slurm_env.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace downpour {
 namespace {
 
-// No job has more tasks than this; a larger count is a typo, and capping it
-// keeps a bad nodelist such as "n[1-999999999]" from eating memory.
-constexpr int64_t kMaxTasks = 100000;
-
-absl::Status Invalid(absl::string_view a, absl::string_view b = "",
-                     absl::string_view c = "", absl::string_view d = "",
-                     absl::string_view e = "", absl::string_view f = "") {
-  return absl::InvalidArgumentError(absl::StrCat(a, b, c, d, e, f));
-}
-
-// A run of 1..9 decimal digits and nothing else (no sign, no spaces).
-bool ParseDigits(absl::string_view s, int64_t* out) {
-  if (s.empty() || s.size() > 9) return false;
-  int64_t v = 0;
-  for (char c : s) {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
-    v = v * 10 + (c - '0');
-  }
-  *out = v;
-  return true;
-}
-
-bool IsHostNameChar(char c) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' ||
-         c == '.' || c == '_';
-}
+using cluster_spec_internal::Invalid;
+using cluster_spec_internal::IsHostNameChar;
+using cluster_spec_internal::kMaxTasks;
+using cluster_spec_internal::ParseDigits;
 
 bool IsIpv6Char(char c) {
   return absl::ascii_isxdigit(static_cast<unsigned char>(c)) || c == ':' ||
@@ -81,10 +60,11 @@ absl::StatusOr<std::vector<std::string>> TfConfigJob(
   return out;
 }
 
-absl::StatusOr<ClusterSpec> FromTfConfigJson(const nlohmann::json& root) {
-  if (!root.is_object()) {
-    return Invalid("TF_CONFIG must be a JSON object, got ", root.type_name());
-  }
+// Checks that the "cluster" object holds only jobs Downpour knows and reads
+// them: ps into spec->ps, the chief and the workers into `chief` / `worker`.
+absl::Status ReadTfConfigCluster(const nlohmann::json& root, ClusterSpec* spec,
+                                 std::vector<std::string>* chief,
+                                 std::vector<std::string>* worker) {
   auto cluster_it = root.find("cluster");
   if (cluster_it == root.end()) {
     return Invalid("TF_CONFIG has no \"cluster\" object");
@@ -103,31 +83,37 @@ absl::StatusOr<ClusterSpec> FromTfConfigJson(const nlohmann::json& root) {
                      "and worker (evaluator is ignored)");
     }
   }
-
-  ClusterSpec spec;
-  spec.source = "TF_CONFIG";
-  DP_ASSIGN_OR_RETURN(spec.ps, TfConfigJob(cluster, "ps"));
-  DP_ASSIGN_OR_RETURN(std::vector<std::string> chief,
-                      TfConfigJob(cluster, "chief"));
-  DP_ASSIGN_OR_RETURN(std::vector<std::string> worker,
-                      TfConfigJob(cluster, "worker"));
-  if (spec.ps.empty()) {
+  DP_ASSIGN_OR_RETURN(spec->ps, TfConfigJob(cluster, "ps"));
+  DP_ASSIGN_OR_RETURN(*chief, TfConfigJob(cluster, "chief"));
+  DP_ASSIGN_OR_RETURN(*worker, TfConfigJob(cluster, "worker"));
+  if (spec->ps.empty()) {
     return Invalid(
         "TF_CONFIG cluster.ps is missing or empty; Downpour needs at least "
         "one parameter server");
   }
-  if (chief.size() > 1) {
-    return Invalid("TF_CONFIG cluster.chief has ", absl::StrCat(chief.size()),
+  if (chief->size() > 1) {
+    return Invalid("TF_CONFIG cluster.chief has ", absl::StrCat(chief->size()),
                    " entries; a job has at most one chief");
   }
-  if (chief.empty() && worker.empty()) {
+  if (chief->empty() && worker->empty()) {
     return Invalid(
         "TF_CONFIG cluster has neither chief nor worker entries; Downpour "
         "needs at least one worker");
   }
-  spec.workers = chief;
-  spec.workers.insert(spec.workers.end(), worker.begin(), worker.end());
+  spec->workers = *chief;
+  spec->workers.insert(spec->workers.end(), worker->begin(), worker->end());
+  return absl::OkStatus();
+}
 
+// TF_CONFIG's "task": its type, and its index (clamped to kMaxTasks when
+// huge) with the index's JSON text for errors.
+struct TfConfigTask {
+  std::string type;
+  int64_t index = 0;
+  std::string index_text;
+};
+
+absl::StatusOr<TfConfigTask> ReadTfConfigTask(const nlohmann::json& root) {
   auto task_it = root.find("task");
   if (task_it == root.end()) {
     return Invalid("TF_CONFIG has no \"task\" object (type and index)");
@@ -142,7 +128,8 @@ absl::StatusOr<ClusterSpec> FromTfConfigJson(const nlohmann::json& root) {
     return Invalid("TF_CONFIG task.type must be a string, got ",
                    type_it->type_name());
   }
-  const std::string type = type_it->get<std::string>();
+  TfConfigTask task;
+  task.type = type_it->get<std::string>();
   auto index_it = task_it->find("index");
   if (index_it == task_it->end()) {
     return Invalid("TF_CONFIG task.index is missing");
@@ -151,30 +138,41 @@ absl::StatusOr<ClusterSpec> FromTfConfigJson(const nlohmann::json& root) {
     return Invalid("TF_CONFIG task.index must be an integer, got ",
                    index_it->type_name());
   }
-  int64_t index = 0;
   if (index_it->is_number_unsigned()) {
     uint64_t u = index_it->get<uint64_t>();
-    index = u > static_cast<uint64_t>(kMaxTasks) ? kMaxTasks : u;
+    task.index = u > static_cast<uint64_t>(kMaxTasks) ? kMaxTasks : u;
   } else {
-    index = index_it->get<int64_t>();
+    task.index = index_it->get<int64_t>();
   }
-  const std::string index_text = index_it->dump();
+  task.index_text = index_it->dump();
+  return task;
+}
 
+// Sets spec->task_type / task_index from the task, checking its index
+// against the cluster's lists.
+absl::Status AssignTfConfigTask(const TfConfigTask& task,
+                                const std::vector<std::string>& chief,
+                                const std::vector<std::string>& worker,
+                                ClusterSpec* spec) {
+  const std::string& type = task.type;
+  const int64_t index = task.index;
   auto out_of_range = [&](const char* job, size_t n) {
     if (n == 0) {
-      return Invalid("TF_CONFIG task.index ", index_text, " is out of range: ",
-                     "cluster.", job, " is missing or empty");
+      return Invalid("TF_CONFIG task.index ", task.index_text,
+                     " is out of range: ", "cluster.", job,
+                     " is missing or empty");
     }
-    return Invalid("TF_CONFIG task.index ", index_text, " is out of range: ",
+    return Invalid("TF_CONFIG task.index ", task.index_text,
+                   " is out of range: ",
                    absl::StrCat("cluster.", job, " has ", n,
                                 " entries (valid 0..", n - 1, ")"));
   };
   if (type == "ps") {
-    if (index < 0 || index >= static_cast<int64_t>(spec.ps.size())) {
-      return out_of_range("ps", spec.ps.size());
+    if (index < 0 || index >= static_cast<int64_t>(spec->ps.size())) {
+      return out_of_range("ps", spec->ps.size());
     }
-    spec.task_type = TaskType::kPs;
-    spec.task_index = static_cast<int>(index);
+    spec->task_type = TaskType::kPs;
+    spec->task_index = static_cast<int>(index);
   } else if (type == "chief") {
     if (chief.empty()) {
       return Invalid(
@@ -182,17 +180,17 @@ absl::StatusOr<ClusterSpec> FromTfConfigJson(const nlohmann::json& root) {
           "empty");
     }
     if (index != 0) {
-      return Invalid("TF_CONFIG task.index ", index_text,
+      return Invalid("TF_CONFIG task.index ", task.index_text,
                      " is out of range for the chief: it must be 0");
     }
-    spec.task_type = TaskType::kWorker;
-    spec.task_index = 0;
+    spec->task_type = TaskType::kWorker;
+    spec->task_index = 0;
   } else if (type == "worker") {
     if (index < 0 || index >= static_cast<int64_t>(worker.size())) {
       return out_of_range("worker", worker.size());
     }
-    spec.task_type = TaskType::kWorker;
-    spec.task_index = static_cast<int>(index) + (chief.empty() ? 0 : 1);
+    spec->task_type = TaskType::kWorker;
+    spec->task_index = static_cast<int>(index) + (chief.empty() ? 0 : 1);
   } else if (type == "evaluator") {
     return Invalid(
         "TF_CONFIG task.type 'evaluator' is not supported: Downpour has no "
@@ -202,95 +200,21 @@ absl::StatusOr<ClusterSpec> FromTfConfigJson(const nlohmann::json& root) {
     return Invalid("TF_CONFIG task.type '", type,
                    "' is unknown; expected ps, worker or chief");
   }
-  DP_RETURN_IF_ERROR(ValidateClusterSpec(spec));
-  return spec;
-}
-
-// -------------------------------------------------------------------- Slurm
-
-// Expands one bracket-free-at-top-level nodelist item: "pre[ranges]rest".
-absl::Status ExpandNodeItem(absl::string_view item, absl::string_view what,
-                            int64_t budget, std::vector<std::string>* out) {
-  size_t open = item.find('[');
-  if (open == absl::string_view::npos) {
-    out->emplace_back(item);
-    return absl::OkStatus();
-  }
-  const size_t close = item.find(']', open);  // balanced: checked by caller
-  absl::string_view prefix = item.substr(0, open);
-  absl::string_view ranges = item.substr(open + 1, close - open - 1);
-  absl::string_view rest = item.substr(close + 1);
-  if (ranges.empty()) {
-    return Invalid(what, " has an empty bracket group in '", item, "'");
-  }
-  std::vector<std::string> values;
-  for (absl::string_view r : absl::StrSplit(ranges, ',')) {
-    if (r.empty()) {
-      return Invalid(what, " has an empty range in '[", ranges, "]'");
-    }
-    size_t dash = r.find('-');
-    absl::string_view lo_text = r.substr(0, dash);
-    absl::string_view hi_text =
-        dash == absl::string_view::npos ? lo_text : r.substr(dash + 1);
-    int64_t lo = 0, hi = 0;
-    if (!ParseDigits(lo_text, &lo) || !ParseDigits(hi_text, &hi)) {
-      return Invalid(what, " has a bad range '", r, "' in '", item,
-                     "': expected N or N-M with decimal N, M");
-    }
-    if (lo > hi) {
-      return Invalid(what, " has a reversed range '", r, "' in '", item, "'");
-    }
-    if (hi - lo + 1 + static_cast<int64_t>(values.size()) > budget) {
-      return Invalid(what, " expands to more than ",
-                     absl::StrCat(kMaxTasks), " node names");
-    }
-    // Slurm keeps the width of a zero-padded lower bound: node[08-10].
-    const size_t width = lo_text.size();
-    for (int64_t v = lo; v <= hi; ++v) {
-      std::string digits = absl::StrCat(v);
-      if (digits.size() < width) {
-        digits.insert(0, width - digits.size(), '0');
-      }
-      values.push_back(std::move(digits));
-    }
-  }
-  std::vector<std::string> tails;
-  DP_RETURN_IF_ERROR(ExpandNodeItem(rest, what, budget, &tails));
-  if (static_cast<int64_t>(values.size() * tails.size() + out->size()) >
-      budget) {
-    return Invalid(what, " expands to more than ", absl::StrCat(kMaxTasks),
-                   " node names");
-  }
-  for (const std::string& v : values) {
-    for (const std::string& t : tails) {
-      out->push_back(absl::StrCat(prefix, v, t));
-    }
-  }
   return absl::OkStatus();
 }
 
-// The first of `names` that is set and not blank: (name, trimmed value).
-std::optional<std::pair<std::string, std::string>> FirstSet(
-    const EnvLookup& env, std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    std::optional<std::string> v = env(name);
-    if (!v) continue;
-    absl::string_view t = absl::StripAsciiWhitespace(*v);
-    if (!t.empty()) return std::make_pair(std::string(name), std::string(t));
+absl::StatusOr<ClusterSpec> FromTfConfigJson(const nlohmann::json& root) {
+  if (!root.is_object()) {
+    return Invalid("TF_CONFIG must be a JSON object, got ", root.type_name());
   }
-  return std::nullopt;
-}
-
-// An optional non-negative integer variable (SLURM_NODEID, SLURM_LOCALID).
-absl::StatusOr<std::optional<int64_t>> OptionalIndex(const EnvLookup& env,
-                                                     const char* name) {
-  auto v = FirstSet(env, {name});
-  if (!v) return std::optional<int64_t>();
-  int64_t n = 0;
-  if (!ParseDigits(v->second, &n)) {
-    return Invalid(name, " '", v->second, "' is not a non-negative integer");
-  }
-  return std::optional<int64_t>(n);
+  ClusterSpec spec;
+  spec.source = "TF_CONFIG";
+  std::vector<std::string> chief, worker;
+  DP_RETURN_IF_ERROR(ReadTfConfigCluster(root, &spec, &chief, &worker));
+  DP_ASSIGN_OR_RETURN(TfConfigTask task, ReadTfConfigTask(root));
+  DP_RETURN_IF_ERROR(AssignTfConfigTask(task, chief, worker, &spec));
+  DP_RETURN_IF_ERROR(ValidateClusterSpec(spec));
+  return spec;
 }
 
 bool IsBlank(const std::optional<std::string>& v) {
@@ -499,207 +423,6 @@ EnvLookup ProcessEnvLookup() {
     if (v == nullptr) return std::nullopt;
     return std::string(v);
   };
-}
-
-absl::StatusOr<std::vector<std::string>> ExpandSlurmNodeList(
-    absl::string_view nodelist, absl::string_view what) {
-  absl::string_view text = absl::StripAsciiWhitespace(nodelist);
-  if (text.empty()) return Invalid(what, " is empty");
-  // Split at the commas outside brackets, checking the brackets balance.
-  std::vector<absl::string_view> items;
-  int depth = 0;
-  size_t start = 0;
-  for (size_t i = 0; i <= text.size(); ++i) {
-    const char c = i < text.size() ? text[i] : ',';
-    if (c == '[') {
-      if (depth > 0) return Invalid(what, " '", text, "' has nested '['");
-      ++depth;
-    } else if (c == ']') {
-      if (depth == 0) return Invalid(what, " '", text, "' has ']' without '['");
-      --depth;
-    } else if (c == ',' && depth == 0) {
-      items.push_back(text.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  if (depth != 0) return Invalid(what, " '", text, "' has an unclosed '['");
-  std::vector<std::string> out;
-  for (absl::string_view item : items) {
-    if (item.empty()) {
-      return Invalid(what, " '", text, "' has an empty entry (a stray comma?)");
-    }
-    if (item.front() == '[') {
-      return Invalid(what, " '", text, "' has a range with no name before it");
-    }
-    DP_RETURN_IF_ERROR(
-        ExpandNodeItem(item, absl::StrCat(what, " '", text, "'"), kMaxTasks,
-                       &out));
-  }
-  for (const std::string& name : out) {
-    for (char c : name) {
-      if (!IsHostNameChar(c)) {
-        return Invalid(what, " '", text, "' has a bad character '",
-                       absl::string_view(&c, 1),
-                       absl::StrCat("' in node name '", name, "'"));
-      }
-    }
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(
-    absl::string_view tasks_per_node, absl::string_view what) {
-  absl::string_view text = absl::StripAsciiWhitespace(tasks_per_node);
-  if (text.empty()) return Invalid(what, " is empty");
-  std::vector<int> out;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    auto bad = [&]() {
-      return Invalid(what, " '", text, "' has a bad entry '", item,
-                     "': expected N or N(xM) with N, M >= 1");
-    };
-    absl::string_view count_text = item;
-    int64_t repeat = 1;
-    const size_t paren = item.find('(');
-    if (paren != absl::string_view::npos) {
-      count_text = item.substr(0, paren);
-      absl::string_view tail = item.substr(paren);
-      if (tail.size() < 4 || tail.substr(0, 2) != "(x" || tail.back() != ')' ||
-          !ParseDigits(tail.substr(2, tail.size() - 3), &repeat) ||
-          repeat < 1) {
-        return bad();
-      }
-    }
-    int64_t count = 0;
-    if (!ParseDigits(count_text, &count) || count < 1) return bad();
-    if (static_cast<int64_t>(out.size()) + repeat > kMaxTasks ||
-        count > kMaxTasks) {
-      return Invalid(what, " '", text, "' describes more than ",
-                     absl::StrCat(kMaxTasks), " nodes or tasks");
-    }
-    out.insert(out.end(), repeat, static_cast<int>(count));
-  }
-  return out;
-}
-
-absl::StatusOr<ClusterSpec> FromSlurm(const EnvLookup& env, int num_ps,
-                                      int base_port) {
-  if (num_ps < 1) {
-    return Invalid("--num_ps=", absl::StrCat(num_ps),
-                   " must be at least 1 under Slurm (the first --num_ps ranks "
-                   "are the servers)");
-  }
-  if (base_port < 1 || base_port > 65535) {
-    return Invalid("--base_port=", absl::StrCat(base_port),
-                   " is not a port in 1..65535");
-  }
-  auto procid_var = FirstSet(env, {"SLURM_PROCID"});
-  if (!procid_var) return Invalid("SLURM_PROCID is not set");
-  int64_t procid = 0;
-  if (!ParseDigits(procid_var->second, &procid)) {
-    return Invalid("SLURM_PROCID '", procid_var->second,
-                   "' is not a non-negative integer");
-  }
-  auto ntasks_var = FirstSet(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
-  if (!ntasks_var) {
-    return Invalid(
-        "neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is set; start the "
-        "tasks with srun -n N");
-  }
-  int64_t ntasks = 0;
-  if (!ParseDigits(ntasks_var->second, &ntasks) || ntasks < 1) {
-    return Invalid(ntasks_var->first, " '", ntasks_var->second,
-                   "' is not a positive integer");
-  }
-  auto nodelist_var =
-      FirstSet(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"});
-  if (!nodelist_var) {
-    return Invalid("neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set");
-  }
-  DP_ASSIGN_OR_RETURN(
-      std::vector<std::string> nodes,
-      ExpandSlurmNodeList(nodelist_var->second, nodelist_var->first));
-  auto tpn_var =
-      FirstSet(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
-  if (!tpn_var) {
-    return Invalid(
-        "neither SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set");
-  }
-  DP_ASSIGN_OR_RETURN(std::vector<int> tpn,
-                      ExpandSlurmTasksPerNode(tpn_var->second, tpn_var->first));
-  if (tpn.size() != nodes.size()) {
-    return Invalid(tpn_var->first, " '", tpn_var->second,
-                   absl::StrCat("' describes ", tpn.size(), " nodes but "),
-                   nodelist_var->first,
-                   absl::StrCat(" '", nodelist_var->second, "' lists ",
-                                nodes.size()));
-  }
-  int64_t sum = 0;
-  for (int t : tpn) sum += t;
-  if (sum != ntasks) {
-    return Invalid(tpn_var->first, " '", tpn_var->second,
-                   absl::StrCat("' sums to ", sum, " tasks but "),
-                   ntasks_var->first, absl::StrCat(" is ", ntasks));
-  }
-  if (procid >= ntasks) {
-    return Invalid("SLURM_PROCID ", absl::StrCat(procid),
-                   " is out of range: ", ntasks_var->first,
-                   absl::StrCat(" is ", ntasks, " (valid 0..", ntasks - 1, ")"));
-  }
-  if (num_ps >= ntasks) {
-    return Invalid("--num_ps=", absl::StrCat(num_ps), " leaves no worker: ",
-                   ntasks_var->first,
-                   absl::StrCat(" is ", ntasks,
-                                "; start more tasks than --num_ps"));
-  }
-
-  ClusterSpec spec;
-  spec.source = "slurm";
-  int64_t rank = 0;
-  int64_t self_node = -1, self_offset = -1;
-  for (size_t node = 0; node < nodes.size(); ++node) {
-    if (base_port + tpn[node] - 1 > 65535) {
-      return Invalid("--base_port=", absl::StrCat(base_port), " plus ",
-                     absl::StrCat(tpn[node], " tasks on node ", nodes[node],
-                                  " runs past port 65535"));
-    }
-    for (int k = 0; k < tpn[node]; ++k, ++rank) {
-      std::string addr = absl::StrCat(nodes[node], ":", base_port + k);
-      if (rank == procid) {
-        self_node = static_cast<int64_t>(node);
-        self_offset = k;
-      }
-      if (rank < num_ps) {
-        spec.ps.push_back(std::move(addr));
-      } else {
-        spec.workers.push_back(std::move(addr));
-      }
-    }
-  }
-  // Slurm's own view of this task must match the block placement.
-  DP_ASSIGN_OR_RETURN(std::optional<int64_t> nodeid,
-                      OptionalIndex(env, "SLURM_NODEID"));
-  DP_ASSIGN_OR_RETURN(std::optional<int64_t> localid,
-                      OptionalIndex(env, "SLURM_LOCALID"));
-  if ((nodeid && *nodeid != self_node) ||
-      (localid && *localid != self_offset)) {
-    return Invalid(
-        absl::StrCat("SLURM_NODEID/SLURM_LOCALID (",
-                     nodeid ? absl::StrCat(*nodeid) : "unset", "/",
-                     localid ? absl::StrCat(*localid) : "unset",
-                     ") do not match block placement, which puts rank ",
-                     procid, " on node ", self_node, " (", nodes[self_node],
-                     ") as its task ", self_offset),
-        "; launch with srun --distribution=block (the default)");
-  }
-  if (procid < num_ps) {
-    spec.task_type = TaskType::kPs;
-    spec.task_index = static_cast<int>(procid);
-  } else {
-    spec.task_type = TaskType::kWorker;
-    spec.task_index = static_cast<int>(procid - num_ps);
-  }
-  DP_RETURN_IF_ERROR(ValidateClusterSpec(spec));
-  return spec;
 }
 
 absl::StatusOr<std::optional<ClusterSpec>> ResolveClusterSpec(

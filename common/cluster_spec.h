@@ -14,7 +14,9 @@
 //    (else SLURM_TASKS_PER_NODE). Ranks are placed on the nodes in order
 //    (block distribution); the first `num_ps` ranks are servers, the rest
 //    workers; a task listens on `base_port` + its offset among the tasks of
-//    its node (the scheme of TensorFlow's SlurmClusterResolver).
+//    its node (the scheme of TensorFlow's SlurmClusterResolver). The Slurm
+//    parsers (FromSlurm, ExpandSlurmNodeList, ExpandSlurmTasksPerNode) are
+//    declared in common/slurm_env.h, part of the same Bazel target.
 //
 // Explicit flags win over TF_CONFIG, which wins over Slurm. Nothing here reads
 // flags, and the environment is read only through the `EnvLookup` passed in,
@@ -117,26 +119,6 @@ using EnvLookup =
 
 // The process environment (getenv).
 EnvLookup ProcessEnvLookup();
-
-// Slurm hostlist expression -> node names, in order:
-// "n[1-3,7],m5" -> n1 n2 n3 n7 m5; "node[01-03]" -> node01 node02 node03
-// (a zero-padded lower bound sets the width); several bracket groups in one
-// name expand left group outermost: "r[1-2]-n[1-2]" -> r1-n1 r1-n2 r2-n1
-// r2-n2. `what` names the variable in errors.
-absl::StatusOr<std::vector<std::string>> ExpandSlurmNodeList(
-    absl::string_view nodelist, absl::string_view what = "node list");
-
-// Slurm tasks-per-node expression -> one count per node:
-// "3(x2),2" -> 3 3 2. Counts are >= 1.
-absl::StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(
-    absl::string_view tasks_per_node, absl::string_view what = "tasks per node");
-
-// From the Slurm variables of a job step (see the file comment). Where Slurm
-// also sets SLURM_NODEID / SLURM_LOCALID they must agree with the block
-// placement computed here (otherwise the step was launched with another
-// --distribution, and peers' addresses would be wrong).
-absl::StatusOr<ClusterSpec> FromSlurm(const EnvLookup& env, int num_ps,
-                                      int base_port);
 
 // The flag values `main` passes to ResolveClusterSpec.
 struct ClusterSpecInputs {

@@ -49,6 +49,12 @@ std::vector<std::string> ClusterPlan::ServerArgv(
   if (o.metrics_base_port >= 0) {
     argv.push_back(absl::StrCat("--metrics_port=", o.metrics_base_port + shard));
   }
+  if (o.max_restarts > 0) {  // Recovery: a restarted shard restores.
+    argv.push_back(absl::StrCat("--checkpoint_dir=", log_dir_, "/ckpt/shard",
+                                shard));
+    argv.push_back(absl::StrCat("--checkpoint_every_s=",
+                                absl::ToDoubleSeconds(o.checkpoint_every)));
+  }
   argv.insert(argv.end(), o.server_args.begin(), o.server_args.end());
   return argv;
 }

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/train_mode.h"
+#include "common/exit_codes.h"  // Recovery.
 #include "deploy/launcher.h"
 #include "deploy/launch_security.h"  // Security and operations.
 #include "rpc/security_flags.h"
@@ -103,6 +104,14 @@ ABSL_FLAG(std::string, log_dir, "",
 ABSL_FLAG(int, startup_timeout_s, 60,
           "Seconds to wait for every server to write its port file.");
 
+// Recovery (issue 14): supervise instead of tearing down.
+ABSL_FLAG(int, max_restarts, 0,
+          "Restart a server (same port, from its snapshot) or a worker (same "
+          "index) that died, up to N times per child; 0: a death ends the "
+          "job. With N > 0 servers snapshot to <log_dir>/ckpt/shard<k>.");
+ABSL_FLAG(double, checkpoint_every_s, 2,
+          "With --max_restarts > 0: each server's snapshot interval.");
+
 // Security and operations (README "Security", "Observability"). The TLS and
 // token flags (rpc/security_flags.cc) are passed on to every child.
 ABSL_FLAG(bool, secure, false,
@@ -121,17 +130,12 @@ std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
+// Recovery (issue 14): the rule of common/exit_codes.h (0 done, 2 fatal,
+// 3 retryable: a child failed, 1 other), and 130 when interrupted by
+// SIGINT/SIGTERM.
 int ExitCodeFor(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kUnimplemented:
-    case absl::StatusCode::kNotFound:
-      return 2;
-    case absl::StatusCode::kCancelled:
-      return 130;
-    default:
-      return 1;
-  }
+  if (s.code() == absl::StatusCode::kCancelled) return 130;
+  return downpour::ExitCodeForStatus(s);
 }
 
 std::vector<std::string> SplitArgs(const std::string& s) {
@@ -184,6 +188,9 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   o->worker_args = SplitArgs(absl::GetFlag(FLAGS_worker_args));
   o->log_dir = absl::GetFlag(FLAGS_log_dir);
   o->startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  o->max_restarts = absl::GetFlag(FLAGS_max_restarts);  // Recovery.
+  o->checkpoint_every =
+      absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
 
   return true;
 }

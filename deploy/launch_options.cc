@@ -117,6 +117,10 @@ absl::Status ValidateRun(const LaunchOptions& o) {
         "--data_dir=", o.data_dir, " is not a directory (fetch the data set "
         "or point --data_dir at it)"));
   }
+  if (o.max_restarts < 0 || o.checkpoint_every <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(  // Recovery.
+        "--max_restarts must be >= 0 and --checkpoint_every_s > 0");
+  }
   if (o.startup_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--startup_timeout_s must be > 0");
   }

@@ -100,6 +100,12 @@ struct LaunchOptions {
   absl::Duration startup_timeout = absl::Seconds(60);  // --startup_timeout_s.
   absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM→SIGKILL delay.
   absl::Duration rate_report_interval = absl::Seconds(5);  // "cluster:" lines.
+  // Recovery (issue 14): restart a server or worker that died, up to this
+  // many times per child (0: a death fails the job). With restarts each
+  // server snapshots to <log_dir>/ckpt/shard<k> every checkpoint_every and a
+  // restarted one restores from there on its old port.
+  int max_restarts = 0;                                 // --max_restarts.
+  absl::Duration checkpoint_every = absl::Seconds(2);  // --checkpoint_every_s.
 };
 
 // The value of --mode; InvalidArgument "unknown --mode=<v>; valid modes:

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "absl/strings/match.h"
+#include "common/exit_codes.h"  // Recovery.
 #include "common/status_macros.h"
 #include "deploy/cluster_plan.h"
 #include "deploy/supervisor.h"
@@ -47,6 +49,11 @@ class ClusterRun {
     RecordChildLine(c.role(), line, &reports_[&c]);
   }
   absl::StatusOr<Child*> Start(const TaskSpec& spec);
+  // Recovery (issue 14): a server or training worker `c` exited `phase`
+  // (", while workers were running"); restarts it when --max_restarts
+  // allows (a server on its old port, from its snapshot), else fails the
+  // job naming it and why (FailedPrecondition for a fatal exit code 2).
+  absl::Status RestartOrFail(Child* c, absl::string_view phase);
   absl::Status StartServersAndWaitForPorts();
   // Records the ports written so far; true when every server has one.
   bool ReadPorts();
@@ -142,6 +149,39 @@ absl::Status ClusterRun::StartServersAndWaitForPorts() {
   return absl::OkStatus();
 }
 
+absl::Status ClusterRun::RestartOrFail(Child* c, absl::string_view phase) {
+  const ExitStatus& st = c->proc->exit_status();
+  const std::string why = absl::StrCat(st.ToString(), phase);
+  if (st.signal == 0 && st.exit_code == kExitFatal) {
+    // Bad flags or configuration: a restart would fail the same way.
+    const absl::Status s = sup_->Fail(
+        *c, absl::StrCat(why, "; exit code 2 is fatal, not restarted"));
+    return absl::FailedPreconditionError(s.message());
+  }
+  if (options_.max_restarts == 0) return sup_->Fail(*c, why);
+  if (c->restarts >= options_.max_restarts) {
+    return sup_->Fail(*c, absl::StrCat(why, "; already restarted ",
+                                       c->restarts, " times (--max_restarts=",
+                                       options_.max_restarts, ")"));
+  }
+  if (c->role() == TaskRole::kServer) {  // Same port, so workers find it.
+    for (std::string& arg : c->spec.argv) {
+      if (absl::StartsWith(arg, "--port=")) {
+        arg = absl::StrCat("--port=", ports_[c->spec.index]);
+      }
+    }
+    unlink(c->spec.port_file.c_str());
+  }
+  sup_->Print(absl::StrCat("launch: restarting ", c->name(), " (", why,
+                           "; restart ", c->restarts + 1, " of ",
+                           options_.max_restarts, ")"));
+  if (absl::Status s = sup_->Restart(c); !s.ok()) {
+    sup_->StopAll();
+    return s;
+  }
+  return absl::OkStatus();
+}
+
 void ClusterRun::MaybeReportRate() {
   const absl::Time now = absl::Now();
   if (now - last_rate_report_ < options_.rate_report_interval) return;
@@ -174,14 +214,17 @@ absl::Status ClusterRun::RunTraining() {
     for (Child* c : sup_->ReapExited()) {
       const ExitStatus& st = c->proc->exit_status();
       if (c->role() == TaskRole::kServer) {
-        return sup_->Fail(*c, absl::StrCat(st.ToString(),
-                                           ", while workers were running"));
+        DP_RETURN_IF_ERROR(RestartOrFail(c, ", while workers were running"));
+        continue;
       }
       if (c->role() == TaskRole::kCurveEval) {
         FinishCurveEval(*c);
         continue;
       }
-      if (!st.success()) return sup_->Fail(*c, st.ToString());
+      if (!st.success()) {
+        DP_RETURN_IF_ERROR(RestartOrFail(c, ""));  // Recovery.
+        continue;
+      }
       if (!reports_[c].done) {
         return sup_->Fail(*c, "exit code 0 but no DONE line was printed");
       }
@@ -205,8 +248,7 @@ absl::Status ClusterRun::FinishRunningCurveEval() {
     sup_->Pump(kPumpSlice);
     for (Child* c : sup_->ReapExited()) {
       if (c->role() == TaskRole::kServer) {
-        return sup_->Fail(*c, absl::StrCat(c->proc->exit_status().ToString(),
-                                           ", after training"));
+        DP_RETURN_IF_ERROR(RestartOrFail(c, ", after training"));
       }
       if (c->role() == TaskRole::kCurveEval) FinishCurveEval(*c);
     }
@@ -269,8 +311,8 @@ absl::Status ClusterRun::RunEval() {
     for (Child* exited : sup_->ReapExited()) {
       const ExitStatus& st = exited->proc->exit_status();
       if (exited->role() == TaskRole::kServer) {
-        return sup_->Fail(*exited,
-                          absl::StrCat(st.ToString(), ", during evaluation"));
+        DP_RETURN_IF_ERROR(RestartOrFail(exited, ", during evaluation"));
+        continue;
       }
       if (exited != eval_) continue;
       if (!st.success()) return sup_->Fail(*exited, st.ToString());

@@ -46,6 +46,20 @@ absl::StatusOr<Supervisor::Child*> Supervisor::Start(const TaskSpec& spec) {
   return children_.back().get();
 }
 
+absl::Status Supervisor::Restart(Child* c) {
+  absl::StatusOr<std::unique_ptr<Process>> proc = launcher_->Start(c->spec);
+  if (!proc.ok()) {
+    return absl::Status(proc.status().code(),
+                        absl::StrCat("cannot restart ", c->name(), ": ",
+                                     proc.status().message()));
+  }
+  c->proc = *std::move(proc);
+  c->started = absl::Now();
+  c->exit_handled = false;
+  ++c->restarts;
+  return absl::OkStatus();
+}
+
 void Supervisor::HandleLine(const Child& c, const std::string& line) {
   if (absl::StartsWith(line, c.name() + ":")) {
     Print(line);

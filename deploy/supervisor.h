@@ -56,6 +56,7 @@ class Supervisor {
     std::unique_ptr<Process> proc;
     absl::Time started;
     bool exit_handled = false;  // ReapExited has returned it.
+    int restarts = 0;           // Recovery: how often Restart ran it again.
     const std::string& name() const { return spec.name; }
     TaskRole role() const { return spec.role; }
   };
@@ -73,6 +74,11 @@ class Supervisor {
   // Starts `spec`; "cannot start <name>: <why>" on failure (nothing else is
   // stopped). The pointer stays valid for the supervisor's lifetime.
   absl::StatusOr<Child*> Start(const TaskSpec& spec);
+  // Recovery (issue 14): starts c->spec again (the caller may have changed
+  // it, e.g. a server's port) in place of the exited process; `c` stays valid
+  // and keeps its name, c->restarts counts the restarts. Precondition:
+  // ReapExited returned `c`. "cannot restart <name>: <why>" on failure.
+  absl::Status Restart(Child* c);
   // Waits up to `timeout` for output, then handles every available line.
   void Pump(absl::Duration timeout);
   // Children that exited since the last call, their output drained.

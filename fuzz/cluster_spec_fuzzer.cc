@@ -1,4 +1,5 @@
-// libFuzzer target: the cluster-spec parsers of common/cluster_spec.h:
+// libFuzzer target: the cluster-spec parsers of common/cluster_spec.h and
+// common/slurm_env.h:
 // TF_CONFIG JSON, Slurm node lists and tasks-per-node, host lists and single
 // host:port entries. The first byte picks the parser. An accepted spec must
 // pass ValidateClusterSpec.
@@ -6,6 +7,7 @@
 #include <string>
 
 #include "common/cluster_spec.h"
+#include "common/slurm_env.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -8,13 +8,19 @@ variant), takes the TF_CONFIG the operator (or the pod's own script) would
 give it (tests/netns/k8s_tf_config.py), runs `node --print_spec` with it and
 checks that node resolves the right role, index, own address and peers: ps i
 is shard i, worker 0 is the chief, and the cluster lists are the manifest's
-in order. Also checks that a malformed TF_CONFIG is refused with a reason
-(exit 2). Prints PASS or FAIL lines; exit status 0 / 1.
+in order. `node` gets the replica's own arguments from the manifest.
+Both manifests must be secure by default (k8s_tf_config.py --check-tls: the
+Secret downpour-tls mounted at /etc/downpour/tls, the TLS and token flags
+from there, no --allow_insecure, the documented make_certs.sh names = the
+servers' hosts), and copies with --allow_insecure or a stale make_certs.sh
+line must be refused. Also checks that a malformed TF_CONFIG is refused
+with a reason (exit 2). Prints PASS or FAIL lines; exit status 0 / 1.
 """
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 
 def expected_line(cfg):
@@ -32,22 +38,53 @@ def expected_line(cfg):
             f"ps={','.join(ps)} workers={','.join(workers)} source=TF_CONFIG")
 
 
-def run_node(node, tf_config):
+def run_node(node, tf_config, args=("--epochs=3", "--bind=0.0.0.0")):
     env = dict(os.environ)
     for k in list(env):
         if k.startswith("SLURM_"):
             del env[k]
     env["TF_CONFIG"] = tf_config
-    return subprocess.run([node, "--print_spec", "--epochs=3", "--bind=0.0.0.0"],
+    return subprocess.run([node, "--print_spec"] + list(args),
                           env=env, capture_output=True, text=True, timeout=30)
+
+
+def insecure_copies_refused(tool, tfjob, sts):
+    """--check-tls must fail on a plaintext or mis-documented manifest."""
+    fails = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for src, mode, old, new, why in (
+                (tfjob, [], "- --tls_cert=/etc/downpour/tls/server.pem",
+                 "- --tls_cert=/etc/downpour/tls/server.pem\n                - --allow_insecure",
+                 "TFJob with TLS and --allow_insecure"),
+                (sts, ["--statefulset"], "--auth_token_file=$TLS/token",
+                 "--allow_insecure", "StatefulSet without a token, --allow_insecure"),
+                (tfjob, [], "downpour-ps-1.default.svc\n", "\n",
+                 "TFJob whose make_certs.sh line lacks a server")):
+            with open(src) as f:
+                text = f.read()
+            if text.count(old) < 1:
+                print(f"FAIL: {why}: {old!r} not in {src}")
+                fails += 1
+                continue
+            bad = os.path.join(tmp, os.path.basename(src))
+            with open(bad, "w") as f:
+                f.write(text.replace(old, new))
+            out = subprocess.run([sys.executable, tool, "--check-tls"] + mode + [bad],
+                                 capture_output=True, text=True, timeout=60)
+            if out.returncode == 0:
+                print(f"FAIL: {why}: accepted by --check-tls")
+                fails += 1
+            else:
+                print(f"ok: {why} refused: {out.stderr.strip()}")
+    return fails
 
 
 def main():
     node, tool, tfjob, sts = sys.argv[1:5]
     fails = 0
     for args, what in (([tfjob], "TFJob"), (["--statefulset", sts], "StatefulSet")):
-        out = subprocess.run([sys.executable, tool] + args, capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run([sys.executable, tool, "--args", "--check-tls"] + args,
+                             capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
             print(f"FAIL: {what}: k8s_tf_config.py: {out.stderr.strip()}")
             fails += 1
@@ -58,8 +95,8 @@ def main():
             fails += 1
         roles = set()
         for line in lines:
-            rtype, rindex, text = line.split(" ", 2)
-            got = run_node(node, text)
+            rtype, rindex, text, node_args = line.split(" ", 3)
+            got = run_node(node, text, json.loads(node_args))
             want = expected_line(json.loads(text))
             if got.returncode != 0 or got.stdout.strip() != want:
                 print(f"FAIL: {what} {rtype} {rindex}: node printed "
@@ -89,6 +126,7 @@ def main():
             fails += 1
         else:
             print(f"ok: {why} refused: {got.stderr.strip()}")
+    fails += insecure_copies_refused(tool, tfjob, sts)
     print("PASS" if fails == 0 else f"FAIL ({fails})")
     return 1 if fails else 0
 

@@ -25,12 +25,28 @@
         are "<sts>-<i>.<service>:<port>" for every replica of every
         StatefulSet, and the task matches the pod.
 
+    Options (either mode):
+      --args        append a 4th field to each line: the replica's arguments
+                    to `node`, as a JSON list (the TFJob container's command
+                    after `node`; for the StatefulSet, what the stub got).
+      --check-tls   check that the manifest is secure by default: every
+                    replica mounts the Secret downpour-tls at
+                    /etc/downpour/tls (read-only) and passes --tls_cert,
+                    --tls_key, --tls_ca and --auth_token_file from there and
+                    no --allow_insecure; and that the manifest's comment line
+                    "#   bash deploy/make_certs.sh certs NAME..." names exactly
+                    the servers' hosts (so the certificate covers what the
+                    workers dial).
+      --cert-names  print only those names, one per line, for
+                    `bash deploy/make_certs.sh certs $(... --cert-names)`.
+
 Exit status 0 on success, 1 with a message on stderr otherwise.  Standard
 library only (no yaml module): a small reader for the YAML subset these
 manifests use (block mappings and sequences, `|` block scalars, simple flow
 [...] / {...}, quoted and plain scalars, comments, `---` documents).
 """
 
+import collections
 import json
 import os
 import re
@@ -47,6 +63,12 @@ TFJOB_DEFAULT_PORT = 2222
 
 class Error(Exception):
     pass
+
+
+class Replica(collections.namedtuple(
+        "Replica", "type index tf_config args container pod_spec")):
+    """One replica: its TF_CONFIG (compact JSON), its arguments to `node`,
+    and the container and pod spec it runs in."""
 
 
 # --- minimal YAML-subset reader ------------------------------------------------
@@ -288,7 +310,7 @@ def tfjob_configs(path, cluster_domain=""):
     if not isinstance(specs, dict) or not specs:
         raise Error("%s: spec.tfReplicaSpecs missing" % path)
 
-    replicas, ports = {}, {}
+    replicas, ports, pods = {}, {}, {}
     for rtype, spec in specs.items():
         n = spec.get("replicas", 1)
         if not isinstance(n, int) or n < 0:
@@ -305,6 +327,8 @@ def tfjob_configs(path, cluster_domain=""):
             raise Error("%s: %s tfjob-port = %r" % (path, rtype, port))
         replicas[rtype] = n
         ports[rtype] = port
+        command = list(tf[0].get("command") or []) + list(tf[0].get("args") or [])
+        pods[rtype] = (command[1:], tf[0], _get(spec, "template", "spec") or {})
 
     # The machine-readable header must agree with the manifest.
     m = re.search(r"^#\s*tfjob-meta:\s*(\{.*\})\s*$", text, re.M)
@@ -334,7 +358,8 @@ def tfjob_configs(path, cluster_domain=""):
         for i in range(n):
             cfg = {"cluster": cluster, "task": {"type": rtype.lower(), "index": i},
                    "environment": "cloud"}
-            out.append((rtype.lower(), i, go_json(cfg)))
+            args, container, pod_spec = pods[rtype]
+            out.append(Replica(rtype.lower(), i, go_json(cfg), args, container, pod_spec))
     return out
 
 
@@ -342,6 +367,7 @@ def tfjob_configs(path, cluster_domain=""):
 
 STUB_NODE = """#!/bin/sh
 printf 'STUB_TF_CONFIG %s\\n' "$TF_CONFIG"
+for a in "$@"; do printf 'STUB_ARG %s\\n' "$a"; done
 exit 3
 """
 
@@ -381,7 +407,7 @@ def statefulset_configs(path):
         expected_cluster[role] = ["%s-%d.%s:%d" % (name, i, svc_name, port) for i in range(n)]
         argv = list(c.get("command") or []) + list(c.get("args") or [])
         for i in range(n):
-            pods.append((name, role, i, argv, env))
+            pods.append((name, role, i, argv, env, c, _get(sts, "spec", "template", "spec") or {}))
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -389,7 +415,7 @@ def statefulset_configs(path):
         with open(stub, "w") as f:
             f.write(STUB_NODE)
         os.chmod(stub, 0o755)
-        for name, role, i, argv, env in pods:
+        for name, role, i, argv, env, container, pod_spec in pods:
             penv = {"PATH": tmp + ":/usr/bin:/bin", "HOSTNAME": "%s-%d" % (name, i)}
             penv.update(env)
             if not argv or argv[0] not in ("/bin/sh", "sh", "/bin/bash", "bash"):
@@ -408,19 +434,75 @@ def statefulset_configs(path):
             if cfg.get("cluster") != expected_cluster:
                 raise Error("pod %s-%d: cluster %r, expected %r (NUM_PS / NUM_WORKERS env "
                             "vs. replicas?)" % (name, i, cfg.get("cluster"), expected_cluster))
-            out.append((role, i, got[0]))
+            args = [l[len("STUB_ARG "):] for l in r.stdout.splitlines()
+                    if l.startswith("STUB_ARG ")]
+            out.append(Replica(role, i, got[0], args, container, pod_spec))
     return out
+
+
+# --- transport security -------------------------------------------------------------
+
+TLS_DIR = "/etc/downpour/tls"
+TLS_SECRET = "downpour-tls"
+TLS_FLAGS = (("tls_cert", "server.pem"), ("tls_key", "server.key"),
+             ("tls_ca", "ca.pem"), ("auth_token_file", "token"))
+
+
+def cert_names(rows):
+    """The servers' hosts, in order: what workers dial, so what the
+    certificate's subject alternative names must cover."""
+    names = []
+    for row in rows:
+        for addr in json.loads(row.tf_config)["cluster"].get("ps", []):
+            host = addr.rsplit(":", 1)[0]
+            if host not in names:
+                names.append(host)
+    return names
+
+
+def check_tls(path, rows):
+    """Error unless every replica runs with the Secret's TLS files and token."""
+    for row in rows:
+        who = "%s: %s %d" % (path, row.type, row.index)
+        mounts = [m for m in row.container.get("volumeMounts") or []
+                  if m.get("mountPath") == TLS_DIR]
+        if len(mounts) != 1 or mounts[0].get("readOnly") is not True:
+            raise Error("%s: no read-only volumeMount at %s" % (who, TLS_DIR))
+        vols = [v for v in row.pod_spec.get("volumes") or []
+                if v.get("name") == mounts[0].get("name")]
+        if len(vols) != 1 or _get(vols[0], "secret", "secretName") != TLS_SECRET:
+            raise Error("%s: the volume at %s is not the Secret %s" % (who, TLS_DIR, TLS_SECRET))
+        for flag, file in TLS_FLAGS:
+            want = "--%s=%s/%s" % (flag, TLS_DIR, file)
+            if want not in row.args:
+                raise Error("%s: node is not given %s (args %r)" % (who, want, row.args))
+        if any(a.split("=")[0] in ("--allow_insecure", "-allow_insecure") for a in row.args):
+            raise Error("%s: --allow_insecure in a recipe that should be secure by default" % who)
+    with open(path) as f:
+        m = re.search(r"^#\s*bash deploy/make_certs\.sh certs\s+(.*?)\s*$", f.read(), re.M)
+    if not m:
+        raise Error("%s: no '#   bash deploy/make_certs.sh certs NAME...' line" % path)
+    documented, needed = m.group(1).split(), cert_names(rows)
+    if documented != needed:
+        raise Error("%s: the make_certs.sh line names %s, the servers are dialled as %s"
+                    % (path, " ".join(documented), " ".join(needed)))
 
 
 def main(argv):
     args = argv[1:]
-    sts = False
+    sts = with_args = tls = names = False
     domain = ""
     paths = []
     while args:
         a = args.pop(0)
         if a == "--statefulset":
             sts = True
+        elif a == "--args":
+            with_args = True
+        elif a == "--check-tls":
+            tls = True
+        elif a == "--cert-names":
+            names = True
         elif a.startswith("--cluster-domain="):
             domain = a.split("=", 1)[1]
         elif a in ("-h", "--help"):
@@ -435,15 +517,19 @@ def main(argv):
         print("k8s_tf_config: one manifest at a time", file=sys.stderr)
         return 2
     try:
-        if sts:
-            rows = statefulset_configs(paths[0] if paths else DEFAULT_STS)
-        else:
-            rows = tfjob_configs(paths[0] if paths else DEFAULT_TFJOB, domain)
+        path = paths[0] if paths else (DEFAULT_STS if sts else DEFAULT_TFJOB)
+        rows = statefulset_configs(path) if sts else tfjob_configs(path, domain)
+        if tls:
+            check_tls(path, rows)
     except (Error, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         print("k8s_tf_config: %s" % e, file=sys.stderr)
         return 1
-    for rtype, i, cfg in rows:
-        print("%s %d %s" % (rtype, i, cfg))
+    if names:
+        print("\n".join(cert_names(rows)))
+        return 0
+    for row in rows:
+        line = "%s %d %s" % (row.type, row.index, row.tf_config)
+        print(line + (" " + go_json(row.args) if with_args else ""))
     return 0
 
 

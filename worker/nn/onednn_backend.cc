@@ -281,7 +281,9 @@ class OnednnBackend : public Backend {
                                float* dx) override;
 
  private:
-  // Sets this thread's OpenMP thread count (a per-thread setting).
+  // Sets this thread's OpenMP thread count (a per-thread setting). oneDNN
+  // reads it both when a primitive is created (its work split) and when it
+  // runs, so it is set before either.
   void EnterOp() const { omp_set_num_threads(threads_); }
   absl::StatusOr<ConvPrims*> Conv(const ConvDesc& d, const char* op);
   absl::StatusOr<PoolPrims*> Pool(const PoolDesc& d, const char* op);
@@ -362,9 +364,9 @@ absl::Status OnednnBackend::Gemm(bool trans_a, bool trans_b, int m, int n,
 absl::Status OnednnBackend::Conv2dForward(const ConvDesc& d, const float* x,
                                           const float* w, const float* b,
                                           float* y) {
+  EnterOp();  // Before Conv(): oneDNN fixes its thread count at creation.
   absl::StatusOr<ConvPrims*> c = Conv(d, "Conv2dForward");
   if (!c.ok()) return c.status();
-  EnterOp();
   ConvPrims& p = **c;
   return Guard("Conv2dForward", [&] {
     memory* bias = &p.zero_bias;
@@ -388,9 +390,9 @@ absl::Status OnednnBackend::Conv2dForward(const ConvDesc& d, const float* x,
 absl::Status OnednnBackend::Conv2dBackwardData(const ConvDesc& d,
                                                const float* w, const float* dy,
                                                float* dx) {
+  EnterOp();  // Before Conv(): oneDNN fixes its thread count at creation.
   absl::StatusOr<ConvPrims*> c = Conv(d, "Conv2dBackwardData");
   if (!c.ok()) return c.status();
-  EnterOp();
   ConvPrims& p = **c;
   return Guard("Conv2dBackwardData", [&] {
     ArgMap args = {{DNNL_ARG_WEIGHTS, p.d_w->In(w, stream_)},
@@ -409,9 +411,9 @@ absl::Status OnednnBackend::Conv2dBackwardFilter(const ConvDesc& d,
                                                  const float* x,
                                                  const float* dy, float* dw,
                                                  float* db) {
+  EnterOp();  // Before Conv(): oneDNN fixes its thread count at creation.
   absl::StatusOr<ConvPrims*> c = Conv(d, "Conv2dBackwardFilter");
   if (!c.ok()) return c.status();
-  EnterOp();
   ConvPrims& p = **c;
   return Guard("Conv2dBackwardFilter", [&] {
     memory* dbias = &p.spare_dbias;
@@ -434,9 +436,9 @@ absl::Status OnednnBackend::Conv2dBackwardFilter(const ConvDesc& d,
 
 absl::Status OnednnBackend::MaxPoolForward(const PoolDesc& d, const float* x,
                                            float* y) {
+  EnterOp();  // Before Pool(): see Conv2dForward.
   absl::StatusOr<PoolPrims*> pp = Pool(d, "MaxPoolForward");
   if (!pp.ok()) return pp.status();
-  EnterOp();
   PoolPrims& p = **pp;
   return Guard("MaxPoolForward", [&] {
     p.x.set_data_handle(const_cast<float*>(x));
@@ -462,9 +464,9 @@ absl::Status OnednnBackend::MaxPoolForward(const PoolDesc& d, const float* x,
 absl::Status OnednnBackend::MaxPoolBackward(const PoolDesc& d, const float* x,
                                             const float* y, const float* dy,
                                             float* dx) {
+  EnterOp();  // Before Pool(): see Conv2dForward.
   absl::StatusOr<PoolPrims*> pp = Pool(d, "MaxPoolBackward");
   if (!pp.ok()) return pp.status();
-  EnterOp();
   PoolPrims& p = **pp;
   return Guard("MaxPoolBackward", [&] {
     if (p.ws_x != x || p.ws_y != y) {
