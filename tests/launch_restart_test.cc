@@ -135,8 +135,9 @@ TEST(LaunchRestartTest, KilledServerAndWorkerAreRestartedAndTheJobCompletes) {
   ASSERT_TRUE(eval.has_value()) << out;
   std::printf("test accuracy after a server and a worker restart: %.4f\n",
               eval->test_accuracy);
-  // 3 epochs of 6000 examples reach 0.72-0.78 undisturbed on this box; a
-  // restart loses at most 0.5 s of one shard's updates.
+  // With both restarts this reached 0.81 (2-core dev box); a restart loses
+  // at most 0.5 s of one shard's updates; 0.65 leaves margin for a loaded
+  // machine.
   EXPECT_GE(eval->test_accuracy, 0.65) << out;
   EXPECT_TRUE(absl::StrContains(out, "SUMMARY {")) << out;
 }
