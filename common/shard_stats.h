@@ -33,6 +33,10 @@ namespace downpour {
 //     pull was answered at; never above the staleness bound.
 //   evicted_workers: workers the sync/ssp timeout gave up waiting for.
 //   aborted: non-empty (the reason) once the job was aborted.
+//   last_snapshot_unix_s: Recovery, when the newest snapshot this shard
+//     would fall back to was written (one this process wrote, or the one it
+//     was restored from), unix seconds; 0 = none. snapshots_written /
+//     snapshots_failed: snapshot writes by this process.
 #define DOWNPOUR_SHARD_STATS_FIELDS(X)                                  \
   X(int32_t, shard_index, "shard", Number)                              \
   X(int32_t, num_shards, "num_shards", Number)                          \
@@ -56,7 +60,10 @@ namespace downpour {
   X(int64_t, steps, "steps", Number)                                    \
   X(int64_t, ssp_max_lead, "ssp_max_lead", Number)                      \
   X(std::vector<int32_t>, evicted_workers, "evicted_workers", Ids)      \
-  X(std::string, aborted, "aborted", Flag)
+  X(std::string, aborted, "aborted", Flag)                              \
+  X(int64_t, last_snapshot_unix_s, "last_snapshot_unix_s", Number)      \
+  X(int64_t, snapshots_written, "snapshots_written", Number)            \
+  X(int64_t, snapshots_failed, "snapshots_failed", Number)
 
 struct ShardStats {
   using Counts = std::map<std::string, int64_t>;

@@ -14,7 +14,8 @@ TEST(ShardStatsTest, JsonOfDefaults) {
             "\"bytes_pushed\":0,\"optimizer\":\"\",\"mode\":\"\","
             "\"staleness_p50\":0,\"staleness_p99\":0,\"dropped_stale\":0,"
             "\"steps\":0,\"ssp_max_lead\":0,\"evicted_workers\":[],"
-            "\"aborted\":false}");
+            "\"aborted\":false,\"last_snapshot_unix_s\":0,"
+            "\"snapshots_written\":0,\"snapshots_failed\":0}");
 }
 
 TEST(ShardStatsTest, JsonOfEveryField) {
@@ -42,6 +43,9 @@ TEST(ShardStatsTest, JsonOfEveryField) {
   s.ssp_max_lead = 17;
   s.evicted_workers = {3, 1};
   s.aborted = "too few workers";
+  s.last_snapshot_unix_s = 1700000000;
+  s.snapshots_written = 18;
+  s.snapshots_failed = 19;
   EXPECT_EQ(ShardStatsToJson(s),
             "{\"shard\":1,\"num_shards\":2,\"initialized\":true,\"chunks\":3,"
             "\"elements\":1099511627776,\"pulls\":5,\"pushes_applied\":6,"
@@ -51,7 +55,9 @@ TEST(ShardStatsTest, JsonOfEveryField) {
             "\"chunk_updates\":10,\"bytes_pulled\":11,\"bytes_pushed\":12,"
             "\"optimizer\":\"adagrad\",\"mode\":\"ssp\",\"staleness_p50\":13,"
             "\"staleness_p99\":14,\"dropped_stale\":15,\"steps\":16,"
-            "\"ssp_max_lead\":17,\"evicted_workers\":[3,1],\"aborted\":true}");
+            "\"ssp_max_lead\":17,\"evicted_workers\":[3,1],\"aborted\":true,"
+            "\"last_snapshot_unix_s\":1700000000,\"snapshots_written\":18,"
+            "\"snapshots_failed\":19}");
 }
 
 }  // namespace

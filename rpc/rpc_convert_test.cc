@@ -62,6 +62,9 @@ TEST(RpcConvertTest, StatsRoundTripEveryField) {
   s.ssp_max_lead = 17;
   s.evicted_workers = {3, 1};
   s.aborted = "too few workers";
+  s.last_snapshot_unix_s = 1700000000;
+  s.snapshots_written = 18;
+  s.snapshots_failed = 19;
   proto::StatsResponse p;
   StatsToProto(s, &p);
   EXPECT_EQ(p.shard_index(), 1);
@@ -69,6 +72,8 @@ TEST(RpcConvertTest, StatsRoundTripEveryField) {
   EXPECT_EQ(p.rejected().at("wrong_size"), 2);
   EXPECT_EQ(p.evicted_workers_size(), 2);
   EXPECT_EQ(p.aborted(), "too few workers");
+  EXPECT_EQ(p.last_snapshot_unix_s(), 1700000000);
+  EXPECT_EQ(p.snapshots_failed(), 19);
   // Every field comes back (the JSON rendering covers them all).
   EXPECT_EQ(ShardStatsToJson(StatsFromProto(p)), ShardStatsToJson(s));
   EXPECT_EQ(StatsFromProto(p).rejected, s.rejected);

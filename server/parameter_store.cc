@@ -45,6 +45,13 @@ class ParameterStoreImpl final : public ParameterStore {
   absl::StatusOr<ShardSnapshot> Save() const override;
   absl::Status Restore(const ShardSnapshot& s) override
       ABSL_LOCKS_EXCLUDED(declare_mu_);
+  void RecordSnapshotWrite(bool ok, absl::Time when) override {
+    if (ok) {
+      metrics_.RecordSnapshotWritten(absl::ToUnixSeconds(when));
+    } else {
+      metrics_.RecordSnapshotFailed();
+    }
+  }
   absl::StatusOr<ShardMap> shard_map() const override {
     if (!initialized_.load(std::memory_order_acquire)) {
       return absl::FailedPreconditionError("model not declared yet");
@@ -511,6 +518,7 @@ absl::Status ParameterStoreImpl::Restore(const ShardSnapshot& s) {
   chunks_without_values_ = 0;
   layout_published_ = true;
   restored_.store(true, std::memory_order_relaxed);
+  metrics_.RecordSnapshotRestored(s.created_unix_ms / 1000);
   initialized_.store(true, std::memory_order_release);
   return absl::OkStatus();
 }

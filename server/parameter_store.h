@@ -153,6 +153,10 @@ class ParameterStore {
   // match the layout.
   virtual absl::StatusOr<ShardSnapshot> Save() const = 0;
   virtual absl::Status Restore(const ShardSnapshot& snapshot) = 0;
+  // Recovery: the snapshot writer reports each write (written at `when`, or
+  // failed) for Stats' last_snapshot_unix_s / snapshots_written /
+  // snapshots_failed; Restore sets last_snapshot_unix_s itself.
+  virtual void RecordSnapshotWrite(bool ok, absl::Time when) = 0;
 
   // The shard map of the declared layout; FailedPrecondition before.
   virtual absl::StatusOr<ShardMap> shard_map() const = 0;

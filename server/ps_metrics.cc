@@ -213,7 +213,40 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   auto init = Family("downpour_shard_initialized",
                      "1 once the shard's model is declared", MetricType::Gauge);
   init.metric.push_back(Sample({{"shard", shard_}}, stats.initialized ? 1 : 0, false));
-  return {std::move(since), std::move(rejected), std::move(init)};
+  std::vector<prometheus::MetricFamily> out = {std::move(since), std::move(rejected),
+                                               std::move(init)};
+  AppendSnapshotFamilies(stats, &out);
+  return out;
+}
+
+void ServerMetrics::AppendSnapshotFamilies(
+    const ShardStats& stats, std::vector<prometheus::MetricFamily>* out) const {
+  using prometheus::MetricType;
+  auto snapshots = Family("downpour_snapshots_total",
+                          "Shard snapshot writes by this process, by outcome "
+                          "(written, failed)", MetricType::Counter);
+  snapshots.metric.push_back(Sample({{"shard", shard_}, {"outcome", "written"}},
+                                    static_cast<double>(stats.snapshots_written), true));
+  snapshots.metric.push_back(Sample({{"shard", shard_}, {"outcome", "failed"}},
+                                    static_cast<double>(stats.snapshots_failed), true));
+  out->push_back(std::move(snapshots));
+  // No sample until there is a snapshot to fall back to: an absent series
+  // reads as "none", where a 0 would read as "just written".
+  if (stats.last_snapshot_unix_s <= 0) return;
+  auto when = Family("downpour_last_snapshot_timestamp_seconds",
+                     "Unix time the snapshot this shard would restore from "
+                     "was written", MetricType::Gauge);
+  when.metric.push_back(Sample({{"shard", shard_}},
+                               static_cast<double>(stats.last_snapshot_unix_s), false));
+  auto age = Family("downpour_snapshot_age_seconds",
+                    "Seconds since that snapshot was written: the updates a "
+                    "crash of this shard now would lose", MetricType::Gauge);
+  age.metric.push_back(Sample(
+      {{"shard", shard_}},
+      absl::ToDoubleSeconds(absl::Now() - absl::FromUnixSeconds(stats.last_snapshot_unix_s)),
+      false));
+  out->push_back(std::move(when));
+  out->push_back(std::move(age));
 }
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>

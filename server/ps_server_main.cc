@@ -9,9 +9,11 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/flags/flag.h"
@@ -208,6 +210,49 @@ absl::Status LayoutLimitsFromFlags(downpour::LayoutLimits* limits) {
   return absl::OkStatus();
 }
 
+// Hostile input (issue 16) and the listening address: the transport limits,
+// the port and the testing-only reply drops.
+absl::Status TransportFromFlags(
+    downpour::ParameterServerHostOptions* host_options) {
+  const int64_t quota_mb = absl::GetFlag(FLAGS_grpc_memory_quota_mb);
+  host_options->limits.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_streams_per_connection);
+  host_options->limits.memory_quota_bytes = quota_mb << 20;
+  if (quota_mb < 0 || quota_mb > (int64_t{1} << 30) ||
+      host_options->limits.max_concurrent_streams < 0) {
+    return absl::InvalidArgumentError(
+        "--grpc_memory_quota_mb must be in [0, 2^30] and "
+        "--max_streams_per_connection >= 0");
+  }
+  const int port = absl::GetFlag(FLAGS_port);
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port must be in [0, 65535], got ", port));
+  }
+  host_options->service.debug_drop_reply_every =
+      absl::GetFlag(FLAGS_debug_drop_reply_every);
+  if (host_options->service.debug_drop_reply_every < 0) {
+    return absl::InvalidArgumentError("--debug_drop_reply_every must be >= 0");
+  }
+  host_options->listen_addresses = {
+      absl::StrCat(absl::GetFlag(FLAGS_bind).empty() ? "127.0.0.1"
+                                                     : absl::GetFlag(FLAGS_bind),
+                   ":", port)};
+  return absl::OkStatus();
+}
+
+// Across machines: the cluster-spec flags (common/cluster_spec.h).
+downpour::ClusterSpecInputs ClusterSpecInputsFromFlags() {
+  downpour::ClusterSpecInputs in;
+  in.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
+  in.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
+  in.task_type = absl::GetFlag(FLAGS_task_type);
+  in.task_index = absl::GetFlag(FLAGS_task_index);
+  in.num_ps = absl::GetFlag(FLAGS_num_ps);
+  in.base_port = absl::GetFlag(FLAGS_base_port);
+  return in;
+}
+
 // The host's options from the flags; InvalidArgument with the message to
 // print for a bad flag (the store checks the rest of its options).
 absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
@@ -236,40 +281,11 @@ absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
   options.min_replicas = absl::GetFlag(FLAGS_min_replicas);
   DP_RETURN_IF_ERROR(LrRulesFromFlags(&options));  // Issue 18.
   DP_RETURN_IF_ERROR(LayoutLimitsFromFlags(&options.layout_limits));
-  const int64_t quota_mb = absl::GetFlag(FLAGS_grpc_memory_quota_mb);
-  host_options.limits.max_concurrent_streams =
-      absl::GetFlag(FLAGS_max_streams_per_connection);
-  host_options.limits.memory_quota_bytes = quota_mb << 20;
-  if (quota_mb < 0 || quota_mb > (int64_t{1} << 30) ||
-      host_options.limits.max_concurrent_streams < 0) {
-    return absl::InvalidArgumentError(
-        "--grpc_memory_quota_mb must be in [0, 2^30] and "
-        "--max_streams_per_connection >= 0");
-  }
-  const int port = absl::GetFlag(FLAGS_port);
-  if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--port must be in [0, 65535], got ", port));
-  }
-  host_options.service.debug_drop_reply_every =
-      absl::GetFlag(FLAGS_debug_drop_reply_every);
-  if (host_options.service.debug_drop_reply_every < 0) {
-    return absl::InvalidArgumentError("--debug_drop_reply_every must be >= 0");
-  }
-  host_options.listen_addresses = {
-      absl::StrCat(absl::GetFlag(FLAGS_bind).empty() ? "127.0.0.1"
-                                                     : absl::GetFlag(FLAGS_bind),
-                   ":", port)};
+  DP_RETURN_IF_ERROR(TransportFromFlags(&host_options));
   // Across machines: a spec overrides shard, shards, workers and address.
-  downpour::ClusterSpecInputs in;
-  in.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
-  in.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
-  in.task_type = absl::GetFlag(FLAGS_task_type);
-  in.task_index = absl::GetFlag(FLAGS_task_index);
-  in.num_ps = absl::GetFlag(FLAGS_num_ps);
-  in.base_port = absl::GetFlag(FLAGS_base_port);
   DP_ASSIGN_OR_RETURN(*spec, downpour::ResolveClusterSpec(
-                                 in, downpour::ProcessEnvLookup()));
+                                 ClusterSpecInputsFromFlags(),
+                                 downpour::ProcessEnvLookup()));
   if (spec->has_value()) {
     DP_RETURN_IF_ERROR(downpour::ApplyClusterSpec(
         **spec, absl::GetFlag(FLAGS_bind), &host_options));
@@ -284,6 +300,184 @@ absl::StatusOr<downpour::ParameterServerHostOptions> HostOptionsFromFlags(
   return host_options;
 }
 
+// Everything the server takes from its flags, read once in main; nothing
+// below reads a flag.
+struct ServerFlags {
+  downpour::ParameterServerHostOptions host;
+  std::optional<downpour::ClusterSpec> spec;  // Across machines.
+  double lr = 0;  // --lr as given (host.store holds it scaled for workers).
+  std::string port_file;
+  // Recovery: snapshots and restore; an empty dir turns both off. The log
+  // is set by Serve.
+  downpour::SnapshotterOptions snapshots;
+};
+
+absl::StatusOr<ServerFlags> ReadServerFlags() {
+  ServerFlags flags;
+  DP_ASSIGN_OR_RETURN(flags.host, HostOptionsFromFlags(&flags.spec));
+  flags.lr = absl::GetFlag(FLAGS_lr);
+  flags.port_file = absl::GetFlag(FLAGS_port_file);
+  flags.snapshots.dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  flags.snapshots.every =
+      absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  flags.snapshots.write.debug_crash_after_bytes =
+      absl::GetFlag(FLAGS_debug_snapshot_crash_after_bytes);
+  return flags;
+}
+
+// Across machines: a job from a spec ends itself (server/job_control.h).
+// Outlives the host, which serves `service`.
+struct SpecJob {
+  std::unique_ptr<downpour::JobState> state;  // Null without a spec.
+  std::unique_ptr<grpc::Service> service;
+  std::atomic<downpour::ParameterStore*> store{nullptr};  // Set once serving.
+};
+
+// Logs the spec and adds the job-control service to the host's services.
+void AttachJobControl(const ServerFlags& flags, SpecJob* job,
+                      downpour::ParameterServerHostOptions* host_options) {
+  const downpour::ParameterStoreOptions& options = host_options->store;
+  std::printf("ps_server: %s\n",
+              downpour::ClusterSpecToString(*flags.spec).c_str());
+  job->state = std::make_unique<downpour::JobState>(
+      options.num_workers, options.optimizer.name, flags.lr);
+  std::atomic<downpour::ParameterStore*>* job_store = &job->store;
+  job->service = downpour::NewJobControlService(job->state.get(), [job_store] {
+    downpour::ParameterStore* store = job_store->load();
+    return store == nullptr ? std::string() : store->Stats().aborted;
+  }, host_options->authenticator.get());
+  host_options->extra_services.push_back(job->service.get());
+}
+
+// Recovery: the log line of a restore or snapshot of this shard.
+std::function<void(const std::string&)> RecoveryLog(int shard_index) {
+  return [shard_index](const std::string& m) {
+    std::printf("ps_server: shard %d: %s\n", shard_index, m.c_str());
+    std::fflush(stdout);
+  };
+}
+
+// Says why the host could not start; returns the exit code. Unavailable:
+// the address could not be listened on (exit 1); anything else is a bad flag
+// (exit 2).
+int ReportStartFailure(const absl::Status& status,
+                       const std::vector<std::string>& listen_addresses) {
+  const bool listen_failed = status.code() == absl::StatusCode::kUnavailable;
+  // Across machines: say why (gRPC does not).
+  const absl::Status why =
+      listen_failed ? downpour::ProbeListen(listen_addresses[0])
+                    : absl::OkStatus();
+  std::fprintf(stderr, "ps_server: %s\n",
+               !why.ok() ? std::string(why.message()).c_str()
+               : listen_failed ? std::string(status.message()).c_str()
+                               : status.ToString().c_str());
+  return listen_failed ? 1 : 2;
+}
+
+// Logs where the shard serves and writes --port_file; false (logged) when
+// the port file could not be written.
+bool AnnounceServing(downpour::ParameterServerHost* host,
+                     const ServerFlags& flags) {
+  const downpour::ParameterStoreOptions& options = flags.host.store;
+  const int bound_port = host->port();
+  if (host->metrics_port() >= 0) {  // Security and operations.
+    std::printf("ps_server: metrics on http://%s:%d/metrics\n",
+                flags.host.metrics_bind.c_str(), host->metrics_port());
+  }
+  std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s\n",
+              options.shard_index, options.num_shards,
+              downpour::TrainModeName(options.mode),
+              options.optimizer.name.c_str(), options.optimizer.learning_rate,
+              host->address().c_str());
+  std::fflush(stdout);
+  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, bound_port)) {
+    std::fprintf(stderr, "ps_server: could not write --port_file %s\n",
+                 flags.port_file.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Blocks until SIGINT/SIGTERM or, for a spec job, until the job is over.
+downpour::JobEnd WaitUntilDone(SpecJob* job, downpour::ParameterStore* store,
+                               int shard_index, absl::Notification* stop) {
+  downpour::JobEnd end;
+  if (job->state != nullptr) {
+    job->store.store(store);
+    end = downpour::WaitForJobEnd(job->state.get(), *store, stop);
+    std::printf("ps_server: shard %d: %s\n", shard_index, end.reason.c_str());
+  } else {
+    stop->WaitForNotification();
+  }
+  return end;
+}
+
+// Stops the host, writes the final snapshot, logs the shard's counters;
+// returns the exit code.
+int StopShard(downpour::ParameterServerHost* host,
+              downpour::Snapshotter* snapshotter,
+              const std::function<void(const std::string&)>& recovery_log,
+              int shard_index, const downpour::JobEnd& end) {
+  // Waiting pulls are answered first, then the server stops.
+  host->Shutdown(absl::Seconds(2));
+  host->Wait();
+  if (snapshotter != nullptr) {  // Recovery: the final snapshot, drained.
+    snapshotter->Stop();
+    absl::Status s = snapshotter->WriteNow();
+    if (!s.ok()) recovery_log(absl::StrCat("final snapshot failed: ", s.message()));
+  }
+  const downpour::ShardStats stats = host->store()->Stats();
+  std::printf("ps_server: shard %d stopped: %s\n", shard_index,
+              downpour::ShardStatsToJson(stats).c_str());
+  if (end.exit_code != 0) {
+    std::fprintf(stderr, "ps_server: shard %d: exiting with status %d: %s\n",
+                 shard_index, end.exit_code, end.reason.c_str());
+  }
+  return end.exit_code;
+}
+
+// Serves until stopped; returns the exit code.
+int Serve(ServerFlags* flags) {
+  downpour::ParameterServerHostOptions& host_options = flags->host;
+  const downpour::ParameterStoreOptions& options = host_options.store;
+  SpecJob job;  // Across machines.
+  if (flags->spec.has_value()) AttachJobControl(*flags, &job, &host_options);
+  // Recovery: restore before serving; snapshots while serving.
+  const std::function<void(const std::string&)> recovery_log =
+      RecoveryLog(options.shard_index);
+  const std::string checkpoint_dir = flags->snapshots.dir;
+  if (!checkpoint_dir.empty()) {
+    host_options.prepare_store = [checkpoint_dir, shard = options.shard_index,
+                                  shards = options.num_shards, recovery_log](
+                                     downpour::ParameterStore* store) {
+      return downpour::RestoreLatestSnapshot(checkpoint_dir, shard, shards,
+                                             store, recovery_log);
+    };
+  }
+  auto host = downpour::ParameterServerHost::Create(host_options);
+  if (!host.ok()) {
+    return ReportStartFailure(host.status(), host_options.listen_addresses);
+  }
+  if (!AnnounceServing(host->get(), *flags)) {
+    (*host)->Shutdown();
+    return 1;
+  }
+  std::unique_ptr<downpour::Snapshotter> snapshotter;  // Recovery.
+  if (!checkpoint_dir.empty()) {
+    downpour::SnapshotterOptions so = flags->snapshots;
+    so.log = recovery_log;
+    snapshotter = std::make_unique<downpour::Snapshotter>(so, (*host)->store());
+  }
+  absl::Notification stop;
+  g_stop = &stop;
+  std::signal(SIGINT, HandleSignal);
+  std::signal(SIGTERM, HandleSignal);
+  const downpour::JobEnd end =
+      WaitUntilDone(&job, (*host)->store(), options.shard_index, &stop);
+  return StopShard(host->get(), snapshotter.get(), recovery_log,
+                   options.shard_index, end);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,117 +489,11 @@ int main(int argc, char** argv) {
   // update on every Mutex acquisition (~1% of the transport's CPU). Tests
   // keep it; the binaries turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-
-  std::optional<downpour::ClusterSpec> spec;  // Across machines.
-  absl::StatusOr<downpour::ParameterServerHostOptions> host_options =
-      HostOptionsFromFlags(&spec);
-  if (!host_options.ok()) {
+  absl::StatusOr<ServerFlags> flags = ReadServerFlags();
+  if (!flags.ok()) {
     std::fprintf(stderr, "ps_server: %s\n",
-                 std::string(host_options.status().message()).c_str());
+                 std::string(flags.status().message()).c_str());
     return 2;
   }
-  const downpour::ParameterStoreOptions& options = host_options->store;
-  // Across machines: a job from a spec ends itself (server/job_control.h).
-  std::unique_ptr<downpour::JobState> job;
-  std::unique_ptr<grpc::Service> job_service;
-  std::atomic<downpour::ParameterStore*> job_store{nullptr};
-  if (spec.has_value()) {
-    std::printf("ps_server: %s\n", downpour::ClusterSpecToString(*spec).c_str());
-    job = std::make_unique<downpour::JobState>(
-        options.num_workers, options.optimizer.name, absl::GetFlag(FLAGS_lr));
-    job_service = downpour::NewJobControlService(job.get(), [&job_store] {
-      downpour::ParameterStore* store = job_store.load();
-      return store == nullptr ? std::string() : store->Stats().aborted;
-    }, host_options->authenticator.get());
-    host_options->extra_services.push_back(job_service.get());
-  }
-  // Recovery: restore before serving; snapshots while serving.
-  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  auto recovery_log = [&options](const std::string& m) {
-    std::printf("ps_server: shard %d: %s\n", options.shard_index, m.c_str());
-    std::fflush(stdout);
-  };
-  if (!checkpoint_dir.empty()) {
-    host_options->prepare_store = [&](downpour::ParameterStore* store) {
-      return downpour::RestoreLatestSnapshot(checkpoint_dir, options.shard_index,
-                                             options.num_shards, store,
-                                             recovery_log);
-    };
-  }
-  auto host = downpour::ParameterServerHost::Create(*host_options);
-  if (!host.ok()) {
-    // Unavailable: the address could not be listened on (exit 1); anything
-    // else is a bad flag (exit 2).
-    const bool listen_failed =
-        host.status().code() == absl::StatusCode::kUnavailable;
-    // Across machines: say why (gRPC does not).
-    const absl::Status why =
-        listen_failed ? downpour::ProbeListen(host_options->listen_addresses[0])
-                      : absl::OkStatus();
-    std::fprintf(stderr, "ps_server: %s\n",
-                 !why.ok() ? std::string(why.message()).c_str()
-                 : listen_failed ? std::string(host.status().message()).c_str()
-                                 : host.status().ToString().c_str());
-    return listen_failed ? 1 : 2;
-  }
-  const int bound_port = (*host)->port();
-  if ((*host)->metrics_port() >= 0) {  // Security and operations.
-    std::printf("ps_server: metrics on http://%s:%d/metrics\n",
-                host_options->metrics_bind.c_str(), (*host)->metrics_port());
-  }
-  std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s\n",
-              options.shard_index, options.num_shards,
-              downpour::TrainModeName(options.mode),
-              options.optimizer.name.c_str(), options.optimizer.learning_rate,
-              (*host)->address().c_str());
-  std::fflush(stdout);
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, bound_port)) {
-    std::fprintf(stderr, "ps_server: could not write --port_file %s\n",
-                 port_file.c_str());
-    (*host)->Shutdown();
-    return 1;
-  }
-
-  std::unique_ptr<downpour::Snapshotter> snapshotter;  // Recovery.
-  if (!checkpoint_dir.empty()) {
-    downpour::SnapshotterOptions so;
-    so.dir = checkpoint_dir;
-    so.every = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
-    so.write.debug_crash_after_bytes =
-        absl::GetFlag(FLAGS_debug_snapshot_crash_after_bytes);
-    so.log = recovery_log;
-    snapshotter = std::make_unique<downpour::Snapshotter>(so, (*host)->store());
-  }
-  absl::Notification stop;
-  g_stop = &stop;
-  std::signal(SIGINT, HandleSignal);
-  std::signal(SIGTERM, HandleSignal);
-  downpour::JobEnd end;
-  if (job != nullptr) {
-    downpour::ParameterStore* store = (*host)->store();
-    job_store.store(store);
-    end = downpour::WaitForJobEnd(job.get(), *store, &stop);
-    std::printf("ps_server: shard %d: %s\n", options.shard_index,
-                end.reason.c_str());
-  } else {
-    stop.WaitForNotification();
-  }
-
-  // Waiting pulls are answered first, then the server stops.
-  (*host)->Shutdown(absl::Seconds(2));
-  (*host)->Wait();
-  if (snapshotter != nullptr) {  // Recovery: the final snapshot, drained.
-    snapshotter->Stop();
-    absl::Status s = snapshotter->WriteNow();
-    if (!s.ok()) recovery_log(absl::StrCat("final snapshot failed: ", s.message()));
-  }
-  const downpour::ShardStats stats = (*host)->store()->Stats();
-  std::printf("ps_server: shard %d stopped: %s\n", options.shard_index,
-              downpour::ShardStatsToJson(stats).c_str());
-  if (end.exit_code != 0) {
-    std::fprintf(stderr, "ps_server: shard %d: exiting with status %d: %s\n",
-                 options.shard_index, end.exit_code, end.reason.c_str());
-  }
-  return end.exit_code;
+  return Serve(&*flags);
 }

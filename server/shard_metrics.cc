@@ -70,6 +70,9 @@ void ShardMetrics::FillStats(ShardStats* s) const {
   s->staleness_p50 = staleness_hist_.Quantile(0.5);
   s->staleness_p99 = staleness_hist_.Quantile(0.99);
   s->dropped_stale = dropped_stale_.load();
+  s->last_snapshot_unix_s = last_snapshot_unix_s_.load();
+  s->snapshots_written = snapshots_written_.load();
+  s->snapshots_failed = snapshots_failed_.load();
   absl::MutexLock l(&mu_);
   s->rejected = rejected_;
 }

@@ -76,13 +76,31 @@ class ShardMetrics {
   // `times` applied chunk updates, each of staleness `staleness`.
   void RecordStaleness(int64_t staleness, int64_t times = 1);
 
+  // Recovery: a snapshot write by this process that succeeded (written at
+  // `unix_s`) or failed; Restored: the shard was restored from a snapshot
+  // written at `unix_s` (it is the one a crash would fall back to).
+  void RecordSnapshotWritten(int64_t unix_s) {
+    snapshots_written_.fetch_add(1, std::memory_order_relaxed);
+    RecordSnapshotRestored(unix_s);
+  }
+  void RecordSnapshotFailed() {
+    snapshots_failed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void RecordSnapshotRestored(int64_t unix_s) {
+    int64_t prev = last_snapshot_unix_s_.load(std::memory_order_relaxed);
+    while (prev < unix_s && !last_snapshot_unix_s_.compare_exchange_weak(
+                                prev, unix_s, std::memory_order_relaxed)) {
+    }
+  }
+
   // Counts a refused request under `reason` and returns `status`.
   absl::Status Reject(const std::string& reason, absl::Status status)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sets the fields this unit counts: pulls, pushes_applied,
   // pushes_duplicate, bytes_pulled, bytes_pushed, rejected, staleness_mean,
-  // staleness_max, staleness_p50, staleness_p99, dropped_stale.
+  // staleness_max, staleness_p50, staleness_p99, dropped_stale,
+  // last_snapshot_unix_s, snapshots_written, snapshots_failed.
   void FillStats(ShardStats* s) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -91,6 +109,8 @@ class ShardMetrics {
   std::atomic<int64_t> staleness_sum_{0}, staleness_count_{0};
   std::atomic<int64_t> staleness_max_{0};
   std::atomic<int64_t> dropped_stale_{0};
+  std::atomic<int64_t> last_snapshot_unix_s_{0}, snapshots_written_{0},
+      snapshots_failed_{0};
   StalenessHistogram staleness_hist_;
   mutable absl::Mutex mu_;
   std::map<std::string, int64_t> rejected_ ABSL_GUARDED_BY(mu_);

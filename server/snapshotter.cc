@@ -69,10 +69,15 @@ absl::Status Snapshotter::WriteNow() {
   if (!store_->shard_map().ok()) return absl::OkStatus();  // not declared
   const absl::Time start = absl::Now();
   absl::StatusOr<ShardSnapshot> s = store_->Save();
-  if (!s.ok()) return s.status();
+  if (!s.ok()) {
+    store_->RecordSnapshotWrite(false, start);
+    return s.status();
+  }
   const absl::Time copied = absl::Now();
   absl::StatusOr<std::string> path =
       WriteShardSnapshot(options_.dir, *s, options_.write);
+  store_->RecordSnapshotWrite(path.ok(),
+                              absl::FromUnixMillis(s->created_unix_ms));
   if (!path.ok()) return path.status();
   int64_t floats = 0;
   for (const ChunkSnapshot& c : s->chunks) {

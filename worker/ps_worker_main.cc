@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +179,10 @@ struct WorkerFlags {
   absl::Time started = absl::Now();
   // Security and operations: null when --metrics_port is -1.
   std::shared_ptr<WorkerMetrics> metrics;
+  int metrics_port = -1;
+  std::string metrics_bind;
+  std::string cpu_backend;          // Compute and learning (issue 18).
+  bool cuda_blocking_sync = false;  // GPU bring-up (issue 17).
 };
 
 // Across machines: servers, index and worker count from the spec, if any.
@@ -202,67 +209,83 @@ absl::Status ApplySpecFlags(WorkerFlags* f) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<WorkerFlags> ReadFlags() {
-  WorkerFlags f;
+// The servers, this worker's index, the deadlines and the security options;
+// with a cluster spec, its servers, index and worker count.
+absl::Status ReadConnectionFlags(WorkerFlags* f) {
   const std::string hosts = absl::GetFlag(FLAGS_ps_hosts);
-  f.client.hosts = absl::StrSplit(hosts, ',', absl::SkipEmpty());
-  f.client.worker_id = absl::GetFlag(FLAGS_worker_index);
-  f.client.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
-  f.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-  f.client.reconnect_timeout =
+  f->client.hosts = absl::StrSplit(hosts, ',', absl::SkipEmpty());
+  f->client.worker_id = absl::GetFlag(FLAGS_worker_index);
+  f->client.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  f->client.connect_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  f->client.reconnect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));  // Recovery.
   // Security and operations: TLS files and token (rpc/security_flags.h).
-  DP_ASSIGN_OR_RETURN(f.client.security, SecurityOptionsFromFlags());
-  f.num_workers = absl::GetFlag(FLAGS_num_workers);
-  DP_RETURN_IF_ERROR(ApplySpecFlags(&f));  // Across machines.
-  if (f.client.hosts.empty()) {
+  DP_ASSIGN_OR_RETURN(f->client.security, SecurityOptionsFromFlags());
+  f->num_workers = absl::GetFlag(FLAGS_num_workers);
+  DP_RETURN_IF_ERROR(ApplySpecFlags(f));  // Across machines.
+  if (f->client.hosts.empty()) {
     return absl::InvalidArgumentError(
         "--ps_hosts is required (or a cluster spec: --worker_hosts, "
         "TF_CONFIG, Slurm)");
   }
-  f.task = absl::GetFlag(FLAGS_task);
-  f.data_dir = absl::GetFlag(FLAGS_data_dir);
-  f.model = absl::GetFlag(FLAGS_model);
-  f.device = absl::GetFlag(FLAGS_device);
-  f.save_params = absl::GetFlag(FLAGS_save_params);
-  f.batch_size = absl::GetFlag(FLAGS_batch_size);
-  f.epochs = absl::GetFlag(FLAGS_epochs);
-  f.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-  f.prefetch = absl::GetFlag(FLAGS_prefetch);
-  f.seed = absl::GetFlag(FLAGS_seed);
-  f.max_train_examples = absl::GetFlag(FLAGS_max_train_examples);
-  f.max_test_examples = absl::GetFlag(FLAGS_max_test_examples);
-  f.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
-  f.trainer.n_fetch = absl::GetFlag(FLAGS_n_fetch);
-  f.trainer.n_push = absl::GetFlag(FLAGS_n_push);
-  f.trainer.local_lr = static_cast<float>(absl::GetFlag(FLAGS_local_lr));
-  f.trainer.log_every = absl::GetFlag(FLAGS_log_every);
-  f.trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
-  f.trainer.debug_step_delay =
+  return absl::OkStatus();
+}
+
+// The task, the model and the Downpour loop; ValidateJobFlags checks them.
+void ReadTrainingFlags(WorkerFlags* f) {
+  f->task = absl::GetFlag(FLAGS_task);
+  f->data_dir = absl::GetFlag(FLAGS_data_dir);
+  f->model = absl::GetFlag(FLAGS_model);
+  f->device = absl::GetFlag(FLAGS_device);
+  f->save_params = absl::GetFlag(FLAGS_save_params);
+  f->batch_size = absl::GetFlag(FLAGS_batch_size);
+  f->epochs = absl::GetFlag(FLAGS_epochs);
+  f->cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  f->prefetch = absl::GetFlag(FLAGS_prefetch);
+  f->seed = absl::GetFlag(FLAGS_seed);
+  f->max_train_examples = absl::GetFlag(FLAGS_max_train_examples);
+  f->max_test_examples = absl::GetFlag(FLAGS_max_test_examples);
+  f->max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  f->trainer.n_fetch = absl::GetFlag(FLAGS_n_fetch);
+  f->trainer.n_push = absl::GetFlag(FLAGS_n_push);
+  f->trainer.local_lr = static_cast<float>(absl::GetFlag(FLAGS_local_lr));
+  f->trainer.log_every = absl::GetFlag(FLAGS_log_every);
+  f->trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
+  f->trainer.debug_step_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_debug_step_delay_ms));
-  f.trainer.overlap = absl::GetFlag(FLAGS_overlap);
-  f.client.part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
-  f.client.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
-  f.client.max_calls_in_flight_per_connection =
+  f->trainer.overlap = absl::GetFlag(FLAGS_overlap);
+}
+
+// The transport: call sizes, connections, calls in flight, wire encodings.
+absl::Status ReadTransportFlags(GrpcClientOptions* client) {
+  client->part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
+  client->connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+  client->max_calls_in_flight_per_connection =
       absl::GetFlag(FLAGS_calls_in_flight);
-  DP_ASSIGN_OR_RETURN(f.client.push_encoding,
+  DP_ASSIGN_OR_RETURN(client->push_encoding,
                       wire::ParseEncoding(absl::GetFlag(FLAGS_push_dtype)));
-  DP_ASSIGN_OR_RETURN(f.client.pull_encoding,
+  DP_ASSIGN_OR_RETURN(client->pull_encoding,
                       wire::ParseEncoding(absl::GetFlag(FLAGS_pull_dtype)));
-  f.dataset = absl::GetFlag(FLAGS_dataset);
-  if (f.dataset != "fashion_mnist" && f.dataset != "cifar10") {
+  return absl::OkStatus();
+}
+
+// The input pipeline and this process's replicas.
+absl::Status ReadDataAndReplicaFlags(WorkerFlags* f) {
+  f->dataset = absl::GetFlag(FLAGS_dataset);
+  if (f->dataset != "fashion_mnist" && f->dataset != "cifar10") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--dataset must be fashion_mnist or cifar10, got '", f.dataset, "'"));
+        "--dataset must be fashion_mnist or cifar10, got '", f->dataset, "'"));
   }
-  f.data_threads = absl::GetFlag(FLAGS_data_threads);
-  f.augment = absl::GetFlag(FLAGS_augment);
-  f.replicas = absl::GetFlag(FLAGS_replicas);
+  f->data_threads = absl::GetFlag(FLAGS_data_threads);
+  f->augment = absl::GetFlag(FLAGS_augment);
+  f->replicas = absl::GetFlag(FLAGS_replicas);
   const std::string agg = absl::GetFlag(FLAGS_local_aggregation);
   if (agg != "sum" && agg != "none") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--local_aggregation must be sum or none, got '", agg, "'"));
   }
-  f.local_sum = agg == "sum";
+  f->local_sum = agg == "sum";
   for (absl::string_view g :
        absl::StrSplit(absl::GetFlag(FLAGS_gpus), ',', absl::SkipEmpty())) {
     int ordinal;
@@ -271,42 +294,60 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
           "--gpus must be a comma-separated list of GPU ordinals, got '",
           absl::GetFlag(FLAGS_gpus), "'"));
     }
-    f.gpus.push_back(ordinal);
+    f->gpus.push_back(ordinal);
   }
-  if (f.replicas < 1 || f.replicas > 64 || f.data_threads < 1) {
+  if (f->replicas < 1 || f->replicas > 64 || f->data_threads < 1) {
     return absl::InvalidArgumentError(
         "--replicas must be in [1, 64] and --data_threads >= 1");
   }
+  return absl::OkStatus();
+}
 
+// --mode, and the checks of the task, index, sizes and device.
+absl::Status ValidateJobFlags(WorkerFlags* f) {
   auto mode = ParseTrainMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--mode: ", mode.status().message()));
   }
-  f.trainer.mode = *mode;
-  if (f.task != "train" && f.task != "eval") {
+  f->trainer.mode = *mode;
+  if (f->task != "train" && f->task != "eval") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--task must be train or eval, got '", f.task, "'"));
+        absl::StrCat("--task must be train or eval, got '", f->task, "'"));
   }
-  if (f.num_workers < 1 || f.client.worker_id < 0 ||
-      f.client.worker_id >= f.num_workers) {
+  if (f->num_workers < 1 || f->client.worker_id < 0 ||
+      f->client.worker_id >= f->num_workers) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "need 0 <= --worker_index < --num_workers, got %d and %d",
-        f.client.worker_id, f.num_workers));
+        f->client.worker_id, f->num_workers));
   }
-  if (f.batch_size < 1 || f.epochs < 0 || f.trainer.n_fetch < 1 ||
-      f.trainer.n_push < 1 || f.max_chunk_bytes < 4 || f.prefetch < 1) {
+  if (f->batch_size < 1 || f->epochs < 0 || f->trainer.n_fetch < 1 ||
+      f->trainer.n_push < 1 || f->max_chunk_bytes < 4 || f->prefetch < 1) {
     return absl::InvalidArgumentError(
         "--batch_size, --n_fetch, --n_push, --prefetch must be >= 1, "
         "--epochs >= 0, --max_chunk_bytes >= 4");
   }
-  if (f.device == "cpu" && !f.gpus.empty()) {
+  if (f->device == "cpu" && !f->gpus.empty()) {
     return absl::InvalidArgumentError("--gpus needs --device=cuda or auto");
   }
-  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {
+  if (f->device != "auto" && f->device != "cpu" && f->device != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--device must be auto, cpu or cuda, got '", f.device, "'"));
+        "--device must be auto, cpu or cuda, got '", f->device, "'"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerFlags> ReadFlags() {
+  WorkerFlags f;
+  DP_RETURN_IF_ERROR(ReadConnectionFlags(&f));
+  ReadTrainingFlags(&f);
+  DP_RETURN_IF_ERROR(ReadTransportFlags(&f.client));
+  DP_RETURN_IF_ERROR(ReadDataAndReplicaFlags(&f));
+  f.cpu_backend = absl::GetFlag(FLAGS_cpu_backend);  // Issue 18.
+  f.cuda_blocking_sync = absl::GetFlag(FLAGS_cuda_blocking_sync);  // Issue 17.
+  f.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  f.metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
+  DP_RETURN_IF_ERROR(ValidateJobFlags(&f));
   return f;
 }
 
@@ -349,12 +390,11 @@ DoneReport PrintDone(int w, const TrainResult& r) {
   return d;
 }
 
-absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
-                   std::vector<std::unique_ptr<ParameterClient>>& clients,
-                   DoneReport* done) {
+// One batcher per replica over `train`, which must outlive them.
+absl::StatusOr<std::vector<std::unique_ptr<Batcher>>> MakeBatchers(
+    const WorkerFlags& f, const Dataset* train, int R,
+    HostAllocator* allocator) {
   const int w = f.client.worker_id;
-  const int R = static_cast<int>(set.models.size());
-  DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true));
   // Replica r of worker w reads data shard w*R + r of num_workers*R.
   std::vector<std::unique_ptr<Batcher>> batchers;
   for (int r = 0; r < R; ++r) {
@@ -366,7 +406,7 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
     bo.seed = f.seed;
     bo.prefetch = f.prefetch;
     bo.num_threads = f.data_threads;
-    bo.allocator = set.allocator();
+    bo.allocator = allocator;
     if (f.augment) {
       bo.augment.random_crop_padding = 4;
       bo.augment.horizontal_flip = true;
@@ -375,53 +415,44 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
       bo.normalize_mean.assign(kCifar10Mean, kCifar10Mean + 3);
       bo.normalize_std.assign(kCifar10Std, kCifar10Std + 3);
     }
-    DP_ASSIGN_OR_RETURN(std::unique_ptr<Batcher> b, Batcher::Create(&train, bo));
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<Batcher> b, Batcher::Create(train, bo));
     batchers.push_back(std::move(b));
   }
-  std::printf("worker %d: %d replica%s (%s) over %lld training examples, "
-              "%lld batches/epoch each, backend %s\n", w, R, R == 1 ? "" : "s",
-              R == 1 ? "one worker"
-                     : (f.local_sum ? "gradients summed here, one push"
-                                    : "each its own worker"),
-              static_cast<long long>(train.size),
-              static_cast<long long>(batchers[0]->BatchesPerEpoch()),
-              set.models[0]->backend()->Name().c_str());
-  std::fflush(stdout);
-  TrainerOptions to = f.trainer;
-  to.host_allocator = set.allocator();
-  to.stop_requested = &g_stop_requested;  // Recovery: graceful stop.
-  auto progress = [metrics = f.metrics](int id) {
-    return [id, metrics](const Progress& p) {
-      if (metrics != nullptr) metrics->OnProgress(id, p);
-      WorkerProgress line;
-      line.worker = id;
-      line.step = p.step;
-      line.loss = p.loss;
-      line.examples_per_sec = p.examples_per_sec;
-      line.sec_per_batch = p.sec_per_batch;
-      line.shares = p.window.Shares();
-      std::printf("%s\n", FormatProgressLine(line).c_str());
-      std::fflush(stdout);
-    };
+  return batchers;
+}
+
+// The progress callback of worker `id`: a PROGRESS line, and the metrics.
+std::function<void(const Progress&)> ProgressPrinter(
+    std::shared_ptr<WorkerMetrics> metrics, int id) {
+  return [id, metrics](const Progress& p) {
+    if (metrics != nullptr) metrics->OnProgress(id, p);
+    WorkerProgress line;
+    line.worker = id;
+    line.step = p.step;
+    line.loss = p.loss;
+    line.examples_per_sec = p.examples_per_sec;
+    line.sec_per_batch = p.sec_per_batch;
+    line.shares = p.window.Shares();
+    std::printf("%s\n", FormatProgressLine(line).c_str());
+    std::fflush(stdout);
   };
-  if (f.local_sum || R == 1) {
-    std::vector<Replica> group;
-    for (int r = 0; r < R; ++r) {
-      group.push_back({set.models[r].get(), batchers[r].get()});
-    }
-    DP_ASSIGN_OR_RETURN(TrainResult r, RunDownpourWorker(to, group,
-                                                         clients[0].get(),
-                                                         progress(w)));
-    *done = PrintDone(w, r);
-    return absl::OkStatus();
-  }
-  // Independent replicas: R Downpour workers in this process.
+}
+
+// Independent replicas (--local_aggregation=none): R Downpour workers in
+// this process, one thread and one client each; their results summed.
+absl::StatusOr<TrainResult> RunIndependentReplicas(
+    const WorkerFlags& f, const TrainerOptions& to, ReplicaSet& set,
+    std::vector<std::unique_ptr<ParameterClient>>& clients,
+    std::vector<std::unique_ptr<Batcher>>& batchers) {
+  const int w = f.client.worker_id;
+  const int R = static_cast<int>(set.models.size());
   std::vector<absl::StatusOr<TrainResult>> results(R);
   std::vector<std::thread> threads;
   for (int r = 0; r < R; ++r) {
     threads.emplace_back([&, r] {
       results[r] = RunDownpourWorker(to, set.models[r].get(), clients[r].get(),
-                                     batchers[r].get(), progress(w * R + r));
+                                     batchers[r].get(),
+                                     ProgressPrinter(f.metrics, w * R + r));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -435,6 +466,42 @@ absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
     all.seconds = std::max(all.seconds, results[r]->seconds);
     all.total += results[r]->total;
   }
+  return all;
+}
+
+absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
+                   std::vector<std::unique_ptr<ParameterClient>>& clients,
+                   DoneReport* done) {
+  const int w = f.client.worker_id;
+  const int R = static_cast<int>(set.models.size());
+  DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true));
+  DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Batcher>> batchers,
+                      MakeBatchers(f, &train, R, set.allocator()));
+  std::printf("worker %d: %d replica%s (%s) over %lld training examples, "
+              "%lld batches/epoch each, backend %s\n", w, R, R == 1 ? "" : "s",
+              R == 1 ? "one worker"
+                     : (f.local_sum ? "gradients summed here, one push"
+                                    : "each its own worker"),
+              static_cast<long long>(train.size),
+              static_cast<long long>(batchers[0]->BatchesPerEpoch()),
+              set.models[0]->backend()->Name().c_str());
+  std::fflush(stdout);
+  TrainerOptions to = f.trainer;
+  to.host_allocator = set.allocator();
+  to.stop_requested = &g_stop_requested;  // Recovery: graceful stop.
+  if (f.local_sum || R == 1) {
+    std::vector<Replica> group;
+    for (int r = 0; r < R; ++r) {
+      group.push_back({set.models[r].get(), batchers[r].get()});
+    }
+    DP_ASSIGN_OR_RETURN(
+        TrainResult r, RunDownpourWorker(to, group, clients[0].get(),
+                                         ProgressPrinter(f.metrics, w)));
+    *done = PrintDone(w, r);
+    return absl::OkStatus();
+  }
+  DP_ASSIGN_OR_RETURN(TrainResult all,
+                      RunIndependentReplicas(f, to, set, clients, batchers));
   *done = PrintDone(w, all);
   return absl::OkStatus();
 }
@@ -530,38 +597,21 @@ absl::Status EndSpecJob(const WorkerFlags& f, const absl::Status& trained,
   return ended;
 }
 
-absl::Status Run() {
-  DP_ASSIGN_OR_RETURN(WorkerFlags f, ReadFlags());
-  const int w = f.client.worker_id;
-  if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
-    DP_ASSIGN_OR_RETURN(f.metrics, WorkerMetrics::Start(
-                                       absl::GetFlag(FLAGS_metrics_bind), port));
-    std::printf("worker %d: metrics on http://%s:%d/metrics\n", w,
-                absl::GetFlag(FLAGS_metrics_bind).c_str(), f.metrics->port());
-  }
-  if (f.spec.has_value()) {  // Across machines: log it; wait for peers' names.
-    std::printf("worker %d: %s\n", w, ClusterSpecToString(*f.spec).c_str());
-    std::fflush(stdout);
-    DP_RETURN_IF_ERROR(WaitForHostNames(
-        f.client.hosts, f.client.connect_timeout, [w](const std::string& m) {
-          std::printf("worker %d: %s\n", w, m.c_str());
-          std::fflush(stdout);
-        }));
-  }
-  // The devices are chosen here, in main, and passed down
-  // (worker/nn/backend_select.h; --device=auto falls back to the CPU when the
-  // CUDA backend fails to start).
+// The replicas of this process on the devices chosen here, in main's call
+// tree, and passed down (worker/nn/backend_select.h; --device=auto falls back
+// to the CPU when the CUDA backend fails to start).
+absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerFlags& f) {
   BackendRequest request;
   request.device = f.device;
   request.gpus = f.gpus;
   request.cpu_replicas = f.replicas;
   request.single = f.task == "eval";
   request.cpu_threads = f.cpu_threads;
-  request.cpu_backend = absl::GetFlag(FLAGS_cpu_backend);  // Issue 18.
-  request.cuda.blocking_sync = absl::GetFlag(FLAGS_cuda_blocking_sync);
+  request.cpu_backend = f.cpu_backend;  // Issue 18.
+  request.cuda.blocking_sync = f.cuda_blocking_sync;
   DP_ASSIGN_OR_RETURN(SelectedBackends selected,
                       SelectBackends(request, RealCudaFactory()));
-  std::printf("worker %d: %s\n", w, selected.note.c_str());
+  std::printf("worker %d: %s\n", f.client.worker_id, selected.note.c_str());
   const int R = static_cast<int>(selected.backends.size());
   const int max_batch = f.task == "eval" ? 500 : f.batch_size;
   ReplicaSet set;
@@ -572,7 +622,15 @@ absl::Status Run() {
                         BuildModel(f.model, set.backends[r].get(), max_batch));
     set.models.push_back(std::move(m));
   }
-  // One client, or one per replica when each replica is its own worker.
+  return set;
+}
+
+// One client, or one per replica when each replica is its own worker; each
+// declares the model to the servers.
+absl::StatusOr<std::vector<std::unique_ptr<ParameterClient>>> ConnectClients(
+    const WorkerFlags& f, const ReplicaSet& set) {
+  const int w = f.client.worker_id;
+  const int R = static_cast<int>(set.models.size());
   std::vector<std::unique_ptr<ParameterClient>> clients;
   const int num_clients = f.task == "train" && !f.local_sum ? R : 1;
   for (int c = 0; c < num_clients; ++c) {
@@ -585,6 +643,30 @@ absl::Status Run() {
                                     f.max_chunk_bytes));
     clients.push_back(std::move(client));
   }
+  return clients;
+}
+
+absl::Status Run() {
+  DP_ASSIGN_OR_RETURN(WorkerFlags f, ReadFlags());
+  const int w = f.client.worker_id;
+  if (f.metrics_port >= 0) {
+    DP_ASSIGN_OR_RETURN(f.metrics,
+                        WorkerMetrics::Start(f.metrics_bind, f.metrics_port));
+    std::printf("worker %d: metrics on http://%s:%d/metrics\n", w,
+                f.metrics_bind.c_str(), f.metrics->port());
+  }
+  if (f.spec.has_value()) {  // Across machines: log it; wait for peers' names.
+    std::printf("worker %d: %s\n", w, ClusterSpecToString(*f.spec).c_str());
+    std::fflush(stdout);
+    DP_RETURN_IF_ERROR(WaitForHostNames(
+        f.client.hosts, f.client.connect_timeout, [w](const std::string& m) {
+          std::printf("worker %d: %s\n", w, m.c_str());
+          std::fflush(stdout);
+        }));
+  }
+  DP_ASSIGN_OR_RETURN(ReplicaSet set, BuildReplicas(f));
+  DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ParameterClient>> clients,
+                      ConnectClients(f, set));
   if (f.task != "train") return Eval(f, set.models[0].get(), clients[0].get());
   DoneReport done;
   const absl::Status trained = Train(f, set, clients, &done);

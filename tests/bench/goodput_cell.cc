@@ -174,7 +174,8 @@ void Summarize(const Usage& used, int trials, const WorkerState& state,
 
 GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
                            int shards, int workers, int trials,
-                           const std::function<void()>& between_trials) {
+                           const std::function<void()>& between_trials,
+                           const std::function<void(InProcessCluster*)>& on_cluster) {
   GoodputCell cell;
   cell.model_bytes = model_bytes;
   cell.shards = shards;
@@ -212,6 +213,14 @@ GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
     cell.refused = Describe(s);
     return cell;
   }
+  // Detaches whatever on_cluster attached before the cluster goes.
+  struct Detach {
+    const std::function<void(InProcessCluster*)>& f;
+    ~Detach() {
+      if (f) f(nullptr);
+    }
+  } detach{on_cluster};
+  if (on_cluster) on_cluster(cluster->get());
   Usage used;  // Summed over the trials only.
   for (int t = 0; t < trials; ++t) {
     if (between_trials) between_trials();

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/inprocess_cluster.h"
 #include "tests/bench/transport_bench_util.h"
 
 namespace downpour {
@@ -43,10 +44,13 @@ struct GoodputCell {
 
 // Runs `trials` timed trials of cell.rounds rounds each on one cluster;
 // `between_trials` (if set) runs before each trial while the workers wait, so
-// another measurement can be interleaved with this cell's.
+// another measurement can be interleaved with this cell's. `on_cluster` (if
+// set; Recovery's snapshot cost) is called with the cluster once its stores
+// are declared and warm, and with nullptr before the cluster shuts down.
 GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
                            int shards, int workers, int trials = 1,
-                           const std::function<void()>& between_trials = {});
+                           const std::function<void()>& between_trials = {},
+                           const std::function<void(InProcessCluster*)>& on_cluster = {});
 
 struct LatencyResult {
   std::string error;

@@ -52,6 +52,7 @@
 #include "rpc/wire.h"
 #include "tests/bench/goodput_cell.h"
 #include "tests/bench/security_cost.h"  // Security and operations.
+#include "tests/bench/snapshot_cost.h"  // Recovery.
 #include "tests/bench/transport_bench_util.h"
 #include "tests/bench/transport_sections.h"
 #include "worker/grpc_ps_client.h"
@@ -112,6 +113,13 @@ ABSL_FLAG(bool, security_cost, false,
 ABSL_FLAG(std::string, certs_dir, "",
           "--security_cost: make_certs.sh's files (default: made now in a "
           "temporary directory with deploy/make_certs.sh).");
+// Recovery (tests/bench/snapshot_cost.h): the snapshot cost mode.
+ABSL_FLAG(bool, snapshot_cost, false,
+          "Only the 64 MiB, 2-shard, 1-worker goodput cell with shard "
+          "snapshots off and on (every --checkpoint_every_s, into a temporary "
+          "folder), --headline_trials each, interleaved.");
+ABSL_FLAG(double, checkpoint_every_s, 1.0,
+          "--snapshot_cost: seconds between a shard's snapshots.");
 
 namespace downpour {
 namespace transport_bench {
@@ -162,6 +170,32 @@ int RunSecurityCostMode(BenchOptions o, std::string dir) {
               static_cast<int>(std::clamp<int64_t>(o.cell_bytes / (2 * 64 * kMiB),
                                                    o.min_rounds, o.max_rounds)),
               LoadAverage().c_str(), SecurityCostTable(*settings).c_str());
+  return 0;
+}
+
+// Recovery: --snapshot_cost. The 64 MiB, 2-shard, 1-worker cell with
+// snapshots off and on, trials interleaved.
+int RunSnapshotCostMode(const BenchOptions& o, double every_s) {
+  auto cost = RunSnapshotCost(
+      absl::Seconds(every_s), 2, o.headline_trials,
+      [&](const std::function<void(InProcessCluster*)>& on_cluster)
+          -> absl::StatusOr<double> {
+        GoodputCell cell = RunGoodputCell(o, 64 * kMiB, 2, 1, 1, {}, on_cluster);
+        if (!cell.refused.empty()) return absl::InternalError(cell.refused);
+        std::fprintf(stderr, "  trial (%s): %.2f GB/s over %.1f s\n",
+                     on_cluster ? "snapshots on" : "snapshots off",
+                     GBps(cell.goodput), cell.seconds);
+        return cell.goodput;
+      });
+  if (!cost.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", cost.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("snapshot cost: push+pull goodput, 64 MiB, 2 shards, 1 worker, %d "
+              "trials of %d rounds each way (load %s)\n%s", o.headline_trials,
+              static_cast<int>(std::clamp<int64_t>(o.cell_bytes / (2 * 64 * kMiB),
+                                                   o.min_rounds, o.max_rounds)),
+              LoadAverage().c_str(), SnapshotCostTable(*cost).c_str());
   return 0;
 }
 
@@ -254,6 +288,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_security_cost)) {
     return downpour::transport_bench::RunSecurityCostMode(
         o, absl::GetFlag(FLAGS_certs_dir));
+  }
+  if (absl::GetFlag(FLAGS_snapshot_cost)) {  // Recovery.
+    return downpour::transport_bench::RunSnapshotCostMode(
+        o, absl::GetFlag(FLAGS_checkpoint_every_s));
   }
   return downpour::transport_bench::RunTransportBench(o);
 }
