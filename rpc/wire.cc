@@ -447,6 +447,9 @@ absl::Status DecodeInto(const Pieces& pieces, const WireChunk& c, float* dst,
 }
 
 void EncodeValues(Encoding e, const float* src, int64_t n, char* dst) {
+  // An empty chunk may come with null pointers (an empty vector's data()),
+  // which memcpy must not be given even for zero bytes.
+  if (n == 0) return;
   if (e == Encoding::kRawF32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * 4);
   } else {
