@@ -6,17 +6,14 @@
 //   ps_worker --task=eval --ps_hosts=... --save_params=model.safetensors
 //
 // Every flag is read here and turned into options structs; nothing below main
-// reads a flag.
+// reads a flag. Training, evaluation and the end of a spec job are driven by
+// worker/worker_job.h.
 #include <signal.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -25,29 +22,24 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/exit_codes.h"  // Recovery.
 #include "common/malloc_tuning.h"
 #include "common/report.h"
-#include "common/safetensors.h"
-#include "common/shard_stats.h"
 #include "common/status_macros.h"
 #include "common/train_mode.h"
-#include "worker/data/data.h"
 #include "rpc/security_flags.h"
 #include "worker/grpc_ps_client.h"
-#include "worker/job_end.h"
 #include "common/cluster_spec.h"
 #include "rpc/net_probe.h"
-#include <fstream>
 #include "worker/nn/backend.h"
 #include "worker/nn/backend_select.h"
 #include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
 #include "worker/trainer.h"
+#include "worker/worker_job.h"
 #include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, ps_hosts, "",
@@ -161,32 +153,8 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 void OnStopSignal(int) { g_stop_requested.store(true); }
 
-struct WorkerFlags {
-  GrpcClientOptions client;
-  int num_workers = 1;
-  std::string task, data_dir, model, device, save_params, dataset;
-  std::vector<int> gpus;
-  int replicas = 1, data_threads = 2;
-  bool local_sum = true, augment = false;
-  int batch_size = 64, epochs = 1, cpu_threads = 1, prefetch = 4;
-  uint64_t seed = 1;
-  int64_t max_train_examples = 0, max_test_examples = 0, max_chunk_bytes = 0;
-  TrainerOptions trainer;
-  // Across machines: set when the job comes from a cluster spec.
-  std::optional<ClusterSpec> spec;
-  std::string summary_json;
-  absl::Duration job_wait_timeout;
-  absl::Time started = absl::Now();
-  // Security and operations: null when --metrics_port is -1.
-  std::shared_ptr<WorkerMetrics> metrics;
-  int metrics_port = -1;
-  std::string metrics_bind;
-  std::string cpu_backend;          // Compute and learning (issue 18).
-  bool cuda_blocking_sync = false;  // GPU bring-up (issue 17).
-};
-
 // Across machines: servers, index and worker count from the spec, if any.
-absl::Status ApplySpecFlags(WorkerFlags* f) {
+absl::Status ApplySpecFlags(WorkerOptions* f) {
   ClusterSpecInputs in;
   in.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
   in.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
@@ -211,7 +179,7 @@ absl::Status ApplySpecFlags(WorkerFlags* f) {
 
 // The servers, this worker's index, the deadlines and the security options;
 // with a cluster spec, its servers, index and worker count.
-absl::Status ReadConnectionFlags(WorkerFlags* f) {
+absl::Status ReadConnectionFlags(WorkerOptions* f) {
   const std::string hosts = absl::GetFlag(FLAGS_ps_hosts);
   f->client.hosts = absl::StrSplit(hosts, ',', absl::SkipEmpty());
   f->client.worker_id = absl::GetFlag(FLAGS_worker_index);
@@ -233,7 +201,7 @@ absl::Status ReadConnectionFlags(WorkerFlags* f) {
 }
 
 // The task, the model and the Downpour loop; ValidateJobFlags checks them.
-void ReadTrainingFlags(WorkerFlags* f) {
+void ReadTrainingFlags(WorkerOptions* f) {
   f->task = absl::GetFlag(FLAGS_task);
   f->data_dir = absl::GetFlag(FLAGS_data_dir);
   f->model = absl::GetFlag(FLAGS_model);
@@ -271,7 +239,7 @@ absl::Status ReadTransportFlags(GrpcClientOptions* client) {
 }
 
 // The input pipeline and this process's replicas.
-absl::Status ReadDataAndReplicaFlags(WorkerFlags* f) {
+absl::Status ReadDataAndReplicaFlags(WorkerOptions* f) {
   f->dataset = absl::GetFlag(FLAGS_dataset);
   if (f->dataset != "fashion_mnist" && f->dataset != "cifar10") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -304,7 +272,7 @@ absl::Status ReadDataAndReplicaFlags(WorkerFlags* f) {
 }
 
 // --mode, and the checks of the task, index, sizes and device.
-absl::Status ValidateJobFlags(WorkerFlags* f) {
+absl::Status ValidateJobFlags(WorkerOptions* f) {
   auto mode = ParseTrainMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) {
     return absl::InvalidArgumentError(
@@ -337,8 +305,8 @@ absl::Status ValidateJobFlags(WorkerFlags* f) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<WorkerFlags> ReadFlags() {
-  WorkerFlags f;
+absl::StatusOr<WorkerOptions> ReadFlags() {
+  WorkerOptions f;
   DP_RETURN_IF_ERROR(ReadConnectionFlags(&f));
   ReadTrainingFlags(&f);
   DP_RETURN_IF_ERROR(ReadTransportFlags(&f.client));
@@ -351,256 +319,10 @@ absl::StatusOr<WorkerFlags> ReadFlags() {
   return f;
 }
 
-// The replicas of this process: a backend and a model each, on the devices
-// chosen in Run.
-struct ReplicaSet {
-  std::vector<std::unique_ptr<Backend>> backends;
-  std::vector<std::unique_ptr<Model>> models;
-  std::unique_ptr<HostAllocator> pinned;  // Null on the CPU.
-  HostAllocator* allocator() const {
-    return pinned != nullptr ? pinned.get() : DefaultHostAllocator();
-  }
-};
-
-absl::StatusOr<Dataset> LoadSplit(const WorkerFlags& f, bool train) {
-  const int64_t max = train ? f.max_train_examples : f.max_test_examples;
-  if (f.dataset == "cifar10") return LoadCifar10Split(f.data_dir, train, max);
-  return LoadMnistSplit(f.data_dir, train, max);
-}
-
-DoneReport PrintDone(int w, const TrainResult& r) {
-  std::printf("worker %d: finished %lld steps (%lld examples) in %.1f s; "
-              "time %s: %s\n", w, static_cast<long long>(r.steps),
-              static_cast<long long>(r.examples), r.seconds,
-              r.total.Shares().c_str(), r.total.Verdict().c_str());
-  DoneReport d;
-  d.worker = w;
-  d.steps = r.steps;
-  d.examples = r.examples;
-  d.pushes = r.pushes;
-  d.final_loss = r.final_loss;
-  d.seconds = r.seconds;
-  d.time_data = r.total.data;
-  d.time_compute = r.total.compute;
-  d.time_pull = r.total.pull;
-  d.time_push = r.total.push;
-  d.verdict = r.total.Verdict();
-  std::printf("%s\n", FormatDoneLine(d).c_str());
-  std::fflush(stdout);
-  return d;
-}
-
-// One batcher per replica over `train`, which must outlive them.
-absl::StatusOr<std::vector<std::unique_ptr<Batcher>>> MakeBatchers(
-    const WorkerFlags& f, const Dataset* train, int R,
-    HostAllocator* allocator) {
-  const int w = f.client.worker_id;
-  // Replica r of worker w reads data shard w*R + r of num_workers*R.
-  std::vector<std::unique_ptr<Batcher>> batchers;
-  for (int r = 0; r < R; ++r) {
-    BatcherOptions bo;
-    bo.worker_index = w * R + r;
-    bo.num_workers = f.num_workers * R;
-    bo.batch_size = f.batch_size;
-    bo.epochs = f.epochs;
-    bo.seed = f.seed;
-    bo.prefetch = f.prefetch;
-    bo.num_threads = f.data_threads;
-    bo.allocator = allocator;
-    if (f.augment) {
-      bo.augment.random_crop_padding = 4;
-      bo.augment.horizontal_flip = true;
-    }
-    if (f.dataset == "cifar10") {
-      bo.normalize_mean.assign(kCifar10Mean, kCifar10Mean + 3);
-      bo.normalize_std.assign(kCifar10Std, kCifar10Std + 3);
-    }
-    DP_ASSIGN_OR_RETURN(std::unique_ptr<Batcher> b, Batcher::Create(train, bo));
-    batchers.push_back(std::move(b));
-  }
-  return batchers;
-}
-
-// The progress callback of worker `id`: a PROGRESS line, and the metrics.
-std::function<void(const Progress&)> ProgressPrinter(
-    std::shared_ptr<WorkerMetrics> metrics, int id) {
-  return [id, metrics](const Progress& p) {
-    if (metrics != nullptr) metrics->OnProgress(id, p);
-    WorkerProgress line;
-    line.worker = id;
-    line.step = p.step;
-    line.loss = p.loss;
-    line.examples_per_sec = p.examples_per_sec;
-    line.sec_per_batch = p.sec_per_batch;
-    line.shares = p.window.Shares();
-    std::printf("%s\n", FormatProgressLine(line).c_str());
-    std::fflush(stdout);
-  };
-}
-
-// Independent replicas (--local_aggregation=none): R Downpour workers in
-// this process, one thread and one client each; their results summed.
-absl::StatusOr<TrainResult> RunIndependentReplicas(
-    const WorkerFlags& f, const TrainerOptions& to, ReplicaSet& set,
-    std::vector<std::unique_ptr<ParameterClient>>& clients,
-    std::vector<std::unique_ptr<Batcher>>& batchers) {
-  const int w = f.client.worker_id;
-  const int R = static_cast<int>(set.models.size());
-  std::vector<absl::StatusOr<TrainResult>> results(R);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < R; ++r) {
-    threads.emplace_back([&, r] {
-      results[r] = RunDownpourWorker(to, set.models[r].get(), clients[r].get(),
-                                     batchers[r].get(),
-                                     ProgressPrinter(f.metrics, w * R + r));
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  TrainResult all;
-  for (int r = 0; r < R; ++r) {
-    if (!results[r].ok()) return results[r].status();
-    all.steps += results[r]->steps;
-    all.examples += results[r]->examples;
-    all.pushes += results[r]->pushes;
-    all.final_loss += results[r]->final_loss / R;
-    all.seconds = std::max(all.seconds, results[r]->seconds);
-    all.total += results[r]->total;
-  }
-  return all;
-}
-
-absl::Status Train(const WorkerFlags& f, ReplicaSet& set,
-                   std::vector<std::unique_ptr<ParameterClient>>& clients,
-                   DoneReport* done) {
-  const int w = f.client.worker_id;
-  const int R = static_cast<int>(set.models.size());
-  DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true));
-  DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Batcher>> batchers,
-                      MakeBatchers(f, &train, R, set.allocator()));
-  std::printf("worker %d: %d replica%s (%s) over %lld training examples, "
-              "%lld batches/epoch each, backend %s\n", w, R, R == 1 ? "" : "s",
-              R == 1 ? "one worker"
-                     : (f.local_sum ? "gradients summed here, one push"
-                                    : "each its own worker"),
-              static_cast<long long>(train.size),
-              static_cast<long long>(batchers[0]->BatchesPerEpoch()),
-              set.models[0]->backend()->Name().c_str());
-  std::fflush(stdout);
-  TrainerOptions to = f.trainer;
-  to.host_allocator = set.allocator();
-  to.stop_requested = &g_stop_requested;  // Recovery: graceful stop.
-  if (f.local_sum || R == 1) {
-    std::vector<Replica> group;
-    for (int r = 0; r < R; ++r) {
-      group.push_back({set.models[r].get(), batchers[r].get()});
-    }
-    DP_ASSIGN_OR_RETURN(
-        TrainResult r, RunDownpourWorker(to, group, clients[0].get(),
-                                         ProgressPrinter(f.metrics, w)));
-    *done = PrintDone(w, r);
-    return absl::OkStatus();
-  }
-  DP_ASSIGN_OR_RETURN(TrainResult all,
-                      RunIndependentReplicas(f, to, set, clients, batchers));
-  *done = PrintDone(w, all);
-  return absl::OkStatus();
-}
-
-absl::Status Eval(const WorkerFlags& f, Model* model, ParameterClient* client,
-                  ChiefRecord* record = nullptr) {
-  DP_ASSIGN_OR_RETURN(Dataset test, LoadSplit(f, false));
-  std::vector<float> params(model->num_parameters());
-  std::vector<int64_t> versions;
-  DP_RETURN_IF_ERROR(client->Pull(absl::MakeSpan(params), &versions));
-  DP_RETURN_IF_ERROR(model->SetParameters(params));
-  DP_ASSIGN_OR_RETURN(EvalResult r, EvaluateModel(model, test));
-  int64_t updates = 0;
-  for (int64_t v : versions) updates += v;
-  std::printf("eval: test accuracy = %.4f, loss = %.4f on %lld examples "
-              "(%lld chunk updates applied)\n",
-              r.accuracy, r.loss, static_cast<long long>(r.examples),
-              static_cast<long long>(updates));
-  std::printf("%s\n",
-              FormatEvalLine({r.accuracy, r.loss, r.examples}).c_str());
-  DP_ASSIGN_OR_RETURN(std::vector<ShardStats> stats, client->Stats());
-  for (const ShardStats& s : stats) {
-    std::printf("%s\n", FormatServerStatsLine(s).c_str());
-  }
-  if (record != nullptr) {
-    record->eval = {r.accuracy, r.loss, r.examples};
-    record->stats = stats;
-  }
-  if (!f.save_params.empty()) {
-    DP_RETURN_IF_ERROR(WriteSafetensors(
-        f.save_params, model->param_specs(), params,
-        {{"format", "downpour"},
-         {"model", f.model},
-         {"chunk_updates", absl::StrCat(updates)},
-         {"test_accuracy", absl::StrFormat("%.5f", r.accuracy)}}));
-    std::printf("eval: parameters saved to %s\n", f.save_params.c_str());
-  }
-  std::fflush(stdout);
-  return absl::OkStatus();
-}
-
-// Across machines: the end of a job from a cluster spec (worker/job_end.h).
-absl::Status EndSpecJob(const WorkerFlags& f, const absl::Status& trained,
-                        const DoneReport& done, Model* model,
-                        ParameterClient* client) {
-  DP_ASSIGN_OR_RETURN(std::unique_ptr<JobEndClient> job,
-                      JobEndClient::Create(f.client.hosts, f.client.security,
-                                           f.client.rpc_timeout));
-  const int w = f.client.worker_id;
-  if (w != 0) {
-    const absl::Status reported =
-        job->ReportWorkerDone(w, trained, FormatDoneLine(done));
-    DP_RETURN_IF_ERROR(trained);
-    return reported;
-  }
-  ChiefRecord record;
-  record.mode = f.trainer.mode;
-  record.servers = static_cast<int>(f.client.hosts.size());
-  record.workers = f.num_workers;
-  record.epochs = f.epochs;
-  record.batch_size = f.batch_size;
-  record.chief_done = done;
-  absl::Status s = trained;
-  if (s.ok()) {
-    std::printf("worker 0: chief: waiting for the other workers\n");
-    std::fflush(stdout);
-    absl::StatusOr<JobReports> others = job->WaitForWorkers(0, f.job_wait_timeout);
-    if (others.ok()) record.others = *others;
-    s = !others.ok() ? others.status()
-        : others->errors.empty()
-            ? absl::OkStatus()
-            : absl::AbortedError(absl::StrJoin(others->errors, "; "));
-  }
-  if (s.ok()) s = Eval(f, model, client, &record);
-  if (s.ok()) {
-    record.wall_seconds = absl::ToDoubleSeconds(absl::Now() - f.started);
-    const std::string json = ChiefSummaryJson(record);
-    std::printf("SUMMARY %s\n", json.c_str());
-    if (!f.summary_json.empty()) {
-      std::ofstream out(f.summary_json, std::ios::trunc);
-      out << json << "\n";
-      if (!out.good()) {
-        s = absl::InternalError(absl::StrCat("cannot write --summary_json ",
-                                             f.summary_json));
-      }
-    }
-  }
-  std::printf("worker 0: chief: ending the job (%s)\n",
-              s.ok() ? "succeeded" : s.ToString().c_str());
-  std::fflush(stdout);
-  const absl::Status ended = job->EndJob(0, s.ok() ? "" : s.ToString());
-  DP_RETURN_IF_ERROR(s);
-  return ended;
-}
-
 // The replicas of this process on the devices chosen here, in main's call
 // tree, and passed down (worker/nn/backend_select.h; --device=auto falls back
 // to the CPU when the CUDA backend fails to start).
-absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerFlags& f) {
+absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerOptions& f) {
   BackendRequest request;
   request.device = f.device;
   request.gpus = f.gpus;
@@ -628,7 +350,7 @@ absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerFlags& f) {
 // One client, or one per replica when each replica is its own worker; each
 // declares the model to the servers.
 absl::StatusOr<std::vector<std::unique_ptr<ParameterClient>>> ConnectClients(
-    const WorkerFlags& f, const ReplicaSet& set) {
+    const WorkerOptions& f, const ReplicaSet& set) {
   const int w = f.client.worker_id;
   const int R = static_cast<int>(set.models.size());
   std::vector<std::unique_ptr<ParameterClient>> clients;
@@ -647,7 +369,8 @@ absl::StatusOr<std::vector<std::unique_ptr<ParameterClient>>> ConnectClients(
 }
 
 absl::Status Run() {
-  DP_ASSIGN_OR_RETURN(WorkerFlags f, ReadFlags());
+  DP_ASSIGN_OR_RETURN(WorkerOptions f, ReadFlags());
+  f.trainer.stop_requested = &g_stop_requested;  // Recovery: graceful stop.
   const int w = f.client.worker_id;
   if (f.metrics_port >= 0) {
     DP_ASSIGN_OR_RETURN(f.metrics,

@@ -1,0 +1,263 @@
+// The training, evaluation and job-end driving of ps_worker (worker_job.h).
+#include "worker/worker_job.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/report.h"
+#include "common/safetensors.h"
+#include "common/shard_stats.h"
+#include "common/status_macros.h"
+#include "worker/data/data.h"
+#include "worker/trainer.h"
+
+namespace downpour {
+namespace {
+
+absl::StatusOr<Dataset> LoadSplit(const WorkerOptions& f, bool train) {
+  const int64_t max = train ? f.max_train_examples : f.max_test_examples;
+  if (f.dataset == "cifar10") return LoadCifar10Split(f.data_dir, train, max);
+  return LoadMnistSplit(f.data_dir, train, max);
+}
+
+DoneReport PrintDone(int w, const TrainResult& r) {
+  std::printf("worker %d: finished %lld steps (%lld examples) in %.1f s; "
+              "time %s: %s\n", w, static_cast<long long>(r.steps),
+              static_cast<long long>(r.examples), r.seconds,
+              r.total.Shares().c_str(), r.total.Verdict().c_str());
+  DoneReport d;
+  d.worker = w;
+  d.steps = r.steps;
+  d.examples = r.examples;
+  d.pushes = r.pushes;
+  d.final_loss = r.final_loss;
+  d.seconds = r.seconds;
+  d.time_data = r.total.data;
+  d.time_compute = r.total.compute;
+  d.time_pull = r.total.pull;
+  d.time_push = r.total.push;
+  d.verdict = r.total.Verdict();
+  std::printf("%s\n", FormatDoneLine(d).c_str());
+  std::fflush(stdout);
+  return d;
+}
+
+// One batcher per replica over `train`, which must outlive them.
+absl::StatusOr<std::vector<std::unique_ptr<Batcher>>> MakeBatchers(
+    const WorkerOptions& f, const Dataset* train, int R,
+    HostAllocator* allocator) {
+  const int w = f.client.worker_id;
+  // Replica r of worker w reads data shard w*R + r of num_workers*R.
+  std::vector<std::unique_ptr<Batcher>> batchers;
+  for (int r = 0; r < R; ++r) {
+    BatcherOptions bo;
+    bo.worker_index = w * R + r;
+    bo.num_workers = f.num_workers * R;
+    bo.batch_size = f.batch_size;
+    bo.epochs = f.epochs;
+    bo.seed = f.seed;
+    bo.prefetch = f.prefetch;
+    bo.num_threads = f.data_threads;
+    bo.allocator = allocator;
+    if (f.augment) {
+      bo.augment.random_crop_padding = 4;
+      bo.augment.horizontal_flip = true;
+    }
+    if (f.dataset == "cifar10") {
+      bo.normalize_mean.assign(kCifar10Mean, kCifar10Mean + 3);
+      bo.normalize_std.assign(kCifar10Std, kCifar10Std + 3);
+    }
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<Batcher> b, Batcher::Create(train, bo));
+    batchers.push_back(std::move(b));
+  }
+  return batchers;
+}
+
+// The progress callback of worker `id`: a PROGRESS line, and the metrics.
+std::function<void(const Progress&)> ProgressPrinter(
+    std::shared_ptr<WorkerMetrics> metrics, int id) {
+  return [id, metrics](const Progress& p) {
+    if (metrics != nullptr) metrics->OnProgress(id, p);
+    WorkerProgress line;
+    line.worker = id;
+    line.step = p.step;
+    line.loss = p.loss;
+    line.examples_per_sec = p.examples_per_sec;
+    line.sec_per_batch = p.sec_per_batch;
+    line.shares = p.window.Shares();
+    std::printf("%s\n", FormatProgressLine(line).c_str());
+    std::fflush(stdout);
+  };
+}
+
+// Independent replicas (--local_aggregation=none): R Downpour workers in
+// this process, one thread and one client each; their results summed.
+absl::StatusOr<TrainResult> RunIndependentReplicas(
+    const WorkerOptions& f, const TrainerOptions& to, ReplicaSet& set,
+    std::vector<std::unique_ptr<ParameterClient>>& clients,
+    std::vector<std::unique_ptr<Batcher>>& batchers) {
+  const int w = f.client.worker_id;
+  const int R = static_cast<int>(set.models.size());
+  std::vector<absl::StatusOr<TrainResult>> results(R);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < R; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = RunDownpourWorker(to, set.models[r].get(), clients[r].get(),
+                                     batchers[r].get(),
+                                     ProgressPrinter(f.metrics, w * R + r));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  TrainResult all;
+  for (int r = 0; r < R; ++r) {
+    if (!results[r].ok()) return results[r].status();
+    all.steps += results[r]->steps;
+    all.examples += results[r]->examples;
+    all.pushes += results[r]->pushes;
+    all.final_loss += results[r]->final_loss / R;
+    all.seconds = std::max(all.seconds, results[r]->seconds);
+    all.total += results[r]->total;
+  }
+  return all;
+}
+
+}  // namespace
+
+absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
+                   std::vector<std::unique_ptr<ParameterClient>>& clients,
+                   DoneReport* done) {
+  const int w = f.client.worker_id;
+  const int R = static_cast<int>(set.models.size());
+  DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true));
+  DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Batcher>> batchers,
+                      MakeBatchers(f, &train, R, set.allocator()));
+  std::printf("worker %d: %d replica%s (%s) over %lld training examples, "
+              "%lld batches/epoch each, backend %s\n", w, R, R == 1 ? "" : "s",
+              R == 1 ? "one worker"
+                     : (f.local_sum ? "gradients summed here, one push"
+                                    : "each its own worker"),
+              static_cast<long long>(train.size),
+              static_cast<long long>(batchers[0]->BatchesPerEpoch()),
+              set.models[0]->backend()->Name().c_str());
+  std::fflush(stdout);
+  TrainerOptions to = f.trainer;
+  to.host_allocator = set.allocator();
+  if (f.local_sum || R == 1) {
+    std::vector<Replica> group;
+    for (int r = 0; r < R; ++r) {
+      group.push_back({set.models[r].get(), batchers[r].get()});
+    }
+    DP_ASSIGN_OR_RETURN(
+        TrainResult r, RunDownpourWorker(to, group, clients[0].get(),
+                                         ProgressPrinter(f.metrics, w)));
+    *done = PrintDone(w, r);
+    return absl::OkStatus();
+  }
+  DP_ASSIGN_OR_RETURN(TrainResult all,
+                      RunIndependentReplicas(f, to, set, clients, batchers));
+  *done = PrintDone(w, all);
+  return absl::OkStatus();
+}
+
+absl::Status Eval(const WorkerOptions& f, Model* model, ParameterClient* client,
+                  ChiefRecord* record) {
+  DP_ASSIGN_OR_RETURN(Dataset test, LoadSplit(f, false));
+  std::vector<float> params(model->num_parameters());
+  std::vector<int64_t> versions;
+  DP_RETURN_IF_ERROR(client->Pull(absl::MakeSpan(params), &versions));
+  DP_RETURN_IF_ERROR(model->SetParameters(params));
+  DP_ASSIGN_OR_RETURN(EvalResult r, EvaluateModel(model, test));
+  int64_t updates = 0;
+  for (int64_t v : versions) updates += v;
+  std::printf("eval: test accuracy = %.4f, loss = %.4f on %lld examples "
+              "(%lld chunk updates applied)\n",
+              r.accuracy, r.loss, static_cast<long long>(r.examples),
+              static_cast<long long>(updates));
+  std::printf("%s\n",
+              FormatEvalLine({r.accuracy, r.loss, r.examples}).c_str());
+  DP_ASSIGN_OR_RETURN(std::vector<ShardStats> stats, client->Stats());
+  for (const ShardStats& s : stats) {
+    std::printf("%s\n", FormatServerStatsLine(s).c_str());
+  }
+  if (record != nullptr) {
+    record->eval = {r.accuracy, r.loss, r.examples};
+    record->stats = stats;
+  }
+  if (!f.save_params.empty()) {
+    DP_RETURN_IF_ERROR(WriteSafetensors(
+        f.save_params, model->param_specs(), params,
+        {{"format", "downpour"},
+         {"model", f.model},
+         {"chunk_updates", absl::StrCat(updates)},
+         {"test_accuracy", absl::StrFormat("%.5f", r.accuracy)}}));
+    std::printf("eval: parameters saved to %s\n", f.save_params.c_str());
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+// Across machines: the end of a job from a cluster spec (worker/job_end.h).
+absl::Status EndSpecJob(const WorkerOptions& f, const absl::Status& trained,
+                        const DoneReport& done, Model* model,
+                        ParameterClient* client) {
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<JobEndClient> job,
+                      JobEndClient::Create(f.client.hosts, f.client.security,
+                                           f.client.rpc_timeout));
+  const int w = f.client.worker_id;
+  if (w != 0) {
+    const absl::Status reported =
+        job->ReportWorkerDone(w, trained, FormatDoneLine(done));
+    DP_RETURN_IF_ERROR(trained);
+    return reported;
+  }
+  ChiefRecord record;
+  record.mode = f.trainer.mode;
+  record.servers = static_cast<int>(f.client.hosts.size());
+  record.workers = f.num_workers;
+  record.epochs = f.epochs;
+  record.batch_size = f.batch_size;
+  record.chief_done = done;
+  absl::Status s = trained;
+  if (s.ok()) {
+    std::printf("worker 0: chief: waiting for the other workers\n");
+    std::fflush(stdout);
+    absl::StatusOr<JobReports> others = job->WaitForWorkers(0, f.job_wait_timeout);
+    if (others.ok()) record.others = *others;
+    s = !others.ok() ? others.status()
+        : others->errors.empty()
+            ? absl::OkStatus()
+            : absl::AbortedError(absl::StrJoin(others->errors, "; "));
+  }
+  if (s.ok()) s = Eval(f, model, client, &record);
+  if (s.ok()) {
+    record.wall_seconds = absl::ToDoubleSeconds(absl::Now() - f.started);
+    const std::string json = ChiefSummaryJson(record);
+    std::printf("SUMMARY %s\n", json.c_str());
+    if (!f.summary_json.empty()) {
+      std::ofstream out(f.summary_json, std::ios::trunc);
+      out << json << "\n";
+      if (!out.good()) {
+        s = absl::InternalError(absl::StrCat("cannot write --summary_json ",
+                                             f.summary_json));
+      }
+    }
+  }
+  std::printf("worker 0: chief: ending the job (%s)\n",
+              s.ok() ? "succeeded" : s.ToString().c_str());
+  std::fflush(stdout);
+  const absl::Status ended = job->EndJob(0, s.ok() ? "" : s.ToString());
+  DP_RETURN_IF_ERROR(s);
+  return ended;
+}
+
+}  // namespace downpour

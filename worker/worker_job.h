@@ -1,0 +1,109 @@
+// File: worker/worker_job.h
+//
+// What ps_worker does once its flags are read, its replicas built and its
+// clients connected (worker/ps_worker_main.cc reads every flag into a
+// WorkerOptions and calls these; nothing here reads a flag):
+//
+//  * Train: loads this worker's shard of the training data, runs the
+//    Downpour loop on the replicas (summed into one push, or each its own
+//    worker with --local_aggregation=none) and prints the PROGRESS and DONE
+//    lines;
+//  * Eval (--task=eval): pulls the servers' parameters, prints the test
+//    accuracy and the servers' stats, and writes --save_params;
+//  * EndSpecJob (a job from a cluster spec, worker/job_end.h): a worker
+//    other than the chief reports its result; the chief waits for the
+//    others, evaluates, prints and writes the SUMMARY, and ends the job.
+//
+//   DP_ASSIGN_OR_RETURN(WorkerOptions f, ReadFlags());   // in main
+//   ... ReplicaSet set; clients ...
+//   if (f.task != "train") return Eval(f, set.models[0].get(), clients[0].get());
+//   DoneReport done;
+//   const absl::Status trained = Train(f, set, clients, &done);
+//   if (f.spec.has_value()) return EndSpecJob(f, trained, done, ...);
+//
+// Thread-compatible: one thread calls these; Train starts and joins its own
+// threads.
+#ifndef DOWNPOUR_WORKER_WORKER_JOB_H_
+#define DOWNPOUR_WORKER_WORKER_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "common/host_allocator.h"
+#include "common/report.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/job_end.h"
+#include "worker/nn/backend.h"
+#include "worker/nn/model.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+
+namespace downpour {
+
+// Everything ps_worker's flags say, already parsed and checked (main's
+// ReadFlags). trainer.stop_requested, when set, is the graceful-stop flag
+// the Downpour loop polls (Recovery, issue 14).
+struct WorkerOptions {
+  GrpcClientOptions client;
+  int num_workers = 1;
+  std::string task, data_dir, model, device, save_params, dataset;
+  std::vector<int> gpus;
+  int replicas = 1, data_threads = 2;
+  bool local_sum = true, augment = false;
+  int batch_size = 64, epochs = 1, cpu_threads = 1, prefetch = 4;
+  uint64_t seed = 1;
+  int64_t max_train_examples = 0, max_test_examples = 0, max_chunk_bytes = 0;
+  TrainerOptions trainer;
+  // Across machines: set when the job comes from a cluster spec.
+  std::optional<ClusterSpec> spec;
+  std::string summary_json;
+  absl::Duration job_wait_timeout;
+  absl::Time started = absl::Now();
+  // Security and operations: null when --metrics_port is -1.
+  std::shared_ptr<WorkerMetrics> metrics;
+  int metrics_port = -1;
+  std::string metrics_bind;
+  std::string cpu_backend;          // Compute and learning (issue 18).
+  bool cuda_blocking_sync = false;  // GPU bring-up (issue 17).
+};
+
+// The replicas of this process: a backend and a model each, on the devices
+// chosen by the caller (ps_worker's BuildReplicas).
+struct ReplicaSet {
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::unique_ptr<Model>> models;
+  std::unique_ptr<HostAllocator> pinned;  // Null on the CPU.
+  HostAllocator* allocator() const {
+    return pinned != nullptr ? pinned.get() : DefaultHostAllocator();
+  }
+};
+
+// Trains the replicas of `set` against the servers: one client in
+// `clients`, or one per replica when !f.local_sum. On success *done holds
+// this worker's DONE report (also printed).
+absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
+                   std::vector<std::unique_ptr<ParameterClient>>& clients,
+                   DoneReport* done);
+
+// Evaluates the servers' parameters with `model` on the test split, prints
+// the eval and server-stats lines and writes f.save_params if set; fills
+// *record's eval and stats when `record` is not null.
+absl::Status Eval(const WorkerOptions& f, Model* model, ParameterClient* client,
+                  ChiefRecord* record = nullptr);
+
+// Across machines: ends a job from a cluster spec (f.spec set) after Train
+// returned `trained` (see the file comment). Returns the first error.
+absl::Status EndSpecJob(const WorkerOptions& f, const absl::Status& trained,
+                        const DoneReport& done, Model* model,
+                        ParameterClient* client);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_WORKER_JOB_H_
