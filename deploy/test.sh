@@ -26,9 +26,9 @@ if ! bazel --output_base="${HOME}/.cache/bazel_thread_safety" build \
   rc=1
 fi
 
-# Hostile input (issue 16): ASan+UBSan over the suite, TSan over the
-# concurrency-heavy tests, the fuzzers (deploy/sanitizer_checks.sh); their
-# tests are added to the counts below.
+# ASan+UBSan over the unit tests and fuzz seed replays, then each libFuzzer
+# target for a bounded time (deploy/sanitizer_checks.sh says what runs and
+# why); their tests are added to the counts below.
 san_counts="$(mktemp)"
 bash deploy/sanitizer_checks.sh "$san_counts" || rc=1
 
