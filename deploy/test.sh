@@ -2,9 +2,10 @@
 # Runs Downpour's whole test suite on a fresh machine: installs what is
 # missing (deploy/setup.sh), builds everything and runs `bazel test //...`,
 # builds everything again with clang's thread-safety analysis
-# (--config=thread_safety), then prints one summary line "N passed, N failed,
-# N skipped" counted from the JUnit XML each test leaves in bazel-testlogs/
-# (the thread-safety build counts as one test).
+# (--config=thread_safety), runs the unit tests under ASan+UBSan and each
+# fuzzer for a bounded time (deploy/sanitizer_checks.sh), then prints one
+# summary line "N passed, N failed, N skipped" counted from the JUnit XML the
+# tests leave (the thread-safety build and each fuzzer count as one test).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
