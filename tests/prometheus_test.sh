@@ -51,9 +51,12 @@ for _ in $(seq 100); do
 done
 $PY -c "import urllib.request; urllib.request.urlopen('$API/-/ready')" || { cat "$TMP/prometheus.log"; echo "FAIL: prometheus not ready"; exit 1; }
 
-# About 10 s of training: several scrapes of every process.
+# At least 5 s of training however fast the machine (125 steps per worker,
+# each held 40 ms by the testing-only straggler delay): several scrapes of
+# every process, each worker's included, before it exits.
 "$LAUNCH" --secure --servers=2 --workers=2 --epochs=1 --max_train_examples=16000 \
-  --metrics_base_port="$BASE" --log_dir="$TMP/job" --worker_args="--log_every=5" \
+  --metrics_base_port="$BASE" --log_dir="$TMP/job" \
+  --worker_args="--log_every=5 --debug_step_delay_ms=40" \
   > "$TMP/launch.log" 2>&1 || { tail -30 "$TMP/launch.log"; echo "FAIL: launch"; exit 1; }
 grep -q "launch: --secure: mutual TLS and a token" "$TMP/launch.log" || { echo "FAIL: not secure"; exit 1; }
 sleep 2  # One more scrape round.
