@@ -18,6 +18,12 @@
 namespace downpour {
 
 int64_t TensorSpec::NumElements() const {
+  // A zero dimension makes the tensor empty whatever the others are: check it
+  // first, or [2^32, 2^32, 0] would saturate to INT64_MAX below while
+  // ValidateLayout counts it as 0 elements (found by layout_fuzzer).
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
   for (int64_t d : shape) {
     if (__builtin_mul_overflow(n, d, &n)) return INT64_MAX;
@@ -59,7 +65,9 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // n <= max_total_elements and max_chunk_bytes are validated: no overflow.
 int64_t PiecesOf(int64_t n, const ModelLayout& layout) {
   const int64_t max_chunk_elems = layout.max_chunk_bytes / 4;
-  int64_t pieces = (n + max_chunk_elems - 1) / max_chunk_elems;
+  // Ceiling division without n + max_chunk_elems - 1, which overflows when
+  // max_chunk_bytes is near INT64_MAX (found by layout_fuzzer).
+  int64_t pieces = n / max_chunk_elems + (n % max_chunk_elems != 0 ? 1 : 0);
   if (n * 4 > layout.spread_min_bytes) {
     pieces = std::max<int64_t>(pieces, layout.num_shards);
   }

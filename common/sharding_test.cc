@@ -184,6 +184,21 @@ TEST(ShardingTest, RefusesAbsurdShapesNamingTheLimit) {
   EXPECT_NE(Refusal(OneTensor({4, -2})).find("negative"), std::string::npos);
 }
 
+// Found by layout_fuzzer: dimensions whose product overflows, followed by a
+// zero, are a valid empty tensor; the element count must say 0 (it said
+// INT64_MAX, and ComputeShardMap then asked for that many chunks).
+TEST(ShardingTest, ZeroDimensionAfterHugeOnesIsAnEmptyTensor) {
+  const std::vector<int64_t> shape = {int64_t{1} << 32, int64_t{1} << 32, 0, 0};
+  ModelLayout layout = OneTensor(shape);
+  layout.max_chunk_bytes = 4;
+  EXPECT_EQ(layout.tensors[0].NumElements(), 0);
+  EXPECT_EQ(layout.NumElements(), 0);
+  auto map = ComputeShardMap(layout);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->total_elements, 0);
+  EXPECT_EQ(map->chunks.size(), 1u);
+}
+
 TEST(ShardingTest, RefusesTooManyTensorsDimensionsChunksOrShards) {
   ModelLayout many;
   for (int i = 0; i <= (1 << 16); ++i) {
