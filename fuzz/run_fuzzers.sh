@@ -6,7 +6,10 @@
 # line per target: "fuzz: <target> OK|FAILED <executions> execs in <s> s";
 # a crash leaves its input as crash-* in $FUZZ_OUT and fails the script.
 #   bash fuzz/run_fuzzers.sh [seconds per target, default 25]
-# Environment: FUZZ_OUT (default /tmp/downpour_fuzz), FUZZ_TARGETS.
+# Environment: FUZZ_OUT (default /tmp/downpour_fuzz), FUZZ_TARGETS, FUZZ_SEED
+# (libFuzzer's -seed; 0, the default, is a new random seed each run, which is
+# what exploration by hand wants; the CI run passes a fixed one so that its
+# result can be reproduced, see deploy/sanitizer_checks.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-25}"
@@ -27,7 +30,8 @@ for t in $targets; do
   log="$out/$t.log"
   # -rss_limit_mb: an input that makes a reader allocate without bound is a
   # finding, not an OOM of the machine.
-  "$bin/$t" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 \
+  "$bin/$t" -max_total_time="$secs" -seed="${FUZZ_SEED:-0}" \
+    -rss_limit_mb=2048 -timeout=10 \
     -artifact_prefix="$out/$t-" -print_final_stats=1 "$corpus" >"$log" 2>&1
   rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
