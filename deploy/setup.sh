@@ -31,6 +31,9 @@ PACKAGES=(
   # (slurm-wlm and munge for tests/slurm/ are installed by
   # deploy/slurm/local_slurm.sh, which keeps their services from starting.)
   iproute2
+  # Debian's own Python at /usr/bin/python3: the tests' small helper scripts
+  # (Prometheus API queries, TF_CONFIG of the Kubernetes manifests).
+  python3
 )
 
 missing=()
