@@ -111,9 +111,20 @@ int64_t TotalBytes(const Pieces& pieces) {
 // protobuf forbids; issue 16 found "00 01" accepted before a valid push) and a
 // tag that does not fit 32 bits (field numbers end at 2^29 - 1), so a huge
 // tag cannot be truncated into a known field number.
+// A tag is at most 5 bytes long, as protobuf reads it: an over-long encoding
+// (say f9 ff ff ff 80 00, padded with a continuation byte) is refused there,
+// so it is refused here too (found by wire_fuzzer: the hand-written reader
+// accepted a push protobuf refuses).
 absl::Status ReadTag(Cursor* c, absl::string_view what, int* field, int* type) {
-  uint64_t tag;
-  if (!c->ReadVarint(&tag)) return Malformed(what, "truncated tag");
+  constexpr int kMaxTagBytes = 5;
+  uint64_t tag = 0;
+  for (int i = 0;; ++i) {
+    uint8_t b;
+    if (!c->ReadByte(&b)) return Malformed(what, "truncated tag");
+    if (i == kMaxTagBytes) return Malformed(what, "tag longer than 5 bytes");
+    tag |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+    if ((b & 0x80) == 0) break;
+  }
   if (tag > 0xffffffffu) {
     return Malformed(what, absl::StrCat("tag ", tag, " above 2^32"));
   }
