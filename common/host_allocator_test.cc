@@ -2,18 +2,11 @@
 
 #include <cstdint>
 
+#include "common/host_allocator_test_util.h"
 #include "gtest/gtest.h"
 
 namespace downpour {
 namespace {
-
-// Hands out nothing, as cudaHostAlloc does when pinned memory runs out.
-class FailingAllocator final : public HostAllocator {
- public:
-  void* Allocate(size_t) override { return nullptr; }
-  void Free(void*) override {}
-  const char* Name() const override { return "failing"; }
-};
 
 TEST(HostArrayTest, CreateAllocatesAndZeroes) {
   absl::StatusOr<HostArray<int32_t>> a =
@@ -26,7 +19,7 @@ TEST(HostArrayTest, CreateAllocatesAndZeroes) {
 }
 
 TEST(HostArrayTest, CreateOfZeroElementsIsEmpty) {
-  FailingAllocator failing;
+  FailingHostAllocator failing;
   absl::StatusOr<HostArray<float>> a = HostArray<float>::Create(&failing, 0);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_TRUE(a->empty());
@@ -34,7 +27,7 @@ TEST(HostArrayTest, CreateOfZeroElementsIsEmpty) {
 }
 
 TEST(HostArrayTest, FailedAllocationIsResourceExhaustedNotAnException) {
-  FailingAllocator failing;
+  FailingHostAllocator failing;
   absl::StatusOr<HostArray<float>> a = HostArray<float>::Create(&failing, 16);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted);

@@ -22,20 +22,12 @@
 #include "deploy/fs.h"
 #include "deploy/subprocess.h"
 #include "gtest/gtest.h"
+#include "tests/test_cluster.h"
 
 namespace downpour {
 namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
-
-std::unique_ptr<Subprocess> Start(std::vector<std::string> argv) {
-  SubprocessOptions o;
-  o.argv = std::move(argv);
-  o.tail_lines = 40;
-  auto p = Subprocess::Start(o);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? std::move(*p) : nullptr;
-}
 
 // Shard `shard` of 2 on `port` (0: a free one); *bound gets the port.
 std::unique_ptr<Subprocess> StartShard(int shard, int port,
@@ -43,7 +35,7 @@ std::unique_ptr<Subprocess> StartShard(int shard, int port,
                                        const std::string& dir, int* bound) {
   const std::string port_file = TestTmpPath(absl::StrCat("port", shard));
   std::remove(port_file.c_str());
-  auto p = Start({"server/ps_server", absl::StrCat("--port=", port),
+  auto p = StartChild({"server/ps_server", absl::StrCat("--port=", port),
                   absl::StrCat("--port_file=", port_file),
                   absl::StrCat("--shard_index=", shard), "--num_shards=2",
                   "--num_workers=2", absl::StrCat("--mode=", mode),
@@ -79,7 +71,7 @@ TEST_P(ShardRestartTest, WorkersRideThroughAKilledShard) {
       absl::StrCat("--ps_hosts=127.0.0.1:", p0, ",127.0.0.1:", p1);
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int w = 0; w < 2; ++w) {
-    workers.push_back(Start(
+    workers.push_back(StartChild(
         {"worker/ps_worker", hosts, absl::StrCat("--worker_index=", w),
          "--num_workers=2", absl::StrCat("--mode=", mode),
          "--max_train_examples=8000", "--epochs=3", "--max_steps=60",
@@ -117,7 +109,7 @@ TEST_P(ShardRestartTest, WorkersRideThroughAKilledShard) {
     EXPECT_TRUE(w->exit_status().success())
         << w->exit_status().ToString() << "\n" << absl::StrJoin(w->tail(), "\n");
   }
-  auto eval = Start({"worker/ps_worker", hosts, "--task=eval",
+  auto eval = StartChild({"worker/ps_worker", hosts, "--task=eval",
                      "--max_test_examples=2000"});
   ASSERT_TRUE(eval);
   std::vector<std::string> lines;

@@ -2,12 +2,14 @@
 
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/test_files.h"
 #include "deploy/cluster_plan.h"
 #include "deploy/fs.h"
+#include "gtest/gtest.h"
 
 namespace downpour {
 
@@ -67,6 +69,15 @@ bool TestCluster::AllRunning() {
 
 TestCluster::~TestCluster() {
   for (auto& s : servers_) s->Terminate(absl::Seconds(5));
+}
+
+std::unique_ptr<Subprocess> StartChild(std::vector<std::string> argv) {
+  SubprocessOptions o;
+  o.argv = std::move(argv);
+  o.tail_lines = 40;
+  auto p = Subprocess::Start(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
 }
 
 }  // namespace downpour

@@ -45,6 +45,10 @@ class TestCluster {
   std::vector<std::string> hosts_;
 };
 
+// Starts a child process keeping its last 40 output lines; a failure to start
+// is a test failure (reported here) and returns nullptr.
+std::unique_ptr<Subprocess> StartChild(std::vector<std::string> argv);
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_TESTS_TEST_CLUSTER_H_

@@ -23,15 +23,6 @@ namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
-std::unique_ptr<Subprocess> Start(std::vector<std::string> argv) {
-  SubprocessOptions o;
-  o.argv = std::move(argv);
-  o.tail_lines = 40;
-  auto p = Subprocess::Start(o);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? std::move(*p) : nullptr;
-}
-
 TEST(WorkerStopTest, SigtermFinishesTheStepPushesLeavesAndExitsZero) {
   if (!std::ifstream(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
     GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install "
@@ -43,7 +34,7 @@ TEST(WorkerStopTest, SigtermFinishesTheStepPushesLeavesAndExitsZero) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string hosts = absl::StrCat("--ps_hosts=", (*cluster)->hosts()[0]);
   // Far more steps than the test waits for: only SIGTERM ends this worker.
-  auto worker = Start({"worker/ps_worker", hosts, "--worker_index=0",
+  auto worker = StartChild({"worker/ps_worker", hosts, "--worker_index=0",
                        "--num_workers=1", "--max_train_examples=4000",
                        "--epochs=100", "--log_every=5"});
   ASSERT_TRUE(worker);
@@ -75,7 +66,7 @@ TEST(WorkerStopTest, SigtermFinishesTheStepPushesLeavesAndExitsZero) {
   EXPECT_LT(done->steps, 4000 / 64 * 100) << "it did not stop early";
 
   // Every step the worker reports was pushed and applied (n_push = 1).
-  auto eval = Start({"worker/ps_worker", hosts, "--task=eval",
+  auto eval = StartChild({"worker/ps_worker", hosts, "--task=eval",
                      "--max_test_examples=500"});
   ASSERT_TRUE(eval);
   std::vector<std::string> eval_lines;

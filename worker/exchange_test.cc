@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/host_allocator_test_util.h"
 #include "gtest/gtest.h"
 #include "server/parameter_store.h"
 #include "worker/data/data.h"
@@ -10,34 +11,15 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
 #include "worker/replica_group.h"
+#include "worker/worker_test_util.h"
 
 namespace downpour {
 namespace {
 
-Dataset Tiny(int n) {
-  Dataset d;
-  d.size = n;
-  d.height = d.width = 28;
-  d.images.resize(static_cast<size_t>(n) * 784);
-  d.labels.resize(n);
-  for (size_t i = 0; i < d.images.size(); ++i) {
-    d.images[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
-  }
-  for (int i = 0; i < n; ++i) d.labels[i] = i % 10;
-  return d;
-}
-
-class FailingAllocator final : public HostAllocator {
- public:
-  void* Allocate(size_t) override { return nullptr; }
-  void Free(void*) override {}
-  const char* Name() const override { return "failing"; }
-};
-
 // One shard with SGD, one worker, one replica.
 struct Fixture {
   std::unique_ptr<Backend> backend = NewCpuBackend(1);
-  Dataset data = Tiny(32);
+  Dataset data = TinyDataset(32);
   std::unique_ptr<Model> model;
   std::unique_ptr<Batcher> batcher;
   std::unique_ptr<ParameterStore> store;
@@ -98,7 +80,7 @@ TEST(ExchangeTest, RejectsBadOptionsAndFailedAllocation) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  FailingAllocator failing;
+  FailingHostAllocator failing;
   for (bool overlap : {false, true}) {
     ExchangeOptions ok;
     ok.overlap = overlap;

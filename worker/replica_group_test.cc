@@ -4,39 +4,20 @@
 #include <memory>
 #include <vector>
 
+#include "common/host_allocator_test_util.h"
 #include "gtest/gtest.h"
 #include "worker/data/data.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/worker_test_util.h"
 
 namespace downpour {
 namespace {
 
-// `n` 28x28 examples with a deterministic pattern.
-Dataset Tiny(int n) {
-  Dataset d;
-  d.size = n;
-  d.height = d.width = 28;
-  d.images.resize(static_cast<size_t>(n) * 784);
-  d.labels.resize(n);
-  for (size_t i = 0; i < d.images.size(); ++i) {
-    d.images[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
-  }
-  for (int i = 0; i < n; ++i) d.labels[i] = i % 10;
-  return d;
-}
-
-class FailingAllocator final : public HostAllocator {
- public:
-  void* Allocate(size_t) override { return nullptr; }
-  void Free(void*) override {}
-  const char* Name() const override { return "failing"; }
-};
-
 struct Fixture {
   // A backend is used by one thread at a time: one per replica.
   std::vector<std::unique_ptr<Backend>> backends;
-  Dataset data = Tiny(16);
+  Dataset data = TinyDataset(16);
   std::vector<std::unique_ptr<Model>> models;
   std::vector<std::unique_ptr<Batcher>> batchers;
   std::vector<Replica> replicas;
@@ -74,7 +55,7 @@ TEST(ReplicaGroupTest, RejectsBadReplicas) {
 
 TEST(ReplicaGroupTest, FailedHostAllocationIsAStatus) {
   Fixture f(2);
-  FailingAllocator failing;
+  FailingHostAllocator failing;
   EXPECT_EQ(ReplicaGroup::Create(f.replicas, &failing, 0).status().code(),
             absl::StatusCode::kResourceExhausted);
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/host_allocator_test_util.h"
 #include "gtest/gtest.h"
 #include "server/parameter_store.h"
 #include "worker/local_ps_client.h"
@@ -328,12 +329,7 @@ TEST(TrainerTest, SyncModeNeedsFetchAndPushEveryStep) {
 // A failed pinned (or any host) allocation is an error status, not a
 // std::bad_alloc that would end the worker through std::terminate.
 TEST(TrainerTest, FailedHostAllocationIsResourceExhausted) {
-  class FailingAllocator final : public HostAllocator {
-   public:
-    void* Allocate(size_t) override { return nullptr; }
-    void Free(void*) override {}
-    const char* Name() const override { return "failing"; }
-  } failing;
+  FailingHostAllocator failing;
   auto backend = NewCpuBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 32);
   ASSERT_TRUE(model.ok()) << model.status();
