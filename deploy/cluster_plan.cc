@@ -55,6 +55,7 @@ std::vector<std::string> ClusterPlan::ServerArgv(
     argv.push_back(absl::StrCat("--checkpoint_every_s=",
                                 absl::ToDoubleSeconds(o.checkpoint_every)));
   }
+  argv.insert(argv.end(), o.lr_rule_args.begin(), o.lr_rule_args.end());
   argv.insert(argv.end(), o.server_args.begin(), o.server_args.end());
   return argv;
 }
@@ -104,6 +105,10 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
   if (o.metrics_base_port >= 0) {
     argv.push_back(absl::StrCat("--metrics_port=",
                                 o.metrics_base_port + o.servers + index));
+  }
+  if (o.max_restarts > 0) {  // Recovery: a restarted worker resumes its data.
+    argv.push_back(absl::StrCat("--position_file=", log_dir_, "/ckpt/worker",
+                                index, ".position"));
   }
   argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
   return argv;

@@ -25,6 +25,7 @@
 #include "common/train_mode.h"
 #include "common/exit_codes.h"  // Recovery.
 #include "deploy/launcher.h"
+#include "deploy/lr_rules.h"
 #include "deploy/launch_security.h"  // Security and operations.
 #include "rpc/security_flags.h"
 
@@ -76,6 +77,11 @@ ABSL_FLAG(double, lr, 0,
           "the step's gradients (a larger effective batch).");
 ABSL_FLAG(std::string, optimizer, "adagrad",
           "Server-side optimizer name, passed to the servers.");
+ABSL_FLAG(std::string, lr_schedule, "auto",
+          "Learning-rate rules given to the servers: 'auto' (sync: lr x the "
+          "gradients averaged per step; warm-up over 5% of the job's updates, "
+          "then cosine decay to 0 at its last; see README 'Learning-rate "
+          "rules') or 'none' (a constant lr). --server_args flags win.");
 ABSL_FLAG(int64_t, seed, 1, "Random seed, passed to the workers.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory holding the data set (must exist).");
@@ -177,6 +183,7 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   o->batch_size = absl::GetFlag(FLAGS_batch_size);
   o->lr = absl::GetFlag(FLAGS_lr);
   o->optimizer = absl::GetFlag(FLAGS_optimizer);
+  o->lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
   o->seed = absl::GetFlag(FLAGS_seed);
   o->data_dir = absl::GetFlag(FLAGS_data_dir);
   o->save_params = absl::GetFlag(FLAGS_save_params);
@@ -286,6 +293,17 @@ int main(int argc, char** argv) {
   if (absl::Status s = downpour::ValidateLaunchOptions(o); !s.ok()) {
     std::cerr << "launch: " << s.message() << "\n";
     return ExitCodeFor(s);
+  }
+  if (o.lr_schedule == "auto") {  // Compute and learning (issue 18).
+    absl::StatusOr<int64_t> examples =
+        downpour::CountTrainingExamples(o.data_dir, o.max_train_examples);
+    if (examples.ok()) {
+      o.lr_rule_args = downpour::LrRuleArgs(o, *examples);
+    } else {
+      std::cerr << "launch: warning: no learning-rate schedule (cannot count "
+                   "the training examples: "
+                << examples.status().message() << ")\n";
+    }
   }
 
   struct sigaction sa = {};

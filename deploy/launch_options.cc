@@ -109,6 +109,10 @@ absl::Status ValidateRun(const LaunchOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--lr must be a positive number, got ", o.lr));
   }
+  if (o.lr_schedule != "auto" && o.lr_schedule != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lr_schedule must be auto or none, got '", o.lr_schedule, "'"));
+  }
   if (o.optimizer.empty()) {
     return absl::InvalidArgumentError("--optimizer must not be empty");
   }

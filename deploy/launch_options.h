@@ -70,6 +70,10 @@ struct LaunchOptions {
   int batch_size = 64;             // Passed to workers, >= 1.
   double lr = 0.05;                // Passed to servers.
   std::string optimizer = "adagrad";  // Passed to servers.
+  // Compute and learning (issue 18): "auto" gives servers the learning-rate
+  // rules of deploy/lr_rules.h (lr_rule_args, computed by main), "none" none.
+  std::string lr_schedule = "auto";
+  std::vector<std::string> lr_rule_args;  // Before server_args in each argv.
   int64_t seed = 1;                // Passed to workers.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  // Must exist.
   std::string save_params;         // Passed to the final eval when non-empty.

@@ -60,7 +60,7 @@ for stage in $stages; do
       if [[ "${SANITIZER_ASAN_ALL:-0}" == 1 ]]; then
         run_stage "ASan+UBSan" asan //common/... //rpc/... //server/... \
           //worker/... //deploy/... //tests/... //proto/... //fuzz/... \
-          -//tests:cluster_train_test
+          -//tests:cluster_train_test -//tests:heap_release_test
       else
         run_stage "ASan+UBSan" asan //common/... //rpc/... //server/... \
           //worker/... //fuzz/...

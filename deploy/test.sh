@@ -11,7 +11,23 @@ cd "$(dirname "$0")/.."
 
 bash deploy/setup.sh || exit 1
 
-bazel test //... "$@"
+# DOWNPOUR_CI_SUITE=asan (issue 16): the whole suite runs once, under
+# ASan+UBSan (deploy/sanitizer_checks.sh, SANITIZER_ASAN_ALL=1), instead of
+# plainly and again partly instrumented; only the tests that cannot run
+# instrumented run plainly here (PLAIN_ONLY). Opt-in until its cold time on
+# the 2-core machine is shown to fit CI's 30 minutes.
+PLAIN_ONLY=(
+  //tests:cluster_train_test  # Accuracy band in a fixed time: too slow instrumented.
+  //tests:heap_release_test   # glibc heap trimming; sanitizers replace the heap.
+)
+if [[ "${DOWNPOUR_CI_SUITE:-plain}" == asan ]]; then
+  export SANITIZER_ASAN_ALL=1
+  logs="$(bazel info bazel-testlogs 2>/dev/null)"
+  [[ -n "$logs" ]] && rm -rf "$logs"  # Only this run's results count.
+  bazel test "${PLAIN_ONLY[@]}" "$@"
+else
+  bazel test //... "$@"
+fi
 rc=$?
 
 # The lock-annotation check: everything again with clang-14 and

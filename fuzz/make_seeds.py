@@ -55,6 +55,8 @@ write("wire_fuzzer", "push", b"\x00\x05\x09" + push)
 write("wire_fuzzer", "push_fp16_parts", b"\x00\x03\x01" + push_fp16)
 write("wire_fuzzer", "leave", b"\x00\x00\x00" + leave)
 write("wire_fuzzer", "pull_response", b"\x01\x07\x02" + pull_resp)
+write("wire_fuzzer", "pull_response_incarnation",
+      b"\x01\x07\x02" + vfield(10, 0xFEDCBA9876543210) + pull_resp)
 write("wire_fuzzer", "pull_request", b"\x02\x00\x00" + pull_req)
 write("wire_fuzzer", "declare", b"\x03\x00\x00" + declare)
 write("wire_fuzzer", "stats", b"\x04\x00\x00" + stats)

@@ -75,13 +75,15 @@ void FuzzPush(const std::string& bytes, fuzz::FuzzInput* in) {
 
 void FuzzPullResponse(const std::string& bytes, fuzz::FuzzInput* in) {
   const wire::Pieces pieces = CutInto(bytes, in);
+  uint64_t server_incarnation = 0;
   absl::StatusOr<std::vector<wire::WireChunk>> chunks =
-      wire::ParsePullResponse(pieces);
+      wire::ParsePullResponse(pieces, &server_incarnation);
   if (!chunks.ok()) return;
   DecodeAll(pieces, *chunks);
   proto::PullResponse p;
   Check(p.ParseFromString(bytes));
   Check(p.chunks_size() == static_cast<int>(chunks->size()));
+  Check(p.server_incarnation() == server_incarnation);
 }
 
 void FuzzDeclare(const std::string& bytes) {

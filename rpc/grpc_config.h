@@ -42,13 +42,29 @@ inline constexpr char kPushPullMethod[] =
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 
 // Hostile input (issue 16): what many clients sending large messages at once
-// may make a server hold. 0 leaves gRPC's default (no limit).
+// may make a server hold. The defaults are every server's (ps_server's
+// --grpc_memory_quota_mb and --max_streams_per_connection); 0 leaves gRPC's
+// default (no limit).
+//
+// What bounds memory in Debian's gRPC 1.51 (measured with
+// tests/bench/load_memory.sh, 64 clients each pushing 60 MiB messages back
+// to back): a unary call's whole request is read before any handler runs,
+// so neither a check in the service nor a thread limit can hold back the
+// bytes; the ResourceQuota does. Past it, gRPC's reclaimers reset streams
+// (the client sees RESOURCE_EXHAUSTED, "RST_STREAM with error code 11") and
+// close connections (UNAVAILABLE, "GOAWAY received"), which clients retry
+// after a backoff. The server's peak resident memory then stays near
+// quota + the store (values and optimizer state) + ~60 MiB: 1193 MiB with
+// 1 GiB (60 MiB model, adagrad), 431 MiB with 256 MiB, against 3.4-3.6 GiB
+// without a quota. A training job's calls are parts of a few MiB, one in
+// flight per connection, far below it.
+inline constexpr int64_t kDefaultMemoryQuotaBytes = int64_t{1} << 30;
+inline constexpr int kDefaultMaxConcurrentStreams = 16;
 struct ServerLimits {
-  // A grpc::ResourceQuota over the server's transport buffers: when reached,
-  // gRPC stops reading from sockets (the senders wait) instead of growing.
-  int64_t memory_quota_bytes = 0;
+  // A grpc::ResourceQuota over the server's transport buffers.
+  int64_t memory_quota_bytes = kDefaultMemoryQuotaBytes;
   // Concurrent calls (HTTP/2 streams) per client connection; more wait.
-  int max_concurrent_streams = 0;
+  int max_concurrent_streams = kDefaultMaxConcurrentStreams;
 };
 void ConfigureServerLimits(const ServerLimits& limits,
                            grpc::ServerBuilder* builder);

@@ -334,9 +334,19 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
   return m;
 }
 
-absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces) {
+std::string PullResponseHead(uint64_t server_incarnation) {
+  std::string out;
+  if (server_incarnation != 0) {
+    PutVarintField(kPullServerIncarnationField, server_incarnation, &out);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(
+    const Pieces& pieces, uint64_t* server_incarnation) {
   constexpr absl::string_view kWhat = "PullResponse";
   std::vector<WireChunk> chunks;
+  if (server_incarnation != nullptr) *server_incarnation = 0;
   Cursor c(pieces, 0, 0, TotalBytes(pieces));
   while (c.left() > 0) {
     uint64_t v;
@@ -351,6 +361,11 @@ absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces) {
       absl::StatusOr<WireChunk> chunk = ParseChunk(sub, kWhat);
       if (!chunk.ok()) return chunk.status();
       chunks.push_back(*chunk);
+    } else if (field == kPullServerIncarnationField && type == kVarint) {
+      if (!c.ReadVarint(&v)) {
+        return Malformed(kWhat, "server_incarnation runs past the end");
+      }
+      if (server_incarnation != nullptr) *server_incarnation = v;
     } else if (!SkipField(&c, type)) {
       return Malformed(kWhat, absl::StrCat("bad field ", field, " type ", type));
     }

@@ -115,6 +115,11 @@ struct PushHead {
 };
 void AppendPushHead(const PushHead& head, std::string* out);
 
+// Recovery: PullResponse.server_incarnation (field 10), the bytes a pull
+// response may start with (empty for 0).
+inline constexpr int kPullServerIncarnationField = 10;
+std::string PullResponseHead(uint64_t server_incarnation);
+
 // Everything of one chunk submessage (field `outer_field` of the enclosing
 // message: kPushGradientsField or kPullChunksField) up to its payload, which
 // must follow with exactly `data_bytes` bytes. Both chunk messages number
@@ -130,7 +135,10 @@ std::string ChunkHeader(int outer_field, int32_t chunk_id, int64_t version,
 // InvalidArgument describing the first problem for a malformed message, an
 // unknown encoding or a chunk field out of range.
 absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces);
-absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(const Pieces& pieces);
+// `server_incarnation`, when not null, gets PullResponse.server_incarnation
+// (0 when absent; the last one when repeated, as protobuf reads it).
+absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(
+    const Pieces& pieces, uint64_t* server_incarnation = nullptr);
 
 // How a copy writes its destination. kStreaming uses non-temporal stores,
 // which skip reading each destination cache line before overwriting it and

@@ -372,6 +372,42 @@ TEST(WireTest, StreamingCopyEqualsMemcpyAtEveryAlignmentAndSize) {
   }
 }
 
+// Recovery: PullResponse.server_incarnation, written before the chunks (and
+// read wherever it stands, the last one winning, as protobuf does).
+TEST(WireTest, PullResponseServerIncarnationRoundTripsWithProtobuf) {
+  const uint64_t inc = 0xfedcba9876543210ULL;
+  const std::vector<float> v = Values(33, 2);
+  std::string msg = PullResponseHead(inc);
+  msg += ChunkHeader(1, 5, 7, Encoding::kRawF32,
+                     static_cast<int64_t>(v.size() * 4));
+  msg.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  proto::PullResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(msg));
+  EXPECT_EQ(resp.server_incarnation(), inc);
+  ASSERT_EQ(resp.chunks_size(), 1);
+  EXPECT_EQ(resp.chunks(0).version(), 7);
+  for (int seed : {1, 3, 5}) {
+    uint64_t got = 0;
+    absl::StatusOr<std::vector<WireChunk>> chunks =
+        ParsePullResponse(Cut(msg, seed), &got);
+    ASSERT_TRUE(chunks.ok()) << chunks.status();
+    EXPECT_EQ(got, inc);
+    ASSERT_EQ(chunks->size(), 1u);
+    EXPECT_EQ((*chunks)[0].chunk_id, 5);
+  }
+  // Protobuf's own encoding, the field after the chunks, parses alike.
+  resp.set_server_incarnation(42);
+  uint64_t got = 0;
+  ASSERT_TRUE(ParsePullResponse(Pieces{resp.SerializeAsString()}, &got).ok());
+  EXPECT_EQ(got, 42u);
+  EXPECT_TRUE(PullResponseHead(0).empty());  // An old server's reply.
+  ASSERT_TRUE(ParsePullResponse(Pieces{msg.substr(PullResponseHead(inc).size())},
+                                &got).ok());
+  EXPECT_EQ(got, 0u);
+  // A truncated incarnation is refused.
+  EXPECT_FALSE(ParsePullResponse(Pieces{PullResponseHead(inc).substr(0, 4)}).ok());
+}
+
 TEST(WireTest, DestinationsFromTheThresholdUpStream) {
   EXPECT_EQ(StoreFor(31, 32), Store::kCached);
   EXPECT_EQ(StoreFor(32, 32), Store::kStreaming);

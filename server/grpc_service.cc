@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -58,6 +60,17 @@ template <typename Message>
 void SerializeSmall(const Message& msg, grpc::ByteBuffer* out) {
   bool own = false;
   grpc::SerializationTraits<Message>::Serialize(msg, out, &own);
+}
+
+// Recovery: a random nonzero incarnation for a new server process.
+uint64_t NewServerIncarnation() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) {
+    v = (uint64_t{rd()} << 32) ^ rd() ^
+        static_cast<uint64_t>(absl::GetCurrentTimeNanos());
+  }
+  return v;
 }
 
 // Each gRPC callback thread keeps one buffer for payloads that must be
@@ -113,6 +126,7 @@ class ParameterServerService final : public ServiceBase {
     if (fresh.ok()) {
       resp->set_initialized_now(*fresh);
       resp->set_shard_index(store_->Stats().shard_index);
+      resp->set_server_incarnation(options_.server_incarnation);
       if (options_.observer != nullptr) options_.observer->OnDeclared();
     }
     return fresh.status();
@@ -139,6 +153,7 @@ class ParameterServerService final : public ServiceBase {
     PullSpec spec;
     spec.chunk_ids.assign(req.chunk_ids().begin(), req.chunk_ids().end());
     spec.min_version = req.min_version();
+    spec.worker_id = req.worker_id();
     // Hostile input: refused before reading what gRPC could not send.
     spec.max_response_bytes = kMaxMessageBytes;
     spec.value_bytes = wire::BytesPerValue(encoding);
@@ -150,9 +165,10 @@ class ParameterServerService final : public ServiceBase {
         std::move(spec),
         // Under the chunk's lock: only takes a reference to the values.
         [pulled](const ChunkView& c) { pulled->push_back(c); },
-        [pulled, encoding, response, reactor, drop](absl::Status s) {
+        [pulled, encoding, response, reactor, drop,
+         incarnation = options_.server_incarnation](absl::Status s) {
           if (s.ok() && drop) s = DroppedReply();
-          if (s.ok()) *response = EncodePull(*pulled, encoding);
+          if (s.ok()) *response = EncodePull(*pulled, encoding, incarnation);
           pulled->clear();
           reactor->Finish(ToGrpcStatus(s));
         });
@@ -163,9 +179,13 @@ class ParameterServerService final : public ServiceBase {
   // store's buffers (each slice keeps its buffer alive until gRPC has sent
   // it); fp16/bf16 are encoded into buffers that gRPC frees when sent.
   static grpc::ByteBuffer EncodePull(const std::vector<ChunkView>& chunks,
-                                     wire::Encoding encoding) {
+                                     wire::Encoding encoding,
+                                     uint64_t server_incarnation) {
     std::vector<grpc::Slice> slices;
-    slices.reserve(2 * chunks.size());
+    slices.reserve(2 * chunks.size() + 1);
+    if (server_incarnation != 0) {
+      slices.emplace_back(wire::PullResponseHead(server_incarnation));
+    }
     for (const ChunkView& c : chunks) {
       const int64_t bytes = c.num_elements * wire::BytesPerValue(encoding);
       slices.emplace_back(wire::ChunkHeader(wire::kPullChunksField, c.chunk_id,
@@ -199,6 +219,7 @@ class ParameterServerService final : public ServiceBase {
       proto::PushResponse resp;
       resp.set_duplicate(r->duplicate);
       resp.set_dropped(r->dropped);
+      resp.set_server_incarnation(options_.server_incarnation);
       for (int64_t v : r->versions) resp.add_versions(v);
       // An OK reply must carry a message.
       SerializeSmall(resp, response);
@@ -228,7 +249,8 @@ class ParameterServerService final : public ServiceBase {
     if (s.ok() && DropThisReply()) s = DroppedReply();
     if (s.ok()) {
       *response =
-          EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding));
+          EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding),
+                     options_.server_incarnation);
     }
     return Finish(ctx, s);
   }
@@ -391,7 +413,11 @@ class ParameterServerService final : public ServiceBase {
 
 std::unique_ptr<grpc::Service> NewParameterServerService(
     ParameterStore* store, const ServiceOptions& options) {
-  return std::make_unique<ParameterServerService>(store, options);
+  ServiceOptions with_incarnation = options;
+  if (with_incarnation.server_incarnation == 0) {
+    with_incarnation.server_incarnation = NewServerIncarnation();
+  }
+  return std::make_unique<ParameterServerService>(store, with_incarnation);
 }
 
 }  // namespace downpour

@@ -13,6 +13,7 @@
 #ifndef DOWNPOUR_SERVER_GRPC_SERVICE_H_
 #define DOWNPOUR_SERVER_GRPC_SERVICE_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "grpcpp/impl/codegen/service_type.h"
@@ -33,6 +34,10 @@ struct ServiceOptions {
   // (UNAUTHENTICATED, nothing read), and pushes/declarations are reported.
   const TokenAuthenticator* authenticator = nullptr;
   ServiceObserver* observer = nullptr;
+  // Recovery: this server process's incarnation, sent in every DeclareModel,
+  // Pull, Push and PushPull reply so that workers notice a restarted shard.
+  // 0: NewParameterServerService draws a random nonzero one.
+  uint64_t server_incarnation = 0;
 };
 
 // `store` must outlive the service. Handlers run on gRPC's callback threads;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
+#include "common/heap_trimmer.h"  // Hostile input.
 #include "common/malloc_tuning.h"
 #include "common/sharding.h"  // Hostile input: LayoutLimits.
 #include "common/status_macros.h"
@@ -124,10 +125,19 @@ ABSL_FLAG(int64_t, max_layout_shards, 4096,
 ABSL_FLAG(int64_t, max_layout_chunk_bytes, int64_t{1} << 30,
           "Largest max_chunk_bytes a declaration may ask for.");
 // Hostile input (issue 16): what many large concurrent calls may hold.
-ABSL_FLAG(int64_t, grpc_memory_quota_mb, 1024,
-          "gRPC resource quota over transport buffers (MiB; 0: no limit); "
-          "when reached the server stops reading instead of growing.");
-ABSL_FLAG(int, max_streams_per_connection, 16,
+ABSL_FLAG(int64_t, grpc_memory_quota_mb,
+          downpour::kDefaultMemoryQuotaBytes >> 20,
+          "gRPC resource quota over transport buffers (MiB; 0: no limit). "
+          "Peak resident memory stays near this + the store + ~60 MiB; past "
+          "it gRPC resets calls (RESOURCE_EXHAUSTED) or connections "
+          "(UNAVAILABLE), which workers retry after a backoff.");
+ABSL_FLAG(int64_t, heap_trim_min_mb, 64,
+          "Give free heap memory back to the system when the shard has seen "
+          "no pull or push for 2 s and at least this much (MiB) is free and "
+          "was taken since the last time, e.g. by refused oversize messages "
+          "(0: never; common/heap_trimmer.h).");
+ABSL_FLAG(int, max_streams_per_connection,
+          downpour::kDefaultMaxConcurrentStreams,
           "Concurrent calls per client connection (0: gRPC's default); more "
           "wait.");
 
@@ -310,6 +320,7 @@ struct ServerFlags {
   // Recovery: snapshots and restore; an empty dir turns both off. The log
   // is set by Serve.
   downpour::SnapshotterOptions snapshots;
+  int64_t heap_trim_min_mb = 0;  // Hostile input: common/heap_trimmer.h.
 };
 
 absl::StatusOr<ServerFlags> ReadServerFlags() {
@@ -322,6 +333,10 @@ absl::StatusOr<ServerFlags> ReadServerFlags() {
       absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
   flags.snapshots.write.debug_crash_after_bytes =
       absl::GetFlag(FLAGS_debug_snapshot_crash_after_bytes);
+  flags.heap_trim_min_mb = absl::GetFlag(FLAGS_heap_trim_min_mb);
+  if (flags.heap_trim_min_mb < 0 || flags.heap_trim_min_mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--heap_trim_min_mb must be in [0, 2^30]");
+  }
   return flags;
 }
 
@@ -462,6 +477,15 @@ int Serve(ServerFlags* flags) {
     (*host)->Shutdown();
     return 1;
   }
+  // Hostile input (issue 16): memory a burst took (refused oversize
+  // messages, a load spike) goes back once the shard is idle.
+  downpour::HeapTrimmerOptions trim;
+  trim.min_free_bytes = flags->heap_trim_min_mb << 20;
+  trim.activity = [store = (*host)->store()] {
+    const downpour::ShardStats s = store->Stats();
+    return s.pulls + s.pushes_applied + s.pushes_duplicate;
+  };
+  downpour::HeapTrimmer trimmer(std::move(trim));
   std::unique_ptr<downpour::Snapshotter> snapshotter;  // Recovery.
   if (!checkpoint_dir.empty()) {
     downpour::SnapshotterOptions so = flags->snapshots;

@@ -74,6 +74,11 @@ struct PullSpec {
   // or counted in bytes_pulled (rejected["too_large"]).
   int64_t max_response_bytes = 0;
   int value_bytes = 4;
+  // Recovery (sync): the pulling worker (PullRequest.worker_id); -1 unknown.
+  // A shard just restored from a snapshot tells by it whether the worker's
+  // gradient for the step it waits on reached this process
+  // (server/sync_policy.h).
+  int32_t worker_id = -1;
 };
 
 // An upper bound on a chunk's header in a PullResponse (rpc/wire.h: tags,

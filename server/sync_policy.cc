@@ -19,6 +19,7 @@ namespace {
 
 // One worker's gradient for the current step, as its parts come.
 struct PendingGrad {
+  uint64_t incarnation = 0;  // Of the worker process that sent it.
   int64_t seq = 0;
   int32_t num_parts = 1;
   int32_t parts_in = 0;
@@ -88,21 +89,44 @@ class SyncPolicy final : public WaitingPolicy {
     restored_ = true;
     return absl::OkStatus();
   }
-  // Recovery: a restored shard's first request for a later step than its
-  // snapshot's (a push computed from it, a pull waiting for it), before any
-  // push was taken, moves the shard to that step, values unchanged: the
-  // steps in between are the updates the snapshot lost. The job resumes at
-  // the workers' step; no step is redone.
+  // Recovery (see "Recovery" in sync_policy.h): until the first step
+  // completes after a restore, a request showing that the workers are past
+  // the shard's step moves the shard there (AdoptStepLocked): a push
+  // computed from a later step, a pull waiting for a step more than one
+  // ahead, or a pull for the next step from a worker whose whole gradient
+  // for this one is not here (it went to the previous process and is lost).
   void PullWhenReady(PullSpec spec, PullSink sink, PullDone done) override
       ABSL_LOCKS_EXCLUDED(mu_) {
+    Outbox out;
     {
       absl::MutexLock l(&mu_);
-      AdoptStepLocked(spec.min_version);
+      if (restored_ && !AbortedLocked() && spec.min_version > step_) {
+        const auto it = pending_.find(spec.worker_id);
+        const bool gradient_here = it != pending_.end() && it->second.complete();
+        const bool known_worker =
+            spec.worker_id >= 0 && spec.worker_id < options_.num_workers;
+        if (spec.min_version > step_ + 1) {
+          AdoptStepLocked(spec.min_version,
+                          absl::StrCat("a pull waits for step ",
+                                       spec.min_version));
+        } else if (known_worker && !gradient_here) {
+          AdoptStepLocked(
+              spec.min_version,
+              absl::StrCat("worker ", spec.worker_id, " waits for step ",
+                           spec.min_version, " and its gradient for step ",
+                           step_, " went to the shard's previous process"));
+        }
+        TakeReadyWaitersLocked(&out);
+      }
     }
+    Deliver(&out);
     WaitingPolicy::PullWhenReady(std::move(spec), std::move(sink),
                                  std::move(done));
   }
-  void AdoptStepLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a restored shard to `step` (> step_), values unchanged, dropping
+  // the step's partial gradients; `why` goes to the log.
+  void AdoptStepLocked(int64_t step, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Adds the part to the worker's pending gradient for this step. An error
   // refuses the worker's whole gradient for the step.
@@ -119,8 +143,8 @@ class SyncPolicy final : public WaitingPolicy {
   void CompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
-  // Recovery: restored from a snapshot and no push taken since
-  // (AdoptStepLocked); cleared by the first adoption or accepted push.
+  // Recovery: restored from a snapshot and no step completed since; while
+  // set, requests from workers ahead move the step (AdoptStepLocked).
   bool restored_ ABSL_GUARDED_BY(mu_) = false;
   // Gradients for step_ by worker id (ordered: deterministic sums).
   std::map<int32_t, PendingGrad> pending_ ABSL_GUARDED_BY(mu_);
@@ -155,38 +179,50 @@ absl::StatusOr<PushResult> SyncPolicy::Apply(
     if (AbortedLocked()) return AbortedStatusLocked();
     int64_t base = std::numeric_limits<int64_t>::max();
     for (const ChunkBytes& g : grads) base = std::min(base, g.base_version);
-    if (!grads.empty()) AdoptStepLocked(base);
+    if (restored_ && !grads.empty() && base > step_) {
+      AdoptStepLocked(base, absl::StrCat("worker ", worker_id,
+                                         " pushes a gradient computed from "
+                                         "step ", base));
+      TakeReadyWaitersLocked(&out);
+    }
     auto it = pending_.find(worker_id);
+    if (base >= step_ && it != pending_.end() &&
+        it->second.incarnation != id.incarnation) {
+      // A restarted worker (push_dedup.h refuses its old process from now
+      // on): its gradient for the step replaces what the old process sent,
+      // which may lack parts and would then hold the step up until the sync
+      // timeout.
+      ctx_.metrics->RecordDropped();
+      pending_.erase(it);
+      it = pending_.end();
+    }
     if (base < step_ || (it != pending_.end() && it->second.seq != id.seq)) {
       // Computed from an older step, or a second gradient for this step.
       ctx_.metrics->RecordDropped();
       result.dropped = true;
-      return result;
-    }
-    restored_ = false;  // From here on, steps advance only by pushes.
-    ReactivateLocked(worker_id, absl::StrCat("step ", step_), &out);
-    if (it == pending_.end()) {
-      if (pending_.empty()) pending_since_ = absl::Now();
-      it = pending_.emplace(worker_id, PendingGrad()).first;
-      it->second.seq = id.seq;
-      it->second.num_parts = id.num_parts;
-      it->second.have.assign(ctx_.chunks->size(), false);
-      it->second.grad.resize(ctx_.chunks->total_elements());
-    }
-    error = AddPartLocked(id, grads, &it->second);
-    if (!error.ok()) {
-      pending_.erase(it);  // The whole gradient of this step is refused.
-    } else if (completes_push) {
-      MaybeCompleteStepLocked();
-      TakeReadyWaitersLocked(&out);
+    } else {
+      ReactivateLocked(worker_id, absl::StrCat("step ", step_), &out);
+      if (it == pending_.end()) {
+        if (pending_.empty()) pending_since_ = absl::Now();
+        it = pending_.emplace(worker_id, PendingGrad()).first;
+        it->second.incarnation = id.incarnation;
+        it->second.seq = id.seq;
+        it->second.num_parts = id.num_parts;
+        it->second.have.assign(ctx_.chunks->size(), false);
+        it->second.grad.resize(ctx_.chunks->total_elements());
+      }
+      error = AddPartLocked(id, grads, &it->second);
+      if (!error.ok()) {
+        pending_.erase(it);  // The whole gradient of this step is refused.
+      } else if (completes_push) {
+        MaybeCompleteStepLocked();
+        TakeReadyWaitersLocked(&out);
+      }
     }
   }
-  if (!error.ok()) {
-    Deliver(&out);
-    return ctx_.metrics->Reject("bad_request", error);
-  }
-  if (completes_push) ctx_.metrics->RecordPushApplied();
   Deliver(&out);
+  if (!error.ok()) return ctx_.metrics->Reject("bad_request", error);
+  if (completes_push && !result.dropped) ctx_.metrics->RecordPushApplied();
   return result;
 }
 
@@ -272,15 +308,15 @@ void SyncPolicy::CompleteStepLocked() {
       0, static_cast<int64_t>(pending_.size() * chunks.size()));
   ++step_;
   pending_.clear();
+  restored_ = false;  // From here on, steps advance only by pushes.
 }
 
-void SyncPolicy::AdoptStepLocked(int64_t step) {
-  if (!restored_ || step <= step_) return;
+void SyncPolicy::AdoptStepLocked(int64_t step, const std::string& why) {
   std::fprintf(stderr,
                "shard %d: restored at step %lld, the workers are at step "
-               "%lld: resuming there (%lld steps of this shard lost)\n",
+               "%lld (%s): resuming there (%lld steps of this shard lost)\n",
                options_.shard_index, static_cast<long long>(step_),
-               static_cast<long long>(step),
+               static_cast<long long>(step), why.c_str(),
                static_cast<long long>(step - step_));
   for (size_t i = 0; i < pending_.size(); ++i) ctx_.metrics->RecordDropped();
   pending_.clear();
@@ -289,7 +325,6 @@ void SyncPolicy::AdoptStepLocked(int64_t step) {
     chunks.at(idx).AdvanceVersion(step);
   }
   step_ = step;
-  restored_ = false;
 }
 
 void SyncPolicy::OnTickLocked(absl::Time now, Outbox* out) {

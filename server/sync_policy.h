@@ -4,6 +4,8 @@
 // workers computed from step v, summed in worker-index order (so the result
 // is bit-identical from run to run), applied once when
 // `replicas_to_aggregate` (0: all active workers) of them have arrived.
+// A gradient from a worker's new incarnation (a restarted worker process)
+// replaces what its old process sent for the step, whole or in part.
 // Gradients from older steps, a second gradient for a step, and gradients
 // still missing parts when the step completes are dropped and counted. A
 // pull may wait for a step (PullSpec::min_version), at most sync_timeout; a
@@ -15,6 +17,25 @@
 // and the step completes with the gradients already in if at least
 // min_replicas are. A pull for a step nobody has pushed for evicts nobody:
 // it ends DEADLINE_EXCEEDED after sync_timeout.
+//
+// Recovery (issue 14). The step survives a snapshot, the step's partial
+// gradients do not. A shard restored from a snapshot resumes at the
+// workers' step, it does not redo steps: until the first step completes
+// after the restore, a request showing that the workers are past the
+// shard's step moves the shard there, values unchanged, dropping (and
+// counting) the gradients pending for the old step:
+//  * a push computed from a later step: to that step;
+//  * a pull waiting for step v > step + 1: to v;
+//  * a pull waiting for step + 1 from a worker (PullSpec::worker_id) whose
+//    whole gradient for this step is not here: to step + 1. That worker
+//    pushed before it pulled, so its gradient (or some of its parts) went
+//    to the previous process and died with it; the step could only complete
+//    without it, after sync_timeout, so it is lost for everyone at once.
+// So when a shard dies in step T after some workers' gradients for T were
+// acknowledged, step T is lost for all workers, whichever request reaches
+// the restored shard first; when none was, the workers' retries complete T.
+// Nobody waits for a gradient the crash took. A pull without a worker id
+// (-1) for step + 1 waits as usual.
 //
 // Thread-safety: see server/step_policy.h. The step's gradients are held
 // under the policy's lock; completing a step takes each chunk's lock in

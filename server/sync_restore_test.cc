@@ -12,7 +12,11 @@
 //  * workers at the snapshot's step: identical to the undisturbed run;
 //  * workers ahead of it (their pushes computed from later steps): the same
 //    versions as the undisturbed run, and values that differ from it by
-//    exactly the lost steps' updates.
+//    exactly the lost steps' updates;
+//  * a step half pushed at the crash (one worker's gradient acknowledged by
+//    the dead process): the same outcome whatever reaches the restored
+//    shard first, without a wait for the sync timeout or an eviction;
+//  * a restarted worker's gradient replaces its dead process's half push.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -23,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/test_files.h"
 #include "gtest/gtest.h"
@@ -76,7 +81,8 @@ std::unique_ptr<ParameterStore> SyncStore() {
 // A pull waiting for `step`; its callbacks own their state, so a pull the
 // test gave up on cannot touch freed memory. Returns the versions served
 // (one per chunk), or DEADLINE_EXCEEDED "hung" after kHangBound.
-absl::StatusOr<std::vector<int64_t>> PullStep(ParameterStore& s, int64_t step) {
+absl::StatusOr<std::vector<int64_t>> PullStep(ParameterStore& s, int w,
+                                              int64_t step) {
   struct State {
     absl::Notification done;
     absl::Status status;
@@ -85,6 +91,7 @@ absl::StatusOr<std::vector<int64_t>> PullStep(ParameterStore& s, int64_t step) {
   auto st = std::make_shared<State>();
   PullSpec spec;
   spec.min_version = step;
+  spec.worker_id = w;
   s.PullWhenReady(spec, [st](const ChunkView& c) { st->versions.push_back(c.version); },
                   [st](absl::Status x) {
                     st->status = std::move(x);
@@ -99,14 +106,25 @@ absl::StatusOr<std::vector<int64_t>> PullStep(ParameterStore& s, int64_t step) {
   return st->versions;
 }
 
-absl::Status PushStep(ParameterStore& s, const Fixture& f, int w, int64_t step) {
+// Worker w's push of its gradient computed from `step`; with num_parts > 1
+// only part `part` of it (the shard's chunks dealt in order into num_parts
+// groups). A push the shard dropped (stale) or took as a retry is an error
+// unless `may_drop`.
+absl::Status PushStep(ParameterStore& s, const Fixture& f, int w, int64_t step,
+                      int part = 0, int num_parts = 1, bool may_drop = false) {
   const std::vector<float> g = Grad(f, w, step);
-  std::vector<ChunkBytes> grads = ChunksOf(f, 0, g);
-  for (ChunkBytes& c : grads) c.base_version = step;
+  std::vector<ChunkBytes> all = ChunksOf(f, 0, g);
+  for (ChunkBytes& c : all) c.base_version = step;
+  std::vector<ChunkBytes> grads;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (static_cast<int>(i * num_parts / all.size()) == part) {
+      grads.push_back(all[i]);
+    }
+  }
   absl::StatusOr<PushResult> r =
-      s.Push(PushId{w, step + 1, 0, 1, kIncarnation[w]}, grads);
+      s.Push(PushId{w, step + 1, part, num_parts, kIncarnation[w]}, grads);
   if (!r.ok()) return r.status();
-  if (r->dropped || r->duplicate) {
+  if (!may_drop && (r->dropped || r->duplicate)) {
     return absl::InternalError(absl::StrCat("worker ", w, "'s push for step ",
                                             step, " was not taken"));
   }
@@ -119,7 +137,7 @@ absl::Status RunWorker(ParameterStore& s, const Fixture& f, int w, int64_t from,
   for (int64_t step = from; step < to; ++step) {
     absl::Status st = PushStep(s, f, w, step);
     if (!st.ok()) return st;
-    absl::StatusOr<std::vector<int64_t>> v = PullStep(s, step + 1);
+    absl::StatusOr<std::vector<int64_t>> v = PullStep(s, w, step + 1);
     if (!v.ok()) return v.status();
     for (int64_t version : *v) {
       if (version != step + 1) {
@@ -243,43 +261,136 @@ TEST(SyncRestoreTest, WorkersAheadOfTheSnapshotResumeAtTheirStep) {
   EXPECT_NE(run[0].values, undisturbed.values);
 }
 
-// The shard dies in the middle of step kSnapStep + 1: worker 0's gradient
-// for it was acknowledged by the old shard (so worker 0 only waits for the
-// next step), worker 1's was not (so it sends it to the restored shard).
-// Whichever arrives first, every call is answered within the bound. NOT
-// checked, because it does not hold today: that both orders end alike.
-// Pull first: the shard jumps to the next step, worker 1's gradient is
-// dropped as stale, no wait. Push first: the shard adopts the half step,
-// worker 0's pull waits sync_timeout, worker 0 is evicted and the step is
-// applied with worker 1's gradient alone (--min_replicas=2 would abort).
-TEST(SyncRestoreTest, StepHalfPushedAtTheCrashNeverHangs) {
+// The shard dies in the middle of step T = kSnapStep + 1: worker 0's
+// gradient for T was acknowledged by the old process (so worker 0 only waits
+// for T + 1), worker 1's was not, or only its first part was (so it sends
+// its gradient, or the rest of it, to the restored shard). The defined
+// outcome (server/sync_policy.h, "Recovery"), whichever request reaches the
+// restored shard first and however worker 1's gradient arrives: step T is
+// lost for both workers, the shard goes on at T + 1 with the snapshot's
+// values, nobody is evicted and nothing waits for the sync timeout; the runs
+// then go on identically.
+TEST(SyncRestoreTest, StepHalfPushedAtTheCrashEndsAlikeInEveryOrder) {
   const Fixture f = IntegerModel();
   const int64_t half = kSnapStep + 1;
+  const int64_t end = half + 3;
   Result undisturbed;
   const std::string dir =
       SnapshotThenRunOn(f, "sync_restore_half", half, &undisturbed);
-  for (bool pull_first : {true, false}) {
-    SCOPED_TRACE(pull_first ? "worker 0's pull first" : "worker 1's push first");
+  Result snapshot;
+  {
     auto b = Restored(dir);
-    absl::StatusOr<std::vector<int64_t>> pulled[kWorkers];
-    absl::Status pushed;
-    if (pull_first) {
-      pulled[0] = PullStep(*b, half + 1);
-      pushed = PushStep(*b, f, 1, half);
-      pulled[1] = PullStep(*b, half + 1);
-    } else {
-      pushed = PushStep(*b, f, 1, half);
-      std::thread w1([&] { pulled[1] = PullStep(*b, half + 1); });
-      pulled[0] = PullStep(*b, half + 1);
-      w1.join();
-    }
-    EXPECT_EQ(pushed.ok(), !pull_first) << pushed;  // dropped when late
-    for (int w = 0; w < kWorkers; ++w) {
-      ASSERT_TRUE(pulled[w].ok()) << "worker " << w << ": " << pulled[w].status();
-      for (int64_t v : *pulled[w]) EXPECT_EQ(v, half + 1);
-    }
+    snapshot = Read(*b, f);
     b->Shutdown();
   }
+  // How worker 1's gradient for T reaches the restored shard: whole; only
+  // its second part (the first went to the old process); the second part,
+  // then the first again (worker/grpc_ps_client.cc re-sends the parts that
+  // an older incarnation of the shard acknowledged).
+  enum class Arrival { kWhole, kSecondPartOnly, kSecondPartThenFirst };
+  std::vector<Result> at_end;
+  for (Arrival arrival : {Arrival::kWhole, Arrival::kSecondPartOnly,
+                          Arrival::kSecondPartThenFirst}) {
+    for (bool pull_first : {true, false}) {
+      SCOPED_TRACE(absl::StrCat(
+          "worker 1's gradient ",
+          arrival == Arrival::kWhole            ? "whole"
+          : arrival == Arrival::kSecondPartOnly ? "second part only"
+                                                : "second part, then first",
+          pull_first ? "; worker 0's pull first" : "; worker 1's push first"));
+      auto b = Restored(dir);
+      auto push1 = [&]() -> absl::Status {
+        switch (arrival) {
+          case Arrival::kWhole:
+            return PushStep(*b, f, 1, half, 0, 1, /*may_drop=*/true);
+          case Arrival::kSecondPartOnly:
+            return PushStep(*b, f, 1, half, 1, 2, /*may_drop=*/true);
+          case Arrival::kSecondPartThenFirst: {
+            absl::Status s = PushStep(*b, f, 1, half, 1, 2, /*may_drop=*/true);
+            if (!s.ok()) return s;
+            return PushStep(*b, f, 1, half, 0, 2, /*may_drop=*/true);
+          }
+        }
+        return absl::InternalError("unreachable");
+      };
+      const absl::Time start = absl::Now();
+      absl::StatusOr<std::vector<int64_t>> pulled[kWorkers];
+      absl::Status pushed;
+      if (pull_first) {
+        pulled[0] = PullStep(*b, 0, half + 1);
+        pushed = push1();
+        pulled[1] = PullStep(*b, 1, half + 1);
+      } else {
+        pushed = push1();
+        std::thread w1([&] { pulled[1] = PullStep(*b, 1, half + 1); });
+        // Worker 1's pull is (almost always) waiting by the time worker 0's
+        // comes; either way the outcome must be the same.
+        absl::SleepFor(absl::Milliseconds(50));
+        pulled[0] = PullStep(*b, 0, half + 1);
+        w1.join();
+      }
+      const absl::Duration took = absl::Now() - start;
+      EXPECT_TRUE(pushed.ok()) << pushed;
+      for (int w = 0; w < kWorkers; ++w) {
+        ASSERT_TRUE(pulled[w].ok())
+            << "worker " << w << ": " << pulled[w].status();
+        for (int64_t v : *pulled[w]) EXPECT_EQ(v, half + 1);
+      }
+      // No wait for the sync timeout (3 s): nobody waits for a gradient
+      // that died with the old process.
+      EXPECT_LT(took, kSyncTimeout / 2);
+      ShardStats st = b->Stats();
+      EXPECT_EQ(st.steps, half + 1);
+      EXPECT_TRUE(st.evicted_workers.empty());
+      EXPECT_TRUE(st.aborted.empty()) << st.aborted;
+      const Result moved = Read(*b, f);
+      EXPECT_EQ(moved.values, snapshot.values);  // Steps kSnapStep..T lost.
+      for (int64_t v : moved.versions) EXPECT_EQ(v, half + 1);
+      // And the job goes on from there, in step.
+      RunSteps(*b, f, half + 1, end);
+      st = b->Stats();
+      EXPECT_EQ(st.steps, end);
+      EXPECT_TRUE(st.evicted_workers.empty());
+      at_end.push_back(Read(*b, f));
+      b->Shutdown();
+    }
+  }
+  for (size_t i = 1; i < at_end.size(); ++i) {
+    EXPECT_EQ(at_end[i].values, at_end[0].values) << "run " << i;
+    EXPECT_EQ(at_end[i].versions, at_end[0].versions) << "run " << i;
+  }
+}
+
+// A worker process dies in the middle of its push for a step (one part of
+// two in) and a new process of the same index (a new incarnation, seq from
+// 1) pushes its whole gradient for that step: it replaces the dead
+// process's part, so the step completes at once instead of after the sync
+// timeout with the worker evicted.
+TEST(SyncRestoreTest, RestartedWorkersGradientReplacesTheDeadProcesssPart) {
+  const Fixture f = IntegerModel();
+  auto s = SyncStore();
+  ASSERT_TRUE(s->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  RunSteps(*s, f, 0, 2);
+  // The old process of worker 1 (seq 3 for step 2) gets part 0 of 2 in.
+  ASSERT_TRUE(PushStep(*s, f, 1, 2, /*part=*/0, /*num_parts=*/2).ok());
+  const absl::Time start = absl::Now();
+  // Its new process: seq 1, another incarnation, the whole gradient.
+  std::vector<float> g = Grad(f, 1, 2);
+  std::vector<ChunkBytes> grads = ChunksOf(f, 0, g);
+  for (ChunkBytes& c : grads) c.base_version = 2;
+  absl::StatusOr<PushResult> r = s->Push(PushId{1, 1, 0, 1, 99}, grads);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->dropped);
+  ASSERT_TRUE(PushStep(*s, f, 0, 2).ok());
+  for (int w = 0; w < kWorkers; ++w) {
+    absl::StatusOr<std::vector<int64_t>> v = PullStep(*s, w, 3);
+    ASSERT_TRUE(v.ok()) << v.status();
+  }
+  EXPECT_LT(absl::Now() - start, kSyncTimeout / 2);
+  const ShardStats st = s->Stats();
+  EXPECT_EQ(st.steps, 3);
+  EXPECT_TRUE(st.evicted_workers.empty());
+  s->Shutdown();
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // async treats base versions ahead of the restored ones as fresh, sync
 // resumes at the workers' step) and an eval of the final parameters must be
 // within the accuracy band of an undisturbed run. In async and sync mode.
+// Each worker notices the restart (the shard's server incarnation in its
+// replies changes) and says so exactly once.
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
@@ -102,12 +104,22 @@ TEST_P(ShardRestartTest, WorkersRideThroughAKilledShard) {
       },
       absl::Seconds(10), &restart_log);
   EXPECT_TRUE(restored.ok()) << absl::StrJoin(restart_log, "\n");
-  for (auto& w : workers) {
-    std::vector<std::string> lines;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    auto& w = workers[i];
+    std::vector<std::string> lines = i == 0 ? seen : std::vector<std::string>();
     EXPECT_TRUE(w->WaitFor(absl::Seconds(60), &lines)) << "ps_worker hung";
     if (!w->exited()) w->Terminate(absl::Seconds(5));
     EXPECT_TRUE(w->exit_status().success())
         << w->exit_status().ToString() << "\n" << absl::StrJoin(w->tail(), "\n");
+    // The worker noticed the restart (the server incarnation in the
+    // replies changed) exactly once, and only shard 0's.
+    int noticed = 0, other = 0;
+    for (const std::string& l : lines) {
+      if (absl::StrContains(l, "shard 0 restarted (incarnation ")) ++noticed;
+      if (absl::StrContains(l, "shard 1 restarted")) ++other;
+    }
+    EXPECT_EQ(noticed, 1) << "worker " << i << ":\n" << absl::StrJoin(lines, "\n");
+    EXPECT_EQ(other, 0) << "worker " << i;
   }
   auto eval = StartChild({"worker/ps_worker", hosts, "--task=eval",
                      "--max_test_examples=2000"});

@@ -1,5 +1,7 @@
 #include "worker/downpour_loop.h"
 
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -58,16 +60,50 @@ absl::StatusOr<TrainResult> DownpourLoop::Run() {
   // First parameters: always a plain pull.
   DP_RETURN_IF_ERROR(exchange_->PullFirst());
   window_.times().pull += clock_.Lap();
+  Resume();
+  bool ended = true;
   while (options_.max_steps == 0 || result_.steps < options_.max_steps) {
     if (options_.stop_requested != nullptr &&
         options_.stop_requested->load(std::memory_order_relaxed)) {
-      break;  // Recovery: graceful stop; Finish pushes and leaves.
+      ended = false;  // Recovery: graceful stop; Finish pushes and leaves.
+      break;
     }
     DP_ASSIGN_OR_RETURN(const bool stepped, Step());
     if (!stepped) break;
   }
-  DP_RETURN_IF_ERROR(Finish());
+  DP_RETURN_IF_ERROR(Finish(ended));
   return result_;
+}
+
+void DownpourLoop::Resume() {
+  if (options_.position == nullptr) return;
+  const int64_t steps = options_.position->Read();
+  if (steps <= 0) return;
+  clock_.Restart();
+  int64_t skipped = 0;
+  while (skipped < steps &&
+         (options_.max_steps == 0 || skipped < options_.max_steps) &&
+         group_->NextBatches()) {
+    ++skipped;
+  }
+  result_.steps = skipped;
+  epoch_ = group_->epoch();
+  window_.times().data += clock_.Lap();
+  std::printf("resuming at step %lld (epoch %d): the data position a "
+              "previous process of this worker reached (%s)\n",
+              static_cast<long long>(skipped), epoch_,
+              options_.position->path().c_str());
+  std::fflush(stdout);
+}
+
+void DownpourLoop::RecordPosition() {
+  if (options_.position == nullptr) return;
+  absl::Status s = options_.position->Write(result_.steps);
+  if (!s.ok() && !position_write_failed_) {
+    position_write_failed_ = true;
+    std::fprintf(stderr, "%s; training goes on (a restart would begin its "
+                 "data again)\n", std::string(s.message()).c_str());
+  }
 }
 
 absl::StatusOr<bool> DownpourLoop::Step() {
@@ -87,6 +123,7 @@ absl::StatusOr<bool> DownpourLoop::Step() {
   if (result_.steps % options_.n_push == 0) {
     DP_RETURN_IF_ERROR(exchange_->Push(result_.steps));
     result_.pushes = exchange_->pushes();
+    RecordPosition();
     window_.times().push += clock_.Lap();
   }
   MaybeReport();
@@ -116,12 +153,22 @@ void DownpourLoop::MaybeReport() {
   result_.total += times;
 }
 
-absl::Status DownpourLoop::Finish() {
+absl::Status DownpourLoop::Finish(bool ended) {
   clock_.Restart();
   DP_RETURN_IF_ERROR(exchange_->Finish());
   result_.pushes = exchange_->pushes();
   window_.times().push += clock_.Lap();
   DP_RETURN_IF_ERROR(client_->Leave());
+  if (options_.position != nullptr) {
+    // The end of the data: a later process of this index starts afresh. A
+    // graceful stop keeps the position of its last push.
+    if (ended) {
+      absl::Status s = options_.position->Remove();
+      if (!s.ok()) std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    } else {
+      RecordPosition();
+    }
+  }
   if (window_.steps() > 0 &&
       (!logged_window_ || window_.steps() * 2 >= options_.log_every)) {
     result_.final_loss = window_.MeanLoss();

@@ -37,6 +37,7 @@
 #include "absl/types/span.h"
 #include "common/host_allocator.h"
 #include "common/train_mode.h"
+#include "worker/data_position.h"
 #include "worker/exchange.h"
 #include "worker/ps_client.h"
 #include "worker/replica_group.h"
@@ -71,6 +72,15 @@ struct TrainerOptions {
   // finishes the step under way, pushes the accrued gradient and leaves, as
   // at max_steps. Polled once per step; not owned, may be null.
   const std::atomic<bool>* stop_requested = nullptr;
+  // Recovery (issue 14): resume the data position (worker/data_position.h).
+  // When set, Run() reads the steps a previous process of this worker took,
+  // draws and discards that many batches first (no compute, no push; they
+  // count towards max_steps and in the step numbers), records the position
+  // after every push, and removes the file when training reaches its end
+  // (not after a graceful stop, which a new process resumes from). A failed
+  // write is reported once and training goes on. Not owned, may be null;
+  // one loop per file.
+  const DataPositionFile* position = nullptr;
 };
 
 struct TrainResult {
@@ -105,14 +115,19 @@ class DownpourLoop {
                std::unique_ptr<ReplicaGroup> group,
                std::unique_ptr<Exchange> exchange);
 
+  // Recovery: skips the batches of the steps options_.position records.
+  void Resume();
+  // Recovery: records the position after a push.
+  void RecordPosition();
   // One step: false (and OK) when the input is exhausted.
   absl::StatusOr<bool> Step();
   // The computing part of a step, timed as compute.
   absl::Status Compute();
   // Reports progress at the end of a logging window.
   void MaybeReport();
-  // The final push, Leave, and the result's totals.
-  absl::Status Finish();
+  // The final push, Leave, and the result's totals; `ended`: training
+  // reached its end (not a graceful stop).
+  absl::Status Finish(bool ended);
 
   const TrainerOptions options_;
   ParameterClient* const client_;  // Not owned.
@@ -126,6 +141,7 @@ class DownpourLoop {
   ProgressWindow window_;
   bool logged_window_ = false;  // A progress window was reported.
   int epoch_ = 0;
+  bool position_write_failed_ = false;  // Reported once.
 };
 
 }  // namespace downpour

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <random>
 
@@ -120,6 +121,9 @@ class GrpcParameterClient final : public ParameterClient {
       }
       generic_.push_back(std::move(conns));
     }
+    absl::MutexLock l(&inc_mu_);
+    shard_incarnation_.assign(o.hosts.size(), 0);
+    retired_.resize(o.hosts.size());
   }
 
   absl::Status Declare(const ModelLayout& layout,
@@ -177,15 +181,36 @@ class GrpcParameterClient final : public ParameterClient {
                          std::vector<grpc::ByteBuffer>* resp,
                          const std::function<absl::Status(int)>& on_ok);
   // Resets *versions; returns CallParts' on_ok for replies that carry
-  // values (PullResponse): reads part i's into params/versions, then frees
-  // it.
+  // values (PullResponse): reads part i's into params/versions (and its
+  // server incarnation into (*part_inc)[i] when part_inc is set), then
+  // frees it.
   std::function<absl::Status(int)> ReadValues(
       absl::Span<float> params, std::vector<int64_t>* versions,
-      std::vector<grpc::ByteBuffer>* resp);
-  // Reads one part's PullResponse into params/versions.
+      std::vector<grpc::ByteBuffer>* resp,
+      std::vector<uint64_t>* part_inc = nullptr);
+  // Reads one part's PullResponse into params/versions; *incarnation gets
+  // the reply's server incarnation.
   absl::Status ReadPulledPart(const Part& part, const grpc::ByteBuffer& resp,
                               absl::Span<float> params,
-                              std::vector<int64_t>* versions, wire::Store store);
+                              std::vector<int64_t>* versions, wire::Store store,
+                              uint64_t* incarnation);
+
+  // Recovery: a reply of shard `shard` came from server incarnation `inc`
+  // (0: an old server, ignored). A new one after another means the shard
+  // restarted: logged once and counted. Any thread.
+  void SawIncarnation(int shard, uint64_t inc) ABSL_LOCKS_EXCLUDED(inc_mu_);
+  // Recovery: after a push call (req/resp per part, part_inc[i] the server
+  // incarnation that acknowledged part i), sends again, with the same
+  // (seq, part), the parts that a shard's previous process acknowledged
+  // when a later part of the same push reached its new process: the old
+  // process's copy died with it (unless its snapshot holds it, in which case
+  // the new one takes the part as a duplicate), and in sync mode a gradient
+  // missing parts is dropped. on_ok(i) consumes part i's reply.
+  absl::Status ResendToRestartedShards(
+      const char* what, const char* method, int64_t seq,
+      const std::vector<grpc::ByteBuffer>& req,
+      std::vector<grpc::ByteBuffer>* resp, std::vector<uint64_t>* part_inc,
+      const std::function<absl::Status(int)>& on_ok);
 
   int LaneOf(const Part& p) const {
     return p.shard * connections_ + p.conn;
@@ -206,6 +231,13 @@ class GrpcParameterClient final : public ParameterClient {
   // Push buffers reused across pushes: chunk headers and encoded payloads.
   std::vector<std::string> push_heads_;
   std::vector<std::string> push_payloads_;
+  // Recovery: each shard's server incarnation as last seen (0: no reply
+  // yet), the incarnations it replaced (a late reply of one is not a
+  // restart), and the restarts noticed.
+  absl::Mutex inc_mu_;
+  std::vector<uint64_t> shard_incarnation_ ABSL_GUARDED_BY(inc_mu_);
+  std::vector<std::vector<uint64_t>> retired_ ABSL_GUARDED_BY(inc_mu_);
+  int64_t restarts_seen_ ABSL_GUARDED_BY(inc_mu_) = 0;
 };
 
 absl::Status GrpcParameterClient::CallAll(
@@ -260,7 +292,13 @@ absl::Status GrpcParameterClient::CallAll(
       // Recovery: a shard being restarted is retried up to reconnect_timeout.
       const bool again = attempt < options_.max_attempts ||
                          now - first_failure < options_.reconnect_timeout;
-      if (IsTransient(status[i]) && again) {
+      // Hostile input (issue 16): a server past its gRPC memory quota resets
+      // calls with RESOURCE_EXHAUSTED; retried like an outage, but only
+      // max_attempts times (an oversize message is refused that way too).
+      const bool overloaded =
+          status[i].error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          attempt < options_.max_attempts;
+      if ((IsTransient(status[i]) && again) || overloaded) {
         retry.push_back(i);
         continue;
       }
@@ -339,6 +377,7 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
           resp[i].shard_index(), " but was listed as shard ", parts[i].shard,
           " in --ps_hosts"));
     }
+    SawIncarnation(parts[i].shard, resp[i].server_incarnation());
   }
   map_ = std::move(map);
   parts_ = std::move(parts);
@@ -347,7 +386,7 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
 
 absl::Status GrpcParameterClient::ReadPulledPart(
     const Part& part, const grpc::ByteBuffer& resp, absl::Span<float> params,
-    std::vector<int64_t>* versions, wire::Store store) {
+    std::vector<int64_t>* versions, wire::Store store, uint64_t* incarnation) {
   std::vector<grpc::Slice> slices;
   if (!resp.Dump(&slices).ok()) {
     return absl::InternalError("pull: cannot read the response");
@@ -358,7 +397,7 @@ absl::Status GrpcParameterClient::ReadPulledPart(
     pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   absl::StatusOr<std::vector<wire::WireChunk>> chunks =
-      wire::ParsePullResponse(pieces);
+      wire::ParsePullResponse(pieces, incarnation);
   if (!chunks.ok()) {
     return absl::InternalError(absl::StrCat("shard ", part.shard, ": ",
                                             chunks.status().message()));
@@ -435,14 +474,19 @@ absl::Status GrpcParameterClient::CallParts(
 
 std::function<absl::Status(int)> GrpcParameterClient::ReadValues(
     absl::Span<float> params, std::vector<int64_t>* versions,
-    std::vector<grpc::ByteBuffer>* resp) {
+    std::vector<grpc::ByteBuffer>* resp, std::vector<uint64_t>* part_inc) {
   versions->assign(map_.chunks.size(), -1);
   const wire::Store store = wire::StoreFor(
       static_cast<int64_t>(params.size() * sizeof(float)),
       options_.streaming_pull_min_bytes);
-  return [this, params, versions, resp, store](int i) {
+  return [this, params, versions, resp, store, part_inc](int i) {
+    uint64_t inc = 0;
     absl::Status s =
-        ReadPulledPart(parts_[i], (*resp)[i], params, versions, store);
+        ReadPulledPart(parts_[i], (*resp)[i], params, versions, store, &inc);
+    if (s.ok()) {
+      SawIncarnation(parts_[i].shard, inc);
+      if (part_inc != nullptr) (*part_inc)[i] = inc;
+    }
     // Free the received slices now, so that later reads reuse them while
     // they are still in cache.
     (*resp)[i].Clear();
@@ -546,7 +590,87 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
   const std::vector<grpc::ByteBuffer> req =
       PushRequests(seq, grads, base_versions, /*push_pull=*/false);
   std::vector<grpc::ByteBuffer> resp(parts_.size());
-  return CallParts("Push", kPushMethod, req, &resp, nullptr);
+  std::vector<uint64_t> part_inc(parts_.size(), 0);
+  // A PushResponse is small: parsed for its server incarnation (an
+  // unreadable one is not an error: the push was acknowledged).
+  const std::function<absl::Status(int)> on_ok = [&](int i) {
+    proto::PushResponse r;
+    grpc::ByteBuffer copy((resp)[i]);  // Deserialize consumes it.
+    if (grpc::SerializationTraits<proto::PushResponse>::Deserialize(&copy, &r)
+            .ok()) {
+      SawIncarnation(parts_[i].shard, r.server_incarnation());
+      part_inc[i] = r.server_incarnation();
+    }
+    return absl::OkStatus();
+  };
+  DP_RETURN_IF_ERROR(CallParts("Push", kPushMethod, req, &resp, on_ok));
+  return ResendToRestartedShards("Push", kPushMethod, seq, req, &resp,
+                                 &part_inc, on_ok);
+}
+
+absl::Status GrpcParameterClient::ResendToRestartedShards(
+    const char* what, const char* method, int64_t seq,
+    const std::vector<grpc::ByteBuffer>& req,
+    std::vector<grpc::ByteBuffer>* resp, std::vector<uint64_t>* part_inc,
+    const std::function<absl::Status(int)>& on_ok) {
+  // A shard restarting again meanwhile starts another round; a few suffice.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int> stale;
+    {
+      absl::MutexLock l(&inc_mu_);
+      for (size_t i = 0; i < parts_.size(); ++i) {
+        const uint64_t inc = (*part_inc)[i];
+        if (inc != 0 && inc != shard_incarnation_[parts_[i].shard]) {
+          stale.push_back(static_cast<int>(i));
+        }
+      }
+    }
+    if (stale.empty()) return absl::OkStatus();
+    std::fprintf(stderr,
+                 "worker %d: %zu part(s) of push %lld reached a shard's "
+                 "previous process before it restarted; sending them again\n",
+                 options_.worker_id, stale.size(), static_cast<long long>(seq));
+    DP_RETURN_IF_ERROR(CallAll(
+        what, static_cast<int>(stale.size()),
+        [&](int k) { return parts_[stale[k]].shard; },
+        [&](int k) { return LaneOf(parts_[stale[k]]); }, options_.rpc_timeout,
+        /*wait_for_ready=*/false,
+        [&](int k, grpc::ClientContext* ctx, auto done) {
+          const Part& p = parts_[stale[k]];
+          generic_[p.shard][p.conn]->UnaryCall(ctx, method, grpc::StubOptions(),
+                                               &req[stale[k]],
+                                               &(*resp)[stale[k]], done);
+        },
+        [&](int k) { (*resp)[stale[k]].Clear(); },
+        [&](int k) { return on_ok(stale[k]); }));
+  }
+  return absl::OkStatus();
+}
+
+void GrpcParameterClient::SawIncarnation(int shard, uint64_t inc) {
+  if (inc == 0) return;  // An old server.
+  absl::MutexLock l(&inc_mu_);
+  uint64_t& known = shard_incarnation_[shard];
+  if (known == inc) return;
+  std::vector<uint64_t>& retired = retired_[shard];
+  if (std::find(retired.begin(), retired.end(), inc) != retired.end()) {
+    return;  // A late reply of a process already replaced.
+  }
+  if (known != 0) {
+    retired.push_back(known);
+    ++restarts_seen_;
+    // Pulls always read every chunk afresh (no version or delta is kept
+    // from the old process), so the next pull brings the restored values.
+    std::fprintf(stderr,
+                 "worker %d: shard %d restarted (incarnation %016llx -> "
+                 "%016llx); re-pulling its parameters (%lld shard restart%s "
+                 "seen)\n",
+                 options_.worker_id, shard, static_cast<unsigned long long>(known),
+                 static_cast<unsigned long long>(inc),
+                 static_cast<long long>(restarts_seen_),
+                 restarts_seen_ == 1 ? "" : "s");
+  }
+  known = inc;
 }
 
 absl::Status GrpcParameterClient::PushPull(
@@ -569,8 +693,14 @@ absl::Status GrpcParameterClient::PushPull(
   const std::vector<grpc::ByteBuffer> req =
       PushRequests(seq, grads, base_versions, /*push_pull=*/true);
   std::vector<grpc::ByteBuffer> resp(parts_.size());
-  return CallParts("PushPull", kPushPullMethod, req, &resp,
-                   ReadValues(params, versions, &resp));
+  std::vector<uint64_t> part_inc(parts_.size(), 0);
+  const std::function<absl::Status(int)> on_ok =
+      ReadValues(params, versions, &resp, &part_inc);
+  DP_RETURN_IF_ERROR(
+      CallParts("PushPull", kPushPullMethod, req, &resp, on_ok));
+  // The parts sent again bring the new process's values.
+  return ResendToRestartedShards("PushPull", kPushPullMethod, seq, req, &resp,
+                                 &part_inc, on_ok);
 }
 
 absl::Status GrpcParameterClient::Leave() {

@@ -8,6 +8,7 @@
 // Every flag is read here and turned into options structs; nothing below main
 // reads a flag. Training, evaluation and the end of a spec job are driven by
 // worker/worker_job.h.
+#include <optional>
 #include <signal.h>
 
 #include <atomic>
@@ -38,6 +39,7 @@
 #include "worker/nn/backend_select.h"
 #include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
+#include "worker/data_position.h"
 #include "worker/trainer.h"
 #include "worker/worker_job.h"
 #include "worker/worker_metrics.h"
@@ -115,6 +117,12 @@ ABSL_FLAG(double, connect_timeout_s, 60, "How long to wait for the servers.");
 ABSL_FLAG(double, reconnect_timeout_s, 120,
           "Keep retrying an unreachable shard this long (backoff up to 2 s) "
           "before failing, so a restarted shard is picked up again.");
+ABSL_FLAG(std::string, position_file, "",
+          "Recovery: keep this worker's data position (steps taken) in this "
+          "file, written after every push and removed when training ends; "
+          "a new process of the same worker index, data and job shape "
+          "resumes from it instead of beginning its epochs again. launch "
+          "--max_restarts sets it to <log_dir>/ckpt/worker<k>.position.");
 ABSL_FLAG(int, debug_step_delay_ms, 0,
           "Testing only: sleep this long in every step, to play a straggler.");
 ABSL_FLAG(std::string, save_params, "",
@@ -372,6 +380,25 @@ absl::Status Run() {
   DP_ASSIGN_OR_RETURN(WorkerOptions f, ReadFlags());
   f.trainer.stop_requested = &g_stop_requested;  // Recovery: graceful stop.
   const int w = f.client.worker_id;
+  // Recovery: the data position, valid only for this worker of this job
+  // shape and data (the key); one loop per file, so not with independent
+  // replicas.
+  std::optional<DataPositionFile> position;
+  const std::string position_file = absl::GetFlag(FLAGS_position_file);
+  if (!position_file.empty() && f.task == "train") {
+    if (!f.local_sum && f.replicas > 1) {
+      std::printf("worker %d: --position_file is not kept with "
+                  "--local_aggregation=none (one position per replica)\n", w);
+    } else {
+      position.emplace(
+          position_file,
+          absl::StrCat("worker=", w, " workers=", f.num_workers, " replicas=",
+                       f.replicas, " seed=", f.seed, " batch=", f.batch_size,
+                       " epochs=", f.epochs, " examples=", f.max_train_examples,
+                       " dataset=", f.dataset));
+      f.trainer.position = &*position;
+    }
+  }
   if (f.metrics_port >= 0) {
     DP_ASSIGN_OR_RETURN(f.metrics,
                         WorkerMetrics::Start(f.metrics_bind, f.metrics_port));

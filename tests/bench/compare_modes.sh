@@ -8,24 +8,25 @@
 #   MODES=async OUT_DIR=/tmp/cmp bash tests/bench/compare_modes.sh
 #
 # Modes: async (Downpour), async_sa (async + --staleness_aware),
-# ssp (--mode=ssp --staleness=$STALENESS), sync (--mode=sync), and (issue 18)
-# sync_lr (sync at --lr=$BASE_LR scaled linearly by W, warm-up, cosine decay),
-# async_lr (async at $BASE_LR / sqrt(W), warm-up, cosine decay) and
-# pytorch_ddp (PyTorch DistributedDataParallel, gloo, W processes of one
-# thread, jemalloc preloaded: same model, split, batch 64 and epochs;
-# tests/bench/pytorch_ddp_fashion.py, $DDP_OPTIMIZER at $DDP_LR).
+# ssp (--mode=ssp --staleness=$STALENESS), sync (--mode=sync), each with the
+# launcher's default learning-rate rules (issue 18, deploy/lr_rules.h: Adam,
+# sync's rate x W, 5% warm-up, cosine decay to 0 at the job's end);
+# async_const and sync_const (the rules before issue 18: Adagrad at a
+# constant 0.05 / 0.1, --lr_schedule=none); and pytorch_ddp (PyTorch
+# DistributedDataParallel, gloo, W processes of one thread, jemalloc
+# preloaded: same model, split, batch 64 and epochs, and by default the same
+# rules: tests/bench/pytorch_ddp_fashion.py, $DDP_OPTIMIZER at $DDP_LR,
+# --schedule=$DDP_SCHEDULE).
 # Arguments are extra //deploy:launch flags added to every Downpour run.
-# The default grid (10 epochs, W = 1, 2, 4, 8, 7 modes) needs hours of both
+# The default grid (10 epochs, W = 1, 2, 4, 8, 5 modes) needs hours of both
 # cores of the 2-core development machine.
 #
 # Environment (defaults in brackets):
 #   WORKERS ["1 2 4 8"] worker counts
-#   MODES ["async async_sa ssp sync async_lr sync_lr pytorch_ddp"]
+#   MODES ["async async_sa ssp sync pytorch_ddp"]
 #   EPOCHS [10]         epochs per worker      STALENESS [2]   ssp bound
-#   BASE_LR [0.05]      the rate the *_lr modes scale (adagrad)
-#   WARMUP_SHARE [0.05] *_lr modes: warm-up share of each chunk's updates
-#   LR_MIN_FACTOR [0.05] *_lr modes: final rate of the cosine decay / lr
-#   DDP_OPTIMIZER [adagrad], DDP_LR [0.05]: PyTorch's optimizer
+#   DDP_OPTIMIZER [adam], DDP_LR [0.001], DDP_SCHEDULE [auto]: PyTorch's
+#                       optimizer and learning-rate rules
 #   TRAIN_EXAMPLES [60000] train on a prefix (every run, PyTorch included)
 #   EVAL_EVERY [10]     seconds between accuracy-curve evaluations
 #   SERVERS [2]         parameter-server shards
@@ -41,13 +42,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 WORKERS=${WORKERS:-"1 2 4 8"}
-MODES=${MODES:-"async async_sa ssp sync async_lr sync_lr pytorch_ddp"}
+MODES=${MODES:-"async async_sa ssp sync pytorch_ddp"}
 EPOCHS=${EPOCHS:-10}
-BASE_LR=${BASE_LR:-0.05}
-WARMUP_SHARE=${WARMUP_SHARE:-0.05}
-LR_MIN_FACTOR=${LR_MIN_FACTOR:-0.05}
-DDP_OPTIMIZER=${DDP_OPTIMIZER:-adagrad}
-DDP_LR=${DDP_LR:-0.05}
+DDP_OPTIMIZER=${DDP_OPTIMIZER:-adam}
+DDP_LR=${DDP_LR:-0.001}
+DDP_SCHEDULE=${DDP_SCHEDULE:-auto}
 TRAIN_EXAMPLES=${TRAIN_EXAMPLES:-60000}
 JEMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 2>/dev/null || true)
 STALENESS=${STALENESS:-2}
@@ -60,30 +59,14 @@ BAZEL=(bazel ${BAZEL_STARTUP:-})
 
 log() { echo "compare: $*"; }
 
-# lr_rules W SCALING: the server flags of the *_lr modes for W workers. Each
-# chunk counts its own updates: sync applies one per step, async one per
-# worker step, so the cosine horizon is steps (x W for async).
-lr_rules() {
-  local W=$1 scaling=$2 per_worker steps updates
-  per_worker=$(((TRAIN_EXAMPLES + W - 1) / W))
-  steps=$((EPOCHS * ((per_worker + 63) / 64)))
-  updates=$steps
-  [[ $scaling == sqrt ]] && updates=$((steps * W))
-  local warmup
-  warmup=$(/usr/bin/python3 -c "print(max(1, int($updates * $WARMUP_SHARE)))")
-  printf '%s\n' "--lr=${BASE_LR}" "--server_args=--lr_worker_scaling=${scaling} \
---lr_warmup_updates=${warmup} --lr_decay=cosine --lr_decay_updates=${updates} \
---lr_min_factor=${LR_MIN_FACTOR}"
-}
-
 mode_flags() {  # mode [W]; one launch argument per line
   case "$1" in
     async) echo "--mode=async" ;;
     async_sa) printf '%s\n' --mode=async --staleness_aware ;;
     ssp) printf '%s\n' --mode=ssp "--staleness=${STALENESS}" ;;
     sync) echo "--mode=sync" ;;
-    async_lr) echo "--mode=async"; lr_rules "${2:-1}" sqrt ;;
-    sync_lr) echo "--mode=sync"; lr_rules "${2:-1}" linear ;;
+    async_const) printf '%s\n' --mode=async --lr_schedule=none --optimizer=adagrad --lr=0.05 ;;
+    sync_const) printf '%s\n' --mode=sync --lr_schedule=none --optimizer=adagrad --lr=0.1 ;;
     pytorch_ddp) ;;
     *) return 1 ;;
   esac
@@ -91,7 +74,7 @@ mode_flags() {  # mode [W]; one launch argument per line
 
 for m in $MODES; do
   mode_flags "$m" >/dev/null || {
-    echo "compare: unknown mode '$m' in MODES (valid: async async_sa ssp sync async_lr sync_lr pytorch_ddp)" >&2
+    echo "compare: unknown mode '$m' in MODES (valid: async async_sa ssp sync async_const sync_const pytorch_ddp)" >&2
     exit 2
   }
 done
@@ -124,6 +107,7 @@ for W in $WORKERS; do
       cmd=(env ${JEMALLOC:+LD_PRELOAD=$JEMALLOC} /usr/bin/python3
            tests/bench/pytorch_ddp_fashion.py --workers="$W" --epochs="$EPOCHS"
            --seed=7 --optimizer="$DDP_OPTIMIZER" --lr="$DDP_LR"
+           --schedule="$DDP_SCHEDULE"
            --summary_json="$OUT_DIR/$name.json" "${prefix[@]}")
     fi
     log "run $name: ${cmd[*]}"

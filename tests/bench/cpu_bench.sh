@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # CPU compute comparison (issue 18): fashion_cnn forward + backward per step,
 # Downpour's oneDNN and OpenBLAS backends against PyTorch (Debian's
-# python3-torch, eager, float32) out of the box, with jemalloc preloaded, and
-# with jemalloc + channels_last, at each batch size and thread count, in the
-# same run and interleaved (round r runs every configuration once). Prints one
-# table and the ratios downpour(onednn) / pytorch, per core.
+# python3-torch, eager, float32) out of the box, with jemalloc preloaded,
+# with jemalloc + channels_last, and with jemalloc tuned to keep its memory
+# (no decay, no oversize arena, transparent huge pages: PyTorch still took
+# ~1,600 page faults per batch-64 step with jemalloc's defaults) +
+# channels_last, at each batch size and thread count, in the same run and
+# interleaved (round r runs every configuration once). Prints two tables,
+# examples per wall-clock second and per CPU-second of the process (at one
+# thread: the speed of a core of its own, which a loaded machine distorts
+# less), each with the ratios downpour(onednn) / pytorch.
 #
 #   bash tests/bench/cpu_bench.sh                     # ~3-4 min on 2 cores
 #   BATCHES=64,256 THREADS="1" MIN_SECONDS=1 bash tests/bench/cpu_bench.sh
@@ -26,6 +31,9 @@ OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/cpu_bench.XXXXXX)}
 PY=/usr/bin/python3
 JEMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 2>/dev/null || true)
 mkdir -p "$OUT_DIR"
+# jemalloc keeping what it has: PyTorch frees and reallocates its activations
+# every step, and jemalloc's defaults hand large ones back to the kernel.
+TUNED_MALLOC_CONF="oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1,thp:always"
 
 bazel build -c opt //tests/bench:cpu_bench >/dev/null 2>&1 ||
   bazel build -c opt //tests/bench:cpu_bench
@@ -62,15 +70,18 @@ for r in $(seq 1 "$ROUNDS"); do
           "${torch_cmd[@]}" --cpu_threads="$t"
         run torch_jemalloc_cl "$t" "$r" env LD_PRELOAD="$JEMALLOC" OMP_NUM_THREADS="$t" \
           "${torch_cmd[@]}" --cpu_threads="$t" --channels_last
+        run torch_tuned_cl "$t" "$r" env LD_PRELOAD="$JEMALLOC" OMP_NUM_THREADS="$t" \
+          MALLOC_CONF="$TUNED_MALLOC_CONF" "${torch_cmd[@]}" --cpu_threads="$t" --channels_last
       fi
     fi
   done
 done
 
-"$PY" - "$OUT_DIR" <<'EOF'
+uptime_now=$(uptime)
+"$PY" - "$OUT_DIR" "$uptime_now" <<'EOF'
 import glob, json, os, statistics, sys
 out = sys.argv[1]
-cells = {}  # (impl, threads, batch) -> [examples/sec per round]
+cells = {}  # (impl, threads, batch, metric) -> [value per round]
 for path in glob.glob(os.path.join(out, "*.json")):
     impl, t, _ = os.path.basename(path)[:-5].rsplit(".", 2)
     try:
@@ -78,30 +89,38 @@ for path in glob.glob(os.path.join(out, "*.json")):
     except ValueError:
         continue
     for row in doc["results"]:
-        cells.setdefault((impl, int(t[1:]), row["batch_size"]), []).append(
-            row["compute_examples_per_sec"])
-impls = ["onednn", "openblas", "torch", "torch_jemalloc", "torch_jemalloc_cl"]
+        for metric in ("compute_examples_per_sec", "compute_examples_per_cpu_sec"):
+            if metric in row:
+                cells.setdefault((impl, int(t[1:]), row["batch_size"], metric),
+                                 []).append(row[metric])
+impls = ["onednn", "openblas", "torch", "torch_jemalloc", "torch_jemalloc_cl",
+         "torch_tuned_cl"]
 names = {"onednn": "ours oneDNN", "openblas": "ours OpenBLAS",
          "torch": "PyTorch", "torch_jemalloc": "PyTorch+jemalloc",
-         "torch_jemalloc_cl": "PyTorch+jemalloc+CL"}
+         "torch_jemalloc_cl": "PyTorch+jemalloc+CL",
+         "torch_tuned_cl": "PyTorch+tuned jemalloc+CL"}
 threads = sorted({k[1] for k in cells})
 batches = sorted({k[2] for k in cells})
 med = lambda k: statistics.median(cells[k]) if k in cells else None
-print("\nexamples/sec, forward + backward (median over rounds)")
-print("| threads | batch | " + " | ".join(names[i] for i in impls) +
-      " | oneDNN / PyTorch best | oneDNN / PyTorch stock |")
-print("|---" * (len(impls) + 4) + "|")
-for t in threads:
-    for b in batches:
-        vals = [med((i, t, b)) for i in impls]
-        torch_vals = [v for i, v in zip(impls, vals) if i.startswith("torch") and v]
-        best = max(torch_vals) if torch_vals else None
-        ours = vals[0]
-        fmt = lambda v: "%.0f" % v if v else "-"
-        ratio = lambda a, c: "%.2f" % (a / c) if a and c else "-"
-        print("| %d | %d | %s | %s | %s |" % (
-            t, b, " | ".join(fmt(v) for v in vals), ratio(ours, best),
-            ratio(ours, vals[2])))
+for metric, title in (
+        ("compute_examples_per_sec", "examples per wall-clock second"),
+        ("compute_examples_per_cpu_sec", "examples per CPU-second of the process")):
+    print("\n%s, forward + backward (median over rounds)" % title)
+    print("| threads | batch | " + " | ".join(names[i] for i in impls) +
+          " | oneDNN / PyTorch best | oneDNN / PyTorch stock |")
+    print("|---" * (len(impls) + 4) + "|")
+    for t in threads:
+        for b in batches:
+            vals = [med((i, t, b, metric)) for i in impls]
+            torch_vals = [v for i, v in zip(impls, vals) if i.startswith("torch") and v]
+            best = max(torch_vals) if torch_vals else None
+            ours = vals[0]
+            fmt = lambda v: "%.0f" % v if v else "-"
+            ratio = lambda a, c: "%.2f" % (a / c) if a and c else "-"
+            print("| %d | %d | %s | %s | %s |" % (
+                t, b, " | ".join(fmt(v) for v in vals), ratio(ours, best),
+                ratio(ours, vals[2])))
 print("\nper core = at 1 thread; goal: oneDNN / PyTorch best >= 1.2 at batch 64 and 256")
+print("load at the end: %s" % sys.argv[2].strip())
 print("raw JSON lines: %s" % out)
 EOF

@@ -12,8 +12,13 @@
 // The last line of stdout is JSON:
 //   {"bench":"fashion_cnn_cpu_compute","impl":"downpour","backend":"onednn",
 //    "threads":1,"results":[{"batch_size":64,"compute_ms":..,
-//    "compute_examples_per_sec":..,"steps":..,"loss":..},...]}
+//    "compute_examples_per_sec":..,"compute_cpu_ms":..,
+//    "compute_examples_per_cpu_sec":..,"steps":..,"loss":..},...]}
+// "cpu" figures divide by the process's CPU time instead of wall time: at
+// one thread, the speed of a core of its own even on a loaded machine.
 // Exit status: 0 ok; 2 bad flags; 1 anything else.
+#include <time.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -38,6 +43,9 @@
 
 ABSL_FLAG(std::string, cpu_backend, "onednn", "onednn or openblas.");
 ABSL_FLAG(int, threads, 1, "Backend threads.");
+ABSL_FLAG(bool, onednn_winograd, true,
+          "--cpu_backend=onednn: Winograd convolutions where they apply "
+          "(false: direct convolution only).");
 ABSL_FLAG(std::string, batch_sizes, "64,256,1024", "Comma-separated.");
 ABSL_FLAG(int, warmup_steps, 5, "Untimed steps per batch size.");
 ABSL_FLAG(double, min_seconds, 2.0, "Timed seconds per batch size (at least).");
@@ -50,8 +58,18 @@ struct Row {
   int batch = 0;
   int steps = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // This process's CPU time over the same steps.
   float loss = 0;
 };
+
+// CPU time of the whole process (every thread). At one thread it is the
+// time the step would take on a core of its own: it leaves out the time the
+// process waited for a core on a loaded machine.
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 absl::StatusOr<Row> MeasureBatch(Backend* backend, int batch) {
   DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
@@ -77,6 +95,7 @@ absl::StatusOr<Row> MeasureBatch(Backend* backend, int batch) {
   int i = 0;
   for (; i < absl::GetFlag(FLAGS_warmup_steps); ++i) DP_RETURN_IF_ERROR(step(i));
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ProcessCpuSeconds();
   while (true) {
     row.seconds = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - t0)
@@ -88,6 +107,7 @@ absl::StatusOr<Row> MeasureBatch(Backend* backend, int batch) {
     DP_RETURN_IF_ERROR(step(i++));
     ++row.steps;
   }
+  row.cpu_seconds = ProcessCpuSeconds() - cpu0;
   if (!std::isfinite(row.loss)) {
     return absl::InternalError("loss is not finite: the computation is broken");
   }
@@ -109,7 +129,10 @@ absl::Status Run(int* exit_code) {
   }
   std::unique_ptr<Backend> backend;
   if (kind == "onednn") {
-    DP_ASSIGN_OR_RETURN(backend, NewOnednnBackend(threads));
+    OnednnOptions options;
+    options.threads = threads;
+    options.winograd = absl::GetFlag(FLAGS_onednn_winograd);
+    DP_ASSIGN_OR_RETURN(backend, NewOnednnBackend(options));
   } else if (kind == "openblas") {
     backend = NewCpuBackend(threads);
   } else {
@@ -118,19 +141,24 @@ absl::Status Run(int* exit_code) {
         "--cpu_backend must be onednn or openblas, got '", kind, "'"));
   }
   std::printf("cpu_bench: fashion_cnn forward+backward, backend %s, %d "
-              "thread(s)\n%6s | %10s | %12s\n",
+              "thread(s)\n%6s | %10s | %12s | %12s | %16s\n",
               backend->Name().c_str(), threads, "batch", "compute ms",
-              "compute ex/s");
+              "compute ex/s", "CPU ms/step", "ex per CPU-sec");
   std::vector<std::string> json;
   for (int b : batches) {
     DP_ASSIGN_OR_RETURN(Row r, MeasureBatch(backend.get(), b));
     const double ms = 1e3 * r.seconds / r.steps;
     const double eps = b * r.steps / r.seconds;
-    std::printf("%6d | %10.3f | %12.1f\n", b, ms, eps);
+    const double cpu_ms = 1e3 * r.cpu_seconds / r.steps;
+    const double cpu_eps = b * r.steps / r.cpu_seconds;
+    std::printf("%6d | %10.3f | %12.1f | %12.3f | %16.1f\n", b, ms, eps,
+                cpu_ms, cpu_eps);
     std::fflush(stdout);
     json.push_back(absl::StrCat(
         "{\"batch_size\":", b, ",\"compute_ms\":", ms,
-        ",\"compute_examples_per_sec\":", eps, ",\"steps\":", r.steps,
+        ",\"compute_examples_per_sec\":", eps, ",\"compute_cpu_ms\":",
+        cpu_ms, ",\"compute_examples_per_cpu_sec\":", cpu_eps,
+        ",\"steps\":", r.steps,
         ",\"loss\":", r.loss, "}"));
   }
   std::printf("{\"bench\":\"fashion_cnn_cpu_compute\",\"impl\":\"downpour\","

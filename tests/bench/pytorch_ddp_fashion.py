@@ -22,6 +22,7 @@ wall time), examples_per_sec, final_loss, plus the settings. Needs
 import argparse
 import gzip
 import json
+import math
 import os
 import struct
 import sys
@@ -98,11 +99,27 @@ def worker(rank, args, port, result_path):
     idx = torch.arange(rank, x.shape[0], args.workers)
     xs, ys = x[idx].contiguous(), y[idx].contiguous()
     model = torch.nn.parallel.DistributedDataParallel(make_model(torch))
+    # --schedule=auto: the rules the launcher gives our servers by default
+    # (deploy/lr_rules.h): lr x W for the mean of W gradients, linear warm-up
+    # over 5% of the steps, then cosine decay to 0 at the last step.
+    if args.schedule == "auto":
+        args.lr *= args.workers
     opt = make_optimizer(torch, args, model.parameters())
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     # Equal step counts on every rank (DDP needs them): the smallest shard's.
     n_min = x.shape[0] // args.workers
     steps_per_epoch = (n_min + args.batch_size - 1) // args.batch_size
+    total = args.epochs * steps_per_epoch
+    warmup = max(1, int(total * 0.05))
+
+    def factor(step):  # step = updates done so far; update t = step + 1.
+        t = step + 1
+        if t <= warmup:
+            return t / warmup
+        p = min(1.0, (t - warmup) / max(1, total - warmup))
+        return 0.5 * (1 + math.cos(math.pi * p))
+    sched = (torch.optim.lr_scheduler.LambdaLR(opt, factor)
+             if args.schedule == "auto" else None)
     loss = torch.tensor(float("nan"))
     examples = 0
     begin = time.perf_counter()
@@ -114,6 +131,8 @@ def worker(rank, args, port, result_path):
             loss = torch.nn.functional.cross_entropy(model(xs[b]), ys[b])
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             examples += b.numel()
     train_s = time.perf_counter() - begin
     if rank == 0:
@@ -138,6 +157,9 @@ def main(argv):
     p.add_argument("--optimizer", default="adagrad",
                    choices=["sgd", "momentum", "adagrad", "adam"])
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--schedule", choices=["none", "auto"], default="none",
+                   help="auto: Downpour's default rules (lr x workers, "
+                        "5%% warm-up, cosine to 0)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--max_train_examples", type=int, default=0)

@@ -35,7 +35,9 @@ The last line of stdout is the JSON (also written to --json_out):
    "host_buffers":...,"tf32":false,"input":"synthetic","parameters":N,
    "torch":...,"cudnn":...,"results":[{"batch_size":64,"step_ms":..,
    "step_examples_per_sec":..,"compute_ms":..,"compute_examples_per_sec":..,
+   "compute_cpu_ms":..,"compute_examples_per_cpu_sec":..,
    "steps":..,"compute_steps":..,"loss":..},...]}
+("cpu" figures: the compute steps over the process's CPU time, not wall time.)
 Exit status: 0 ok; 2 bad arguments; 3 the device is not available (no
 PyTorch, no CUDA); 1 anything else.
 """
@@ -152,6 +154,7 @@ def main(argv):
         sync()
         steps, loss = 0, float("nan")
         begin = time.perf_counter()
+        cpu_begin = time.process_time()
         while True:
             if args.steps > 0:
                 if steps >= args.steps:
@@ -164,9 +167,10 @@ def main(argv):
             steps += 1
         sync()
         seconds = time.perf_counter() - begin
+        cpu_seconds = time.process_time() - cpu_begin
         if not math.isfinite(loss):
             raise RuntimeError("loss is %r: the computation is broken" % loss)
-        return steps, seconds, loss
+        return steps, seconds, loss, cpu_seconds
 
     def measure_batch_size(batch):
         model = FashionCnn().to(dev)
@@ -245,7 +249,7 @@ def main(argv):
              "copies %"))
     sys.stdout.flush()
     for batch in args.batch_sizes:
-        n_params, (s_steps, s_sec, loss), (c_steps, c_sec, _) = \
+        n_params, (s_steps, s_sec, loss, _), (c_steps, c_sec, _, c_cpu) = \
             measure_batch_size(batch)
         step_ms = 1e3 * s_sec / s_steps
         compute_ms = 1e3 * c_sec / c_steps
@@ -255,6 +259,10 @@ def main(argv):
             "step_examples_per_sec": round(batch * s_steps / s_sec, 2),
             "compute_ms": round(compute_ms, 5),
             "compute_examples_per_sec": round(batch * c_steps / c_sec, 2),
+            # Process CPU time (all threads) instead of wall time: at one
+            # thread, a core's own speed even on a loaded machine.
+            "compute_cpu_ms": round(1e3 * c_cpu / c_steps, 5),
+            "compute_examples_per_cpu_sec": round(batch * c_steps / c_cpu, 2),
             "steps": s_steps,
             "compute_steps": c_steps,
             "loss": round(loss, 5),

@@ -19,6 +19,11 @@ absl::Status Backend::Copy(const float* src, float* dst, int64_t n) {
   return Axpy(n, 1.f, src, dst);
 }
 
+absl::Status Backend::Discard(float* /*p*/, int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError("Discard: negative size");
+  return absl::OkStatus();
+}
+
 HostAllocator* Backend::staging_allocator() { return DefaultHostAllocator(); }
 
 absl::Status Backend::SoftmaxCrossEntropyDeferred(

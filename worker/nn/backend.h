@@ -70,6 +70,12 @@ class Backend {
   // dst = src, n floats of backend memory (a device-to-device copy).
   // Default: Fill + Axpy; backends override it with a plain copy.
   virtual absl::Status Copy(const float* src, float* dst, int64_t n);
+  // The caller no longer needs the values in [p, p + n) (backend memory):
+  // until it writes them again, reading them gives unspecified values. Lets
+  // a backend that keeps tensors in its own layout (the oneDNN one) drop
+  // that layout instead of converting it when the buffer is reused for a
+  // tensor of another shape. Default: nothing.
+  virtual absl::Status Discard(float* p, int64_t n);
   // Where host buffers that feed CopyToDevice should come from: page-locked
   // memory on a GPU (the copy then runs asynchronously), ordinary memory on
   // the CPU. Owned by the backend; valid while it lives. Default:

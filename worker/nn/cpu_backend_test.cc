@@ -1,4 +1,5 @@
 // Tests of the CPU backend against naive reference implementations.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -254,7 +255,107 @@ INSTANTIATE_TEST_SUITE_P(
                       // Split over workers, including empty blocks.
                       ConvCase{5, 3, 8, 9, 4, 3, 3, 1, 1, 2},
                       ConvCase{2, 3, 8, 9, 4, 3, 3, 1, 0, 3},
-                      ConvCase{7, 2, 6, 5, 3, 3, 3, 2, 1, 0}));
+                      ConvCase{7, 2, 6, 5, 3, 3, 3, 2, 1, 0},
+                      // Channels multiples of 16, 3x3, stride 1: oneDNN's
+                      // blocked layouts without padding, and its Winograd
+                      // kernels where the CPU has them.
+                      ConvCase{3, 32, 7, 8, 64, 3, 3, 1, 0},
+                      ConvCase{2, 16, 6, 5, 16, 3, 3, 1, 1, 2}));
+
+// A conv -> ReLU -> pool -> conv chain whose intermediate tensors stay in
+// backend memory (the oneDNN backend keeps them in its blocked layout):
+// every read back, whole or in part, after whole or partial writes by other
+// ops, must see the NCHW values of the reference.
+TEST_F(CpuBackendTest, ChainedOpsReadBackAsNchw) {
+  ConvDesc c1 = ToConvDesc(ConvCase{2, 3, 10, 10, 32, 3, 3, 1, 1});
+  PoolDesc p1;
+  p1.batch = 2;
+  p1.channels = 32;
+  p1.in_h = p1.in_w = 10;
+  ConvDesc c2 = ToConvDesc(ConvCase{2, 32, 5, 5, 16, 3, 3, 1, 0});
+  const auto [x_n, w1_n, y1_n] = ConvSizes(c1);
+  const auto [q_n, w2_n, y2_n] = ConvSizes(c2);
+  const std::vector<float> x = RandomVec(x_n, 40), w1 = RandomVec(w1_n, 41),
+                           b1 = RandomVec(32, 42), w2 = RandomVec(w2_n, 43);
+  // Reference, on the host.
+  std::vector<float> r1 = RefConvForward(c1, x, w1, &b1);
+  for (float& v : r1) v = v > 0.f ? v : 0.f;
+  std::vector<float> rp(q_n);
+  for (int pl = 0; pl < 2 * 32; ++pl)
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 5; ++j) {
+        float m = r1[(pl * 10 + 2 * i) * 10 + 2 * j];
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b)
+            m = std::max(m, r1[(pl * 10 + 2 * i + a) * 10 + 2 * j + b]);
+        rp[(pl * 5 + i) * 5 + j] = m;
+      }
+  const std::vector<float> r2 = RefConvForward(c2, rp, w2, nullptr);
+
+  DeviceBuffer dx = Upload(x), dw1 = Upload(w1), db1 = Upload(b1),
+               dw2 = Upload(w2), y1 = Zeros(y1_n), a1 = Zeros(y1_n),
+               q = Zeros(q_n), y2 = Zeros(y2_n), flat = Zeros(y2_n);
+  ASSERT_TRUE(be_->Conv2dForward(c1, dx.data(), dw1.data(), db1.data(),
+                                 y1.data()).ok());
+  ASSERT_TRUE(be_->ReluForward(y1_n, y1.data(), a1.data()).ok());
+  ASSERT_TRUE(be_->MaxPoolForward(p1, a1.data(), q.data()).ok());
+  ASSERT_TRUE(
+      be_->Conv2dForward(c2, q.data(), dw2.data(), nullptr, y2.data()).ok());
+  ASSERT_TRUE(be_->Copy(y2.data(), flat.data(), y2_n).ok());  // Flatten.
+  const float tol = 2e-5f * std::sqrt(static_cast<float>(w2_n));
+  ExpectNear(Download(flat), r2, tol, "conv2 via Copy");
+  ExpectNear(Download(y2), r2, tol, "conv2");
+  ExpectNear(Download(a1), r1, tol, "relu1");
+  ExpectNear(Download(q), rp, tol, "pool1");
+
+  // Part of a tensor read back, and part overwritten: the rest keeps its
+  // values.
+  std::vector<float> part(7);
+  ASSERT_TRUE(be_->CopyToHost(q.data() + 30, part.data(), 7).ok());
+  ExpectNear(part, std::vector<float>(rp.begin() + 30, rp.begin() + 37), tol,
+             "pool1 slice");
+  ASSERT_TRUE(be_->Fill(a1.data() + 100, 50, -3.f).ok());
+  std::vector<float> want_a1 = r1;
+  std::fill(want_a1.begin() + 100, want_a1.begin() + 150, -3.f);
+  ExpectNear(Download(a1), want_a1, tol, "relu1 after a partial fill");
+  ASSERT_TRUE(be_->Axpy(5, 2.f, dx.data(), y2.data() + 3).ok());
+  std::vector<float> want_y2 = r2;
+  for (int i = 0; i < 5; ++i) want_y2[3 + i] += 2.f * x[i];
+  ExpectNear(Download(y2), want_y2, tol, "conv2 after a partial axpy");
+
+  // Backward through the chain's blocked tensors: pool, then ReLU.
+  const std::vector<float> dq = RandomVec(q_n, 44);
+  DeviceBuffer ddq = Upload(dq), da1 = Zeros(y1_n), dy1 = Zeros(y1_n);
+  ASSERT_TRUE(be_->MaxPoolForward(p1, a1.data(), q.data()).ok());
+  ASSERT_TRUE(
+      be_->MaxPoolBackward(p1, a1.data(), q.data(), ddq.data(), da1.data())
+          .ok());
+  ASSERT_TRUE(be_->ReluBackward(y1_n, a1.data(), da1.data(), dy1.data()).ok());
+  std::vector<float> got = Download(dy1);
+  double routed = 0, want_routed = 0;
+  for (float v : got) routed += v;
+  // Every dq lands on one window maximum; the ReLU passes those that are
+  // positive (the filled -3 region is not).
+  for (int pl = 0; pl < 2 * 32; ++pl)
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 5; ++j) {
+        int best = -1;
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const int idx = (pl * 10 + 2 * i + a) * 10 + 2 * j + b;
+            if (best < 0 || want_a1[idx] > want_a1[best]) best = idx;
+          }
+        if (want_a1[best] > 0.f) want_routed += dq[(pl * 5 + i) * 5 + j];
+      }
+  EXPECT_NEAR(routed, want_routed, 1e-3);
+
+  // Discard: a buffer reused for a tensor of another shape.
+  ASSERT_TRUE(be_->Discard(a1.data(), y1_n).ok());
+  ASSERT_TRUE(be_->CopyToDevice(x.data(), a1.data(), x_n).ok());
+  std::vector<float> head(x_n);
+  ASSERT_TRUE(be_->CopyToHost(a1.data(), head.data(), x_n).ok());
+  ExpectNear(head, x, 0, "written after Discard");
+}
 
 TEST_F(CpuBackendTest, ConvRejectsBadDesc) {
   ConvDesc d;

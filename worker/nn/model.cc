@@ -170,7 +170,12 @@ class ModelImpl : public Model {
     const float* dy = dlogits_.data();
     for (size_t i = layers_.size(); i-- > 0;) {
       float* dx = nullptr;
-      if (i > 0) dx = (dy == grad_a_.data()) ? grad_b_.data() : grad_a_.data();
+      if (i > 0) {
+        DeviceBuffer& next = dy == grad_a_.data() ? grad_b_ : grad_a_;
+        // The ping-pong buffer's last tensor (of another shape) is dead.
+        DP_RETURN_IF_ERROR(backend_->Discard(next.data(), next.size()));
+        dx = next.data();
+      }
       const float* x = i == 0 ? input_buf_.data() : acts_[i - 1].data();
       DP_RETURN_IF_ERROR(
           layers_[i]->Backward(batch, x, acts_[i].data(), dy, dx));
@@ -224,6 +229,8 @@ class ModelImpl : public Model {
   absl::Status Forward(int batch) {
     const float* x = input_buf_.data();
     for (size_t i = 0; i < layers_.size(); ++i) {
+      // Last step's activation (of a possibly larger batch) is dead.
+      DP_RETURN_IF_ERROR(backend_->Discard(acts_[i].data(), acts_[i].size()));
       DP_RETURN_IF_ERROR(layers_[i]->Forward(batch, x, acts_[i].data()));
       x = acts_[i].data();
     }

@@ -6,15 +6,18 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace downpour {
@@ -41,42 +44,28 @@ memory::desc Plain(const memory::dims& dims, Tag tag) {
   return memory::desc(dims, Dt::f32, tag);
 }
 
-// One tensor argument of a primitive: the caller's plain buffer (its handle
-// set per call) and, when the primitive prefers another layout, a buffer of
-// that layout owned here plus the reorders between the two, created once.
-class LayoutArg {
- public:
-  LayoutArg(const memory::desc& user, const memory::desc& inner,
-            const dnnl::engine& eng)
-      : user_(user, eng, DNNL_MEMORY_NONE), same_(user == inner) {
-    if (!same_) {
-      inner_ = memory(inner, eng);
-      to_inner_ = dnnl::reorder(user_, inner_);
-      to_user_ = dnnl::reorder(inner_, user_);
-    }
+// The interface's plain (row-major) layout of md's dimensions.
+memory::desc PlainOf(const memory::desc& md) {
+  const memory::dims dims = md.dims();
+  switch (dims.size()) {
+    case 1: return Plain(dims, Tag::a);
+    case 2: return Plain(dims, Tag::ab);
+    case 3: return Plain(dims, Tag::abc);
+    case 4: return Plain(dims, Tag::abcd);
+    default: return Plain(dims, Tag::abcde);
   }
-  // The primitive's view of the input at `p` (reordered into it if needed).
-  memory& In(const float* p, dnnl::stream& s) {
-    user_.set_data_handle(const_cast<float*>(p));
-    if (same_) return user_;
-    to_inner_.execute(s, user_, inner_);
-    return inner_;
-  }
-  // The memory a primitive writes the output at `p` to; call Finish after.
-  memory& Out(float* p) {
-    user_.set_data_handle(p);
-    return same_ ? user_ : inner_;
-  }
-  void Finish(dnnl::stream& s) {
-    if (!same_) to_user_.execute(s, inner_, user_);
-  }
+}
 
- private:
-  memory user_;
-  memory inner_;
-  bool same_;
-  dnnl::reorder to_inner_, to_user_;
-};
+// A buffer of layout `md` owned here, created on first use (for the rare
+// arguments whose layout differs from the primitive's, and for outputs whose
+// preferred layout is padded and so does not fit the caller's buffer).
+memory& Spare(std::unique_ptr<memory>& slot, const memory::desc& md,
+              const dnnl::engine& e) {
+  if (slot == nullptr || slot->get_desc() != md) {
+    slot = std::make_unique<memory>(md, e);
+  }
+  return *slot;
+}
 
 using ConvKey = std::array<int, 9>;
 ConvKey KeyOf(const ConvDesc& d) {
@@ -84,68 +73,114 @@ ConvKey KeyOf(const ConvDesc& d) {
           d.kernel_h, d.kernel_w,    d.stride, d.pad};
 }
 
-// The three convolution primitives of one shape and their arguments.
+// The three convolution primitives of one shape, the layouts they chose
+// (format_tag::any) and the buffers of the weight-side reorders.
 struct ConvPrims {
   dnnl::convolution_forward fwd;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
-  size_t scratch_bytes = 0;
-  // Forward: x, w, y. Backward data: w, dy, dx. Backward weights: x, dy, dw.
-  std::unique_ptr<LayoutArg> f_x, f_w, f_y, d_w, d_dy, d_dx, w_x, w_dy, w_dw;
-  memory bias, dbias, zero_bias, spare_dbias;
+  std::string algorithms;  // For the log / tests: "fwd/bwd_data/bwd_weights".
+  memory::desc x_plain, w_plain, y_plain, b_md;
+  // Forward: src, weights, dst. Backward data: weights, diff_dst, diff_src.
+  // Backward weights: src, diff_dst, diff_weights.
+  memory::desc f_x, f_w, f_y, d_w, d_dy, d_dx, w_x, w_dy, w_dw;
+  std::unique_ptr<memory> f_x_buf, f_w_buf, f_y_buf, d_w_buf, d_dy_buf,
+      d_dx_buf, w_x_buf, w_dy_buf, w_dw_buf;
+  memory zero_bias, spare_dbias;
   memory::desc scratch_fwd, scratch_data, scratch_weights;
+  size_t scratch_bytes = 0;
 };
 
-std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, const dnnl::engine& e) {
+// Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512 only) applies to 3x3,
+// stride-1 convolutions whose channel counts are multiples of 16.
+bool WinogradShape(const ConvDesc& d) {
+  return d.kernel_h == 3 && d.kernel_w == 3 && d.stride == 1 &&
+         d.in_channels % 16 == 0 && d.out_channels % 16 == 0;
+}
+
+std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, bool winograd,
+                                    const dnnl::engine& e) {
   using namespace dnnl;  // NOLINT: the primitive API reads better unqualified.
   const memory::dims x_dims = {d.batch, d.in_channels, d.in_h, d.in_w};
   const memory::dims w_dims = {d.out_channels, d.in_channels, d.kernel_h,
                                d.kernel_w};
   const memory::dims y_dims = {d.batch, d.out_channels, d.OutH(), d.OutW()};
-  const memory::dims b_dims = {d.out_channels};
   const memory::dims strides = {d.stride, d.stride}, pad = {d.pad, d.pad};
   const memory::desc x_any = Plain(x_dims, Tag::any);
   const memory::desc w_any = Plain(w_dims, Tag::any);
   const memory::desc y_any = Plain(y_dims, Tag::any);
-  const memory::desc b_md = Plain(b_dims, Tag::x);
+  const memory::desc b_md = Plain({d.out_channels}, Tag::x);
   primitive_attr attr;
   attr.set_scratchpad_mode(scratchpad_mode::user);
 
-  convolution_forward::primitive_desc fpd(
-      {prop_kind::forward_training, algorithm::convolution_direct, x_any, w_any,
-       b_md, y_any, strides, pad, pad},
-      attr, e);
-  convolution_backward_data::primitive_desc dpd(
-      {algorithm::convolution_direct, x_any, w_any, y_any, strides, pad, pad},
-      attr, e, fpd);
-  convolution_backward_weights::primitive_desc wpd(
-      {algorithm::convolution_direct, x_any, w_any, b_md, y_any, strides, pad,
-       pad},
-      attr, e, fpd);
+  // Each direction takes Winograd where oneDNN has it for this shape and
+  // machine, else the direct algorithm.
+  const bool try_wino = winograd && WinogradShape(d);
+  auto fwd_pd = [&](algorithm alg) {
+    return convolution_forward::primitive_desc(
+        {prop_kind::forward_training, alg, x_any, w_any, b_md, y_any, strides,
+         pad, pad},
+        attr, e);
+  };
+  convolution_forward::primitive_desc fpd;
+  algorithm falg = algorithm::convolution_direct;
+  if (try_wino) {
+    try {
+      fpd = fwd_pd(algorithm::convolution_winograd);
+      falg = algorithm::convolution_winograd;
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (falg == algorithm::convolution_direct) {
+    fpd = fwd_pd(algorithm::convolution_direct);
+  }
+  auto data_pd = [&](algorithm alg) {
+    return convolution_backward_data::primitive_desc(
+        {alg, x_any, w_any, y_any, strides, pad, pad}, attr, e, fpd);
+  };
+  auto weights_pd = [&](algorithm alg) {
+    return convolution_backward_weights::primitive_desc(
+        {alg, x_any, w_any, b_md, y_any, strides, pad, pad}, attr, e, fpd);
+  };
+  convolution_backward_data::primitive_desc dpd;
+  convolution_backward_weights::primitive_desc wpd;
+  bool dwino = false, wwino = false;
+  if (try_wino) {
+    try {
+      dpd = data_pd(algorithm::convolution_winograd);
+      dwino = true;
+    } catch (const dnnl::error&) {
+    }
+    try {
+      wpd = weights_pd(algorithm::convolution_winograd);
+      wwino = true;
+    } catch (const dnnl::error&) {
+    }
+  }
+  if (!dwino) dpd = data_pd(algorithm::convolution_direct);
+  if (!wwino) wpd = weights_pd(algorithm::convolution_direct);
 
   auto c = std::make_unique<ConvPrims>();
+  c->algorithms = absl::StrCat(fpd.impl_info_str(), "/", dpd.impl_info_str(),
+                               "/", wpd.impl_info_str());
   c->fwd = convolution_forward(fpd);
   c->bwd_data = convolution_backward_data(dpd);
   c->bwd_weights = convolution_backward_weights(wpd);
-  const memory::desc x_u = Plain(x_dims, Tag::nchw);
-  const memory::desc w_u = Plain(w_dims, Tag::oihw);
-  const memory::desc y_u = Plain(y_dims, Tag::nchw);
-  auto arg = [&](const memory::desc& u, const memory::desc& inner) {
-    return std::make_unique<LayoutArg>(u, inner, e);
-  };
-  c->f_x = arg(x_u, fpd.src_desc());
-  c->f_w = arg(w_u, fpd.weights_desc());
-  c->f_y = arg(y_u, fpd.dst_desc());
-  c->d_w = arg(w_u, dpd.weights_desc());
-  c->d_dy = arg(y_u, dpd.diff_dst_desc());
-  c->d_dx = arg(x_u, dpd.diff_src_desc());
-  c->w_x = arg(x_u, wpd.src_desc());
-  c->w_dy = arg(y_u, wpd.diff_dst_desc());
-  c->w_dw = arg(w_u, wpd.diff_weights_desc());
-  c->bias = memory(b_md, e, DNNL_MEMORY_NONE);
-  c->dbias = memory(b_md, e, DNNL_MEMORY_NONE);
+  c->x_plain = Plain(x_dims, Tag::nchw);
+  c->w_plain = Plain(w_dims, Tag::oihw);
+  c->y_plain = Plain(y_dims, Tag::nchw);
+  c->b_md = b_md;
+  c->f_x = fpd.src_desc();
+  c->f_w = fpd.weights_desc();
+  c->f_y = fpd.dst_desc();
+  c->d_w = dpd.weights_desc();
+  c->d_dy = dpd.diff_dst_desc();
+  c->d_dx = dpd.diff_src_desc();
+  c->w_x = wpd.src_desc();
+  c->w_dy = wpd.diff_dst_desc();
+  c->w_dw = wpd.diff_weights_desc();
   c->zero_bias = memory(b_md, e);
-  std::memset(c->zero_bias.get_data_handle(), 0, sizeof(float) * d.out_channels);
+  std::memset(c->zero_bias.get_data_handle(), 0, b_md.get_size());
   c->spare_dbias = memory(b_md, e);
   c->scratch_fwd = fpd.scratchpad_desc();
   c->scratch_data = dpd.scratchpad_desc();
@@ -158,47 +193,47 @@ std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, const dnnl::engine& e) {
 
 using PoolKey = std::array<int, 5>;
 
-// Max pooling of one shape on plain NCHW memory: the training forward (which
-// also writes the workspace of argmax positions) and the backward.
+// Max pooling of one shape whose input is in layout `src` (the output and
+// the gradients take the same layout): the training forward (which also
+// writes the workspace of argmax positions) and the backward.
 struct PoolPrims {
   dnnl::pooling_forward train;
   dnnl::pooling_backward bwd;
-  memory x, y, dy, dx, spare_y, workspace;
+  memory::desc src, dst;
+  std::unique_ptr<memory> y_buf, dy_buf, dx_buf, spare_y;
+  memory workspace;
   // The buffers of the last training forward, whose argmax positions the
   // workspace holds (the interface's contract: Backward gets Forward's x and
-  // y, unchanged), so a Backward on them needs no second forward pass.
+  // y). Cleared when the backend writes into either.
   const float* ws_x = nullptr;
   const float* ws_y = nullptr;
   memory::desc scratch_train, scratch_bwd;
   size_t scratch_bytes = 0;
 };
 
-std::unique_ptr<PoolPrims> MakePool(const PoolDesc& d, const dnnl::engine& e) {
+std::unique_ptr<PoolPrims> MakePool(const PoolDesc& d,
+                                    const memory::desc& src_md,
+                                    const dnnl::engine& e) {
   using namespace dnnl;  // NOLINT
-  const memory::desc x_md =
-      Plain({d.batch, d.channels, d.in_h, d.in_w}, Tag::nchw);
-  const memory::desc y_md =
-      Plain({d.batch, d.channels, d.OutH(), d.OutW()}, Tag::nchw);
+  const memory::desc y_any =
+      Plain({d.batch, d.channels, d.OutH(), d.OutW()}, Tag::any);
   const memory::dims k = {d.window, d.window}, zero = {0, 0};
   // Trailing rows/cols that do not fill a window are dropped: oneDNN's
   // output size (in - window + pad) / window + 1 rounds down, as PyTorch's.
-  const memory::dims pad_r = zero;
   primitive_attr attr;
   attr.set_scratchpad_mode(scratchpad_mode::user);
   pooling_forward::primitive_desc tpd(
-      {prop_kind::forward_training, algorithm::pooling_max, x_md, y_md, k, k,
-       zero, pad_r},
+      {prop_kind::forward_training, algorithm::pooling_max, src_md, y_any, k,
+       k, zero, zero},
       attr, e);
   pooling_backward::primitive_desc bpd(
-      {algorithm::pooling_max, x_md, y_md, k, k, zero, pad_r}, attr, e, tpd);
+      {algorithm::pooling_max, src_md, tpd.dst_desc(), k, k, zero, zero},
+      attr, e, tpd);
   auto p = std::make_unique<PoolPrims>();
   p->train = pooling_forward(tpd);
   p->bwd = pooling_backward(bpd);
-  p->x = memory(x_md, e, DNNL_MEMORY_NONE);
-  p->dx = memory(x_md, e, DNNL_MEMORY_NONE);
-  p->y = memory(y_md, e, DNNL_MEMORY_NONE);
-  p->dy = memory(y_md, e, DNNL_MEMORY_NONE);
-  p->spare_y = memory(y_md, e);
+  p->src = src_md;
+  p->dst = tpd.dst_desc();
   p->workspace = memory(tpd.workspace_desc(), e);
   p->scratch_train = tpd.scratchpad_desc();
   p->scratch_bwd = bpd.scratchpad_desc();
@@ -207,58 +242,123 @@ std::unique_ptr<PoolPrims> MakePool(const PoolDesc& d, const dnnl::engine& e) {
   return p;
 }
 
+// ReLU forward and backward (from the output: dx = dy where y > 0) over n
+// floats, as oneDNN eltwise primitives (vectorized for the machine).
+struct ReluPrims {
+  dnnl::eltwise_forward fwd;
+  dnnl::eltwise_backward bwd;
+  memory::desc md;
+};
+
+std::unique_ptr<ReluPrims> MakeRelu(int64_t n, const dnnl::engine& e) {
+  using namespace dnnl;  // NOLINT
+  const memory::desc md = Plain({static_cast<memory::dim>(n)}, Tag::x);
+  eltwise_forward::primitive_desc fpd(
+      {prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd,
+       md, 0.f, 0.f},
+      e);
+  eltwise_backward::primitive_desc bpd(
+      {algorithm::eltwise_relu_use_dst_for_bwd, md, md, 0.f, 0.f}, e, fpd);
+  auto r = std::make_unique<ReluPrims>();
+  r->fwd = eltwise_forward(fpd);
+  r->bwd = eltwise_backward(bpd);
+  r->md = md;
+  return r;
+}
+
+// 64-byte aligned, zero-filled allocation of n floats (n may be 0).
+float* AlignedZeroAlloc(int64_t n) {
+  constexpr size_t kAlignment = 64;
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
+  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, bytes);
+  if (p != nullptr) std::memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+
 class OnednnBackend : public Backend {
  public:
-  OnednnBackend(int threads, std::unique_ptr<Backend> loops)
-      : threads_(threads),
+  OnednnBackend(const OnednnOptions& options, std::unique_ptr<Backend> loops)
+      : options_(options),
         loops_(std::move(loops)),
         engine_(dnnl::engine::kind::cpu, 0),
         stream_(engine_) {}
 
   std::string Name() const override { return "cpu (onednn)"; }
 
-  // ---- Memory, elementwise, loss: the OpenBLAS backend's loops. ----------
+  // ---- Memory -------------------------------------------------------------
   absl::StatusOr<float*> Allocate(int64_t n) override {
-    return loops_->Allocate(n);
+    if (absl::Status s = ValidateAllocation(n); !s.ok()) return s;
+    float* p = AlignedZeroAlloc(n);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Allocate: out of memory for ", n, " floats"));
+    }
+    allocations_[p] = n;
+    return p;
   }
-  void Free(float* p) override { loops_->Free(p); }
+  void Free(float* p) override {
+    auto it = allocations_.find(p);
+    if (it != allocations_.end()) {
+      Forget(p, Bytes(it->second));
+      allocations_.erase(it);
+    }
+    std::free(p);
+  }
   absl::Status CopyToDevice(const float* host_src, float* dst,
-                            int64_t n) override {
-    return loops_->CopyToDevice(host_src, dst, n);
-  }
+                            int64_t n) override;
   absl::Status CopyToHost(const float* src, float* host_dst,
-                          int64_t n) override {
-    return loops_->CopyToHost(src, host_dst, n);
-  }
+                          int64_t n) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
-  absl::Status Copy(const float* src, float* dst, int64_t n) override {
-    return loops_->Copy(src, dst, n);
+  absl::Status Discard(float* p, int64_t n) override {
+    if (n < 0) return absl::InvalidArgumentError("Discard: negative size");
+    return Overwrite(p, n);
   }
+  absl::Status Copy(const float* src, float* dst, int64_t n) override;
+
+  // ---- Elementwise, bias, loss: the OpenBLAS backend's loops on plain
+  // memory (inputs in a blocked layout are converted first). -------------
   absl::Status Fill(float* x, int64_t n, float value) override {
+    if (n < 0) return absl::InvalidArgumentError("Fill: negative size");
+    DP_RETURN_IF_ERROR(Overwrite(x, n));
     return loops_->Fill(x, n, value);
   }
   absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override {
+    if (n < 0) return absl::InvalidArgumentError("Axpy: negative size");
+    DP_RETURN_IF_ERROR(ReadPlain(x, n));
+    DP_RETURN_IF_ERROR(ReadPlain(y, n));
     return loops_->Axpy(n, alpha, x, y);
   }
   absl::Status AddRowBias(int rows, int cols, const float* bias,
                           float* y) override {
+    if (rows < 0 || cols < 0) {
+      return absl::InvalidArgumentError("AddRowBias: negative dimension");
+    }
+    DP_RETURN_IF_ERROR(ReadPlain(bias, cols));
+    DP_RETURN_IF_ERROR(ReadPlain(y, int64_t{rows} * cols));
     return loops_->AddRowBias(rows, cols, bias, y);
   }
   absl::Status ColumnSum(int rows, int cols, const float* dy,
                          float* db) override {
+    if (rows < 0 || cols < 0) {
+      return absl::InvalidArgumentError("ColumnSum: negative dimension");
+    }
+    DP_RETURN_IF_ERROR(ReadPlain(dy, int64_t{rows} * cols));
+    DP_RETURN_IF_ERROR(Overwrite(db, cols));
     return loops_->ColumnSum(rows, cols, dy, db);
-  }
-  absl::Status ReluForward(int64_t n, const float* x, float* y) override {
-    return loops_->ReluForward(n, x, y);
-  }
-  absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
-                            float* dx) override {
-    return loops_->ReluBackward(n, y, dy, dx);
   }
   absl::Status SoftmaxCrossEntropy(int batch, int classes, const float* logits,
                                    const float* labels, float* dlogits,
                                    float* host_loss,
                                    int64_t* host_correct) override {
+    if (absl::Status s = ValidateSoftmaxShape(batch, classes); !s.ok()) {
+      return s;
+    }
+    DP_RETURN_IF_ERROR(ReadPlain(logits, int64_t{batch} * classes));
+    DP_RETURN_IF_ERROR(ReadPlain(labels, batch));
+    if (dlogits != nullptr) {
+      DP_RETURN_IF_ERROR(Overwrite(dlogits, int64_t{batch} * classes));
+    }
     return loops_->SoftmaxCrossEntropy(batch, classes, logits, labels, dlogits,
                                        host_loss, host_correct);
   }
@@ -274,6 +374,9 @@ class OnednnBackend : public Backend {
   absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
                                     const float* dy, float* dw,
                                     float* db) override;
+  absl::Status ReluForward(int64_t n, const float* x, float* y) override;
+  absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
+                            float* dx) override;
   absl::Status MaxPoolForward(const PoolDesc& d, const float* x,
                               float* y) override;
   absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
@@ -281,34 +384,289 @@ class OnednnBackend : public Backend {
                                float* dx) override;
 
  private:
+  // A region of backend memory holding a tensor in a layout other than the
+  // interface's plain one.
+  struct Region {
+    size_t bytes;
+    memory::desc md;
+  };
+
+  static size_t Bytes(int64_t n) { return static_cast<size_t>(n) * 4; }
+  static uintptr_t Addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
   // Sets this thread's OpenMP thread count (a per-thread setting). oneDNN
   // reads it both when a primitive is created (its work split) and when it
   // runs, so it is set before either.
-  void EnterOp() const { omp_set_num_threads(threads_); }
+  void EnterOp() const { omp_set_num_threads(options_.threads); }
   absl::StatusOr<ConvPrims*> Conv(const ConvDesc& d, const char* op);
-  absl::StatusOr<PoolPrims*> Pool(const PoolDesc& d, const char* op);
+  absl::StatusOr<PoolPrims*> Pool(const PoolDesc& d, const memory::desc& src,
+                                  const char* op);
+  ReluPrims* Relu(int64_t n);
   // The scratchpad as `desc` (grown to at least `bytes` first).
   memory Scratch(const memory::desc& desc, size_t bytes);
+  // Runs the (cached) reorder from `src` in layout `smd` to `dst` in `dmd`.
+  void Reorder(const memory::desc& smd, const void* src,
+               const memory::desc& dmd, void* dst);
 
-  const int threads_;
+  // ---- Layout bookkeeping -------------------------------------------------
+  // The layout of the tensor of plain layout `plain` at p: a region's layout
+  // when one starts at p with the same dimensions and size, else `plain`
+  // (after converting any region that overlaps the tensor's bytes).
+  memory::desc LayoutOf(const float* p, const memory::desc& plain);
+  // Converts every region overlapping [p, p + n floats) to plain, in place.
+  void ReadPlainOrThrow(const float* p, int64_t n);
+  // Before [p, p + n floats) is written: regions inside it are dropped,
+  // regions reaching beyond it converted to plain first; pooling workspaces
+  // recorded on it are invalidated.
+  void OverwriteOrThrow(const float* p, int64_t n);
+  // Records that [p, p + md's size) now holds a tensor in layout md (nothing
+  // to record when md is plain). Call after OverwriteOrThrow.
+  void SetLayout(const float* p, const memory::desc& md, const memory::desc& plain);
+  // Drops the regions and workspaces inside [p, p + bytes) (memory freed).
+  void Forget(const void* p, size_t bytes);
+  // The input tensor at p (plain layout `plain`) in layout `want`: p itself
+  // when it already is, else a copy reordered into `spare`.
+  void* Input(const float* p, const memory::desc& plain,
+              const memory::desc& want, std::unique_ptr<memory>& spare);
+  // Where an op writes its output of layout `want` for the plain tensor at p:
+  // p itself when `want` fits its bytes, else `spare`; FinishOutput then
+  // reorders the spare into p and records p's layout.
+  void* Output(float* p, const memory::desc& plain, const memory::desc& want,
+               std::unique_ptr<memory>& spare);
+  void FinishOutput(float* p, const memory::desc& plain,
+                    const memory::desc& want, std::unique_ptr<memory>& spare);
+
+  absl::Status ReadPlain(const float* p, int64_t n) {
+    if (regions_.empty()) return absl::OkStatus();
+    return Guard("layout conversion", [&] {
+      ReadPlainOrThrow(p, n);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status Overwrite(const float* p, int64_t n) {
+    if (regions_.empty() && !AnyWorkspace()) return absl::OkStatus();
+    return Guard("layout conversion", [&] {
+      OverwriteOrThrow(p, n);
+      return absl::OkStatus();
+    });
+  }
+  bool AnyWorkspace() const { return workspaces_ > 0; }
+
+  const OnednnOptions options_;
   std::unique_ptr<Backend> loops_;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::map<ConvKey, std::unique_ptr<ConvPrims>> convs_;
-  std::map<PoolKey, std::unique_ptr<PoolPrims>> pools_;
+  std::map<PoolKey, std::vector<std::unique_ptr<PoolPrims>>> pools_;
+  int workspaces_ = 0;  // Pool prims whose ws_x is set.
+  std::map<int64_t, std::unique_ptr<ReluPrims>> relus_;
+  struct CachedReorder {
+    memory::desc src, dst;
+    dnnl::reorder prim;
+  };
+  std::vector<CachedReorder> reorders_;
+  std::map<uintptr_t, Region> regions_;     // By start address.
+  std::map<const float*, int64_t> allocations_;  // Allocate()d, in floats.
   std::unique_ptr<memory> scratch_;  // u8 buffer, only grown.
   size_t scratch_size_ = 0;
+  std::vector<float> convert_;  // In-place conversions go through it.
 };
+
 
 memory OnednnBackend::Scratch(const memory::desc& desc, size_t bytes) {
   if (bytes > scratch_size_ || scratch_ == nullptr) {
     const memory::dim n = static_cast<memory::dim>(std::max<size_t>(bytes, 64));
-    scratch_ = std::make_unique<memory>(
-        memory::desc({n}, Dt::u8, Tag::x), engine_);
+    scratch_ = std::make_unique<memory>(memory::desc({n}, Dt::u8, Tag::x),
+                                        engine_);
     scratch_size_ = static_cast<size_t>(n);
   }
   return memory(desc, engine_, scratch_->get_data_handle());
 }
+
+void OnednnBackend::Reorder(const memory::desc& smd, const void* src,
+                            const memory::desc& dmd, void* dst) {
+  CachedReorder* r = nullptr;
+  for (CachedReorder& c : reorders_) {
+    if (c.src == smd && c.dst == dmd) {
+      r = &c;
+      break;
+    }
+  }
+  memory s(smd, engine_, const_cast<void*>(src));
+  memory d(dmd, engine_, dst);
+  if (r == nullptr) {
+    reorders_.push_back({smd, dmd, dnnl::reorder(s, d)});
+    r = &reorders_.back();
+  }
+  r->prim.execute(stream_, s, d);
+  stream_.wait();
+}
+
+// ---- Layout bookkeeping ---------------------------------------------------
+
+memory::desc OnednnBackend::LayoutOf(const float* p,
+                                     const memory::desc& plain) {
+  if (regions_.empty()) return plain;
+  auto it = regions_.find(Addr(p));
+  if (it != regions_.end() && it->second.bytes == plain.get_size() &&
+      it->second.md.dims() == plain.dims()) {
+    return it->second.md;
+  }
+  ReadPlainOrThrow(p, static_cast<int64_t>(plain.get_size() / 4));
+  return plain;
+}
+
+void OnednnBackend::ReadPlainOrThrow(const float* p, int64_t n) {
+  const uintptr_t lo = Addr(p), hi = lo + Bytes(n);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    const uintptr_t rlo = it->first, rhi = rlo + it->second.bytes;
+    if (rlo >= hi || rhi <= lo) {
+      ++it;
+      continue;
+    }
+    // Reorder to plain through convert_, then back in place.
+    const memory::desc& md = it->second.md;
+    const memory::desc plain = PlainOf(md);
+    convert_.resize(it->second.bytes / 4);
+    void* where = reinterpret_cast<void*>(rlo);
+    Reorder(md, where, plain, convert_.data());
+    std::memcpy(where, convert_.data(), it->second.bytes);
+    it = regions_.erase(it);
+  }
+}
+
+void OnednnBackend::OverwriteOrThrow(const float* p, int64_t n) {
+  const uintptr_t lo = Addr(p), hi = lo + Bytes(n);
+  if (workspaces_ > 0) {
+    for (auto& [key, list] : pools_) {
+      for (auto& pp : list) {
+        if (pp->ws_x == nullptr) continue;
+        const uintptr_t x = Addr(pp->ws_x), y = Addr(pp->ws_y);
+        const uintptr_t xe = x + pp->src.get_size(), ye = y + pp->dst.get_size();
+        if ((x < hi && xe > lo) || (y < hi && ye > lo)) {
+          pp->ws_x = pp->ws_y = nullptr;
+          --workspaces_;
+        }
+      }
+    }
+  }
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    const uintptr_t rlo = it->first, rhi = rlo + it->second.bytes;
+    if (rlo >= hi || rhi <= lo) {
+      ++it;
+    } else if (rlo >= lo && rhi <= hi) {
+      it = regions_.erase(it);  // Wholly overwritten.
+    } else {
+      // Partly overwritten: the rest must stay readable as plain.
+      ReadPlainOrThrow(reinterpret_cast<const float*>(rlo),
+                       static_cast<int64_t>(it->second.bytes / 4));
+      it = regions_.begin();
+    }
+  }
+}
+
+void OnednnBackend::SetLayout(const float* p, const memory::desc& md,
+                              const memory::desc& plain) {
+  if (md == plain) return;
+  regions_[Addr(p)] = Region{md.get_size(), md};
+}
+
+void OnednnBackend::Forget(const void* p, size_t bytes) {
+  const uintptr_t lo = Addr(p), hi = lo + bytes;
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    if (it->first >= lo && it->first < hi) {
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [key, list] : pools_) {
+    for (auto& pp : list) {
+      if (pp->ws_x == nullptr) continue;
+      if ((Addr(pp->ws_x) >= lo && Addr(pp->ws_x) < hi) ||
+          (Addr(pp->ws_y) >= lo && Addr(pp->ws_y) < hi)) {
+        pp->ws_x = pp->ws_y = nullptr;
+        --workspaces_;
+      }
+    }
+  }
+}
+
+void* OnednnBackend::Input(const float* p, const memory::desc& plain,
+                           const memory::desc& want,
+                           std::unique_ptr<memory>& spare) {
+  const memory::desc have = LayoutOf(p, plain);
+  if (have == want) return const_cast<float*>(p);
+  memory& s = Spare(spare, want, engine_);
+  Reorder(have, p, want, s.get_data_handle());
+  return s.get_data_handle();
+}
+
+void* OnednnBackend::Output(float* p, const memory::desc& plain,
+                            const memory::desc& want,
+                            std::unique_ptr<memory>& spare) {
+  OverwriteOrThrow(p, static_cast<int64_t>(plain.get_size() / 4));
+  if (want.get_size() == plain.get_size()) return p;
+  return Spare(spare, want, engine_).get_data_handle();
+}
+
+void OnednnBackend::FinishOutput(float* p, const memory::desc& plain,
+                                 const memory::desc& want,
+                                 std::unique_ptr<memory>& spare) {
+  if (want.get_size() == plain.get_size()) {
+    SetLayout(p, want, plain);
+  } else {
+    Reorder(want, spare->get_data_handle(), plain, p);
+  }
+}
+
+// ---- Memory ---------------------------------------------------------------
+
+absl::Status OnednnBackend::CopyToDevice(const float* host_src, float* dst,
+                                         int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError("CopyToDevice: negative size");
+  DP_RETURN_IF_ERROR(Overwrite(dst, n));
+  if (n > 0) std::memcpy(dst, host_src, Bytes(n));
+  return absl::OkStatus();
+}
+
+absl::Status OnednnBackend::CopyToHost(const float* src, float* host_dst,
+                                       int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError("CopyToHost: negative size");
+  return Guard("CopyToHost", [&] {
+    auto it = regions_.find(Addr(src));
+    if (it != regions_.end() && it->second.bytes == Bytes(n)) {
+      // The model's edge: the backend's layout back to the interface's.
+      const memory::desc& md = it->second.md;
+      Reorder(md, src, PlainOf(md), host_dst);
+      return absl::OkStatus();
+    }
+    ReadPlainOrThrow(src, n);
+    if (n > 0) std::memcpy(host_dst, src, Bytes(n));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status OnednnBackend::Copy(const float* src, float* dst, int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError("Copy: negative size");
+  if (src == dst || n == 0) return absl::OkStatus();
+  return Guard("Copy", [&] {
+    auto it = regions_.find(Addr(src));
+    if (it != regions_.end() && it->second.bytes == Bytes(n)) {
+      // Flatten's copy: the reorder to plain is the copy.
+      const memory::desc md = it->second.md;
+      OverwriteOrThrow(dst, n);
+      Reorder(md, src, PlainOf(md), dst);
+      return absl::OkStatus();
+    }
+    ReadPlainOrThrow(src, n);
+    OverwriteOrThrow(dst, n);
+    std::memmove(dst, src, Bytes(n));
+    return absl::OkStatus();
+  });
+}
+
+// ---- Primitive caches -----------------------------------------------------
 
 absl::StatusOr<ConvPrims*> OnednnBackend::Conv(const ConvDesc& d,
                                                const char* op) {
@@ -316,7 +674,7 @@ absl::StatusOr<ConvPrims*> OnednnBackend::Conv(const ConvDesc& d,
   std::unique_ptr<ConvPrims>& c = convs_[KeyOf(d)];
   if (c == nullptr) {
     absl::Status s = Guard(op, [&] {
-      c = MakeConv(d, engine_);
+      c = MakeConv(d, options_.winograd, engine_);
       return absl::OkStatus();
     });
     if (!s.ok()) {
@@ -328,28 +686,42 @@ absl::StatusOr<ConvPrims*> OnednnBackend::Conv(const ConvDesc& d,
 }
 
 absl::StatusOr<PoolPrims*> OnednnBackend::Pool(const PoolDesc& d,
+                                               const memory::desc& src,
                                                const char* op) {
-  if (absl::Status s = ValidatePool(d, op); !s.ok()) return s;
   const PoolKey key = {d.batch, d.channels, d.in_h, d.in_w, d.window};
-  std::unique_ptr<PoolPrims>& p = pools_[key];
-  if (p == nullptr) {
-    absl::Status s = Guard(op, [&] {
-      p = MakePool(d, engine_);
-      return absl::OkStatus();
-    });
-    if (!s.ok()) {
-      pools_.erase(key);
-      return s;
-    }
+  std::vector<std::unique_ptr<PoolPrims>>& list = pools_[key];
+  for (auto& p : list) {
+    if (p->src == src) return p.get();
   }
-  return p.get();
+  std::unique_ptr<PoolPrims> p;
+  DP_RETURN_IF_ERROR(Guard(op, [&] {
+    p = MakePool(d, src, engine_);
+    return absl::OkStatus();
+  }));
+  list.push_back(std::move(p));
+  return list.back().get();
 }
+
+ReluPrims* OnednnBackend::Relu(int64_t n) {
+  std::unique_ptr<ReluPrims>& r = relus_[n];
+  if (r == nullptr) r = MakeRelu(n, engine_);
+  return r.get();
+}
+
+// ---- Operations -----------------------------------------------------------
 
 absl::Status OnednnBackend::Gemm(bool trans_a, bool trans_b, int m, int n,
                                  int k, float alpha, const float* a,
                                  const float* b, float beta, float* c) {
   if (absl::Status s = ValidateGemm(m, n, k); !s.ok()) return s;
   if (m == 0 || n == 0) return absl::OkStatus();
+  DP_RETURN_IF_ERROR(ReadPlain(a, int64_t{m} * k));
+  DP_RETURN_IF_ERROR(ReadPlain(b, int64_t{k} * n));
+  if (beta == 0.f) {
+    DP_RETURN_IF_ERROR(Overwrite(c, int64_t{m} * n));
+  } else {
+    DP_RETURN_IF_ERROR(ReadPlain(c, int64_t{m} * n));
+  }
   EnterOp();
   const dnnl_status_t st = dnnl_sgemm(
       trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
@@ -369,20 +741,21 @@ absl::Status OnednnBackend::Conv2dForward(const ConvDesc& d, const float* x,
   if (!c.ok()) return c.status();
   ConvPrims& p = **c;
   return Guard("Conv2dForward", [&] {
-    memory* bias = &p.zero_bias;
-    if (b != nullptr) {
-      p.bias.set_data_handle(const_cast<float*>(b));
-      bias = &p.bias;
-    }
-    ArgMap args = {{DNNL_ARG_SRC, p.f_x->In(x, stream_)},
-                   {DNNL_ARG_WEIGHTS, p.f_w->In(w, stream_)},
-                   {DNNL_ARG_BIAS, *bias},
-                   {DNNL_ARG_DST, p.f_y->Out(y)},
-                   {DNNL_ARG_SCRATCHPAD,
-                    Scratch(p.scratch_fwd, p.scratch_bytes)}};
-    p.fwd.execute(stream_, args);
-    p.f_y->Finish(stream_);
+    if (b != nullptr) ReadPlainOrThrow(b, d.out_channels);
+    memory bias = b != nullptr
+                      ? memory(p.b_md, engine_, const_cast<float*>(b))
+                      : p.zero_bias;
+    void* src = Input(x, p.x_plain, p.f_x, p.f_x_buf);
+    void* wei = Input(w, p.w_plain, p.f_w, p.f_w_buf);
+    void* dst = Output(y, p.y_plain, p.f_y, p.f_y_buf);
+    p.fwd.execute(stream_, {{DNNL_ARG_SRC, memory(p.f_x, engine_, src)},
+                            {DNNL_ARG_WEIGHTS, memory(p.f_w, engine_, wei)},
+                            {DNNL_ARG_BIAS, bias},
+                            {DNNL_ARG_DST, memory(p.f_y, engine_, dst)},
+                            {DNNL_ARG_SCRATCHPAD,
+                             Scratch(p.scratch_fwd, p.scratch_bytes)}});
     stream_.wait();
+    FinishOutput(y, p.y_plain, p.f_y, p.f_y_buf);
     return absl::OkStatus();
   });
 }
@@ -395,14 +768,17 @@ absl::Status OnednnBackend::Conv2dBackwardData(const ConvDesc& d,
   if (!c.ok()) return c.status();
   ConvPrims& p = **c;
   return Guard("Conv2dBackwardData", [&] {
-    ArgMap args = {{DNNL_ARG_WEIGHTS, p.d_w->In(w, stream_)},
-                   {DNNL_ARG_DIFF_DST, p.d_dy->In(dy, stream_)},
-                   {DNNL_ARG_DIFF_SRC, p.d_dx->Out(dx)},
-                   {DNNL_ARG_SCRATCHPAD,
-                    Scratch(p.scratch_data, p.scratch_bytes)}};
-    p.bwd_data.execute(stream_, args);
-    p.d_dx->Finish(stream_);
+    void* wei = Input(w, p.w_plain, p.d_w, p.d_w_buf);
+    void* ddst = Input(dy, p.y_plain, p.d_dy, p.d_dy_buf);
+    void* dsrc = Output(dx, p.x_plain, p.d_dx, p.d_dx_buf);
+    p.bwd_data.execute(stream_,
+                       {{DNNL_ARG_WEIGHTS, memory(p.d_w, engine_, wei)},
+                        {DNNL_ARG_DIFF_DST, memory(p.d_dy, engine_, ddst)},
+                        {DNNL_ARG_DIFF_SRC, memory(p.d_dx, engine_, dsrc)},
+                        {DNNL_ARG_SCRATCHPAD,
+                         Scratch(p.scratch_data, p.scratch_bytes)}});
     stream_.wait();
+    FinishOutput(dx, p.x_plain, p.d_dx, p.d_dx_buf);
     return absl::OkStatus();
   });
 }
@@ -416,41 +792,120 @@ absl::Status OnednnBackend::Conv2dBackwardFilter(const ConvDesc& d,
   if (!c.ok()) return c.status();
   ConvPrims& p = **c;
   return Guard("Conv2dBackwardFilter", [&] {
-    memory* dbias = &p.spare_dbias;
+    void* src = Input(x, p.x_plain, p.w_x, p.w_x_buf);
+    void* ddst = Input(dy, p.y_plain, p.w_dy, p.w_dy_buf);
+    // Weight gradients go to the flat gradient buffer in the plain OIHW
+    // layout the parameter servers shard.
+    OverwriteOrThrow(dw, p.w_plain.get_size() / 4);
+    void* dwei = p.w_dw == p.w_plain
+                     ? static_cast<void*>(dw)
+                     : Spare(p.w_dw_buf, p.w_dw, engine_).get_data_handle();
+    memory dbias = p.spare_dbias;
     if (db != nullptr) {
-      p.dbias.set_data_handle(db);
-      dbias = &p.dbias;
+      OverwriteOrThrow(db, d.out_channels);
+      dbias = memory(p.b_md, engine_, db);
     }
-    ArgMap args = {{DNNL_ARG_SRC, p.w_x->In(x, stream_)},
-                   {DNNL_ARG_DIFF_DST, p.w_dy->In(dy, stream_)},
-                   {DNNL_ARG_DIFF_WEIGHTS, p.w_dw->Out(dw)},
-                   {DNNL_ARG_DIFF_BIAS, *dbias},
-                   {DNNL_ARG_SCRATCHPAD,
-                    Scratch(p.scratch_weights, p.scratch_bytes)}};
-    p.bwd_weights.execute(stream_, args);
-    p.w_dw->Finish(stream_);
+    p.bwd_weights.execute(
+        stream_, {{DNNL_ARG_SRC, memory(p.w_x, engine_, src)},
+                  {DNNL_ARG_DIFF_DST, memory(p.w_dy, engine_, ddst)},
+                  {DNNL_ARG_DIFF_WEIGHTS, memory(p.w_dw, engine_, dwei)},
+                  {DNNL_ARG_DIFF_BIAS, dbias},
+                  {DNNL_ARG_SCRATCHPAD,
+                   Scratch(p.scratch_weights, p.scratch_bytes)}});
     stream_.wait();
+    if (dwei != dw) Reorder(p.w_dw, dwei, p.w_plain, dw);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status OnednnBackend::ReluForward(int64_t n, const float* x, float* y) {
+  if (n < 0) return absl::InvalidArgumentError("ReluForward: negative size");
+  if (n == 0) return absl::OkStatus();
+  EnterOp();
+  return Guard("ReluForward", [&] {
+    // Elementwise: any layout without padding is kept as it is.
+    memory::desc md;
+    bool blocked = false;
+    auto it = regions_.find(Addr(x));
+    if (it != regions_.end() && it->second.bytes == Bytes(n)) {
+      md = it->second.md;
+      blocked = true;
+    } else {
+      ReadPlainOrThrow(x, n);
+    }
+    OverwriteOrThrow(y, n);
+    ReluPrims* r = Relu(n);
+    r->fwd.execute(stream_, {{DNNL_ARG_SRC, memory(r->md, engine_,
+                                                   const_cast<float*>(x))},
+                             {DNNL_ARG_DST, memory(r->md, engine_, y)}});
+    stream_.wait();
+    if (blocked) regions_[Addr(y)] = Region{Bytes(n), md};
+    return absl::OkStatus();
+  });
+}
+
+absl::Status OnednnBackend::ReluBackward(int64_t n, const float* y,
+                                         const float* dy, float* dx) {
+  if (n < 0) return absl::InvalidArgumentError("ReluBackward: negative size");
+  if (n == 0) return absl::OkStatus();
+  EnterOp();
+  return Guard("ReluBackward", [&] {
+    auto iy = regions_.find(Addr(y));
+    auto idy = regions_.find(Addr(dy));
+    const bool y_blocked = iy != regions_.end() && iy->second.bytes == Bytes(n);
+    const bool dy_blocked =
+        idy != regions_.end() && idy->second.bytes == Bytes(n);
+    memory::desc md;
+    bool blocked = false;
+    if (y_blocked && dy_blocked && iy->second.md == idy->second.md) {
+      md = iy->second.md;
+      blocked = true;
+    } else {
+      ReadPlainOrThrow(y, n);
+      ReadPlainOrThrow(dy, n);
+    }
+    OverwriteOrThrow(dx, n);
+    ReluPrims* r = Relu(n);
+    r->bwd.execute(stream_,
+                   {{DNNL_ARG_DST, memory(r->md, engine_, const_cast<float*>(y))},
+                    {DNNL_ARG_DIFF_DST,
+                     memory(r->md, engine_, const_cast<float*>(dy))},
+                    {DNNL_ARG_DIFF_SRC, memory(r->md, engine_, dx)}});
+    stream_.wait();
+    if (blocked) regions_[Addr(dx)] = Region{Bytes(n), md};
     return absl::OkStatus();
   });
 }
 
 absl::Status OnednnBackend::MaxPoolForward(const PoolDesc& d, const float* x,
                                            float* y) {
+  if (absl::Status s = ValidatePool(d, "MaxPoolForward"); !s.ok()) return s;
   EnterOp();  // Before Pool(): see Conv2dForward.
-  absl::StatusOr<PoolPrims*> pp = Pool(d, "MaxPoolForward");
+  const memory::desc x_plain =
+      Plain({d.batch, d.channels, d.in_h, d.in_w}, Tag::nchw);
+  const memory::desc y_plain =
+      Plain({d.batch, d.channels, d.OutH(), d.OutW()}, Tag::nchw);
+  memory::desc src;
+  DP_RETURN_IF_ERROR(Guard("MaxPoolForward", [&] {
+    src = LayoutOf(x, x_plain);
+    return absl::OkStatus();
+  }));
+  absl::StatusOr<PoolPrims*> pp = Pool(d, src, "MaxPoolForward");
   if (!pp.ok()) return pp.status();
   PoolPrims& p = **pp;
   return Guard("MaxPoolForward", [&] {
-    p.x.set_data_handle(const_cast<float*>(x));
-    p.y.set_data_handle(y);
+    void* dst = Output(y, y_plain, p.dst, p.y_buf);
     // The training forward also records the argmax workspace; it costs the
     // same memory traffic as inference plus one byte per output.
-    p.train.execute(stream_, {{DNNL_ARG_SRC, p.x},
-                              {DNNL_ARG_DST, p.y},
+    p.train.execute(stream_, {{DNNL_ARG_SRC,
+                               memory(p.src, engine_, const_cast<float*>(x))},
+                              {DNNL_ARG_DST, memory(p.dst, engine_, dst)},
                               {DNNL_ARG_WORKSPACE, p.workspace},
                               {DNNL_ARG_SCRATCHPAD,
                                Scratch(p.scratch_train, p.scratch_bytes)}});
     stream_.wait();
+    FinishOutput(y, y_plain, p.dst, p.y_buf);
+    if (p.ws_x == nullptr) ++workspaces_;
     p.ws_x = x;
     p.ws_y = y;
     return absl::OkStatus();
@@ -458,54 +913,74 @@ absl::Status OnednnBackend::MaxPoolForward(const PoolDesc& d, const float* x,
 }
 
 // oneDNN's max-pool backward routes dy through the argmax workspace of a
-// training forward. When the last forward of this shape was on these x and y
-// its workspace is used; otherwise the forward runs again here (a cheap,
-// memory-bound pass) into a spare output.
+// training forward. When the last forward of this shape and layout was on
+// these x and y, unchanged since, its workspace is used; otherwise the
+// forward runs again here (a cheap, memory-bound pass) into a spare output.
 absl::Status OnednnBackend::MaxPoolBackward(const PoolDesc& d, const float* x,
                                             const float* y, const float* dy,
                                             float* dx) {
+  if (absl::Status s = ValidatePool(d, "MaxPoolBackward"); !s.ok()) return s;
   EnterOp();  // Before Pool(): see Conv2dForward.
-  absl::StatusOr<PoolPrims*> pp = Pool(d, "MaxPoolBackward");
+  const memory::desc x_plain =
+      Plain({d.batch, d.channels, d.in_h, d.in_w}, Tag::nchw);
+  const memory::desc y_plain =
+      Plain({d.batch, d.channels, d.OutH(), d.OutW()}, Tag::nchw);
+  memory::desc src;
+  DP_RETURN_IF_ERROR(Guard("MaxPoolBackward", [&] {
+    src = LayoutOf(x, x_plain);
+    return absl::OkStatus();
+  }));
+  absl::StatusOr<PoolPrims*> pp = Pool(d, src, "MaxPoolBackward");
   if (!pp.ok()) return pp.status();
   PoolPrims& p = **pp;
   return Guard("MaxPoolBackward", [&] {
     if (p.ws_x != x || p.ws_y != y) {
-      p.x.set_data_handle(const_cast<float*>(x));
+      memory& spare_y = Spare(p.spare_y, p.dst, engine_);
       p.train.execute(stream_,
-                      {{DNNL_ARG_SRC, p.x},
-                       {DNNL_ARG_DST, p.spare_y},
+                      {{DNNL_ARG_SRC,
+                        memory(p.src, engine_, const_cast<float*>(x))},
+                       {DNNL_ARG_DST, spare_y},
                        {DNNL_ARG_WORKSPACE, p.workspace},
                        {DNNL_ARG_SCRATCHPAD,
                         Scratch(p.scratch_train, p.scratch_bytes)}});
-      p.ws_x = x;
-      p.ws_y = nullptr;  // The workspace is of spare_y's forward.
+      // The workspace now belongs to the spare's forward.
+      if (p.ws_x != nullptr) --workspaces_;
+      p.ws_x = p.ws_y = nullptr;
     }
-    p.dy.set_data_handle(const_cast<float*>(dy));
-    p.dx.set_data_handle(dx);
-    p.bwd.execute(stream_, {{DNNL_ARG_DIFF_DST, p.dy},
+    void* ddst = Input(dy, y_plain, p.dst, p.dy_buf);
+    void* dsrc = Output(dx, x_plain, p.src, p.dx_buf);
+    p.bwd.execute(stream_, {{DNNL_ARG_DIFF_DST, memory(p.dst, engine_, ddst)},
                             {DNNL_ARG_WORKSPACE, p.workspace},
-                            {DNNL_ARG_DIFF_SRC, p.dx},
+                            {DNNL_ARG_DIFF_SRC, memory(p.src, engine_, dsrc)},
                             {DNNL_ARG_SCRATCHPAD,
                              Scratch(p.scratch_bwd, p.scratch_bytes)}});
     stream_.wait();
+    FinishOutput(dx, x_plain, p.src, p.dx_buf);
     return absl::OkStatus();
   });
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> NewOnednnBackend(int num_threads) {
-  const int threads = num_threads <= 0 ? 1 : num_threads;
+absl::StatusOr<std::unique_ptr<Backend>> NewOnednnBackend(
+    const OnednnOptions& options) {
+  OnednnOptions o = options;
+  if (o.threads <= 0) o.threads = 1;
   try {
     // The loops run on the calling thread only: oneDNN's OpenMP threads
     // keep spinning for a while after each primitive, and helper threads of
     // the loops' own pool would compete with them for the same cores.
-    return std::unique_ptr<Backend>(
-        new OnednnBackend(threads, NewCpuBackend(1)));
+    return std::unique_ptr<Backend>(new OnednnBackend(o, NewCpuBackend(1)));
   } catch (const dnnl::error& e) {
     return absl::InternalError(
         absl::StrCat("oneDNN: cannot create a CPU engine: ", e.what()));
   }
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NewOnednnBackend(int num_threads) {
+  OnednnOptions o;
+  o.threads = num_threads;
+  return NewOnednnBackend(o);
 }
 
 }  // namespace downpour

@@ -1,0 +1,56 @@
+// File: deploy/lr_rules.h
+//
+// Compute and learning (issue 18): the learning-rate rules the launcher gives
+// its servers by default (--lr_schedule=auto). A server's schedule counts each
+// chunk's updates (server/optimizer.h); only the launcher knows how many a
+// job will make, so it computes the horizon from the data size, the epochs,
+// the batch and the workers, and passes:
+//   --lr_worker_scaling   sync: linear (lr x the k gradients averaged per
+//                         step, Goyal et al. 2017); async/ssp: kAsyncScaling;
+//   --lr_warmup_updates   kWarmupShare of the job's updates per chunk;
+//   --lr_decay=cosine --lr_decay_updates=<the job's updates per chunk>
+//   --lr_min_factor=0     (the rate reaches 0 at the job's last update).
+// The constants were chosen from the 10-epoch measurements in README.md
+// ("Learning-rate rules"). Flags in --server_args come later on the command
+// line and win.
+//
+//   absl::StatusOr<int64_t> n = CountTrainingExamples(o.data_dir);
+//   o.lr_rule_args = LrRuleArgs(o, *n);
+//
+// Pure functions apart from CountTrainingExamples (reads one small file).
+#ifndef DOWNPOUR_DEPLOY_LR_RULES_H_
+#define DOWNPOUR_DEPLOY_LR_RULES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "deploy/launch_options.h"
+
+namespace downpour {
+
+inline constexpr double kWarmupShare = 0.05;
+inline constexpr char kAsyncScaling[] = "none";
+
+// Updates each chunk of a shard receives over the whole job: one per step in
+// sync mode, one per push of every worker in async and ssp modes. Uses the
+// workers' data split (each process reads ceil(n / workers) examples per
+// epoch, batch_size x replicas per step) and n_push. >= 1.
+int64_t JobUpdatesPerChunk(const LaunchOptions& o, int64_t train_examples);
+
+// The server flags of the rules above for this job; empty when
+// o.lr_schedule is "none".
+std::vector<std::string> LrRuleArgs(const LaunchOptions& o,
+                                    int64_t train_examples);
+
+// The number of training examples the workers will read: the count in the
+// header of <data_dir>/train-labels-idx1-ubyte[.gz] (Fashion-MNIST, MNIST),
+// capped by max_train_examples when that is set. NotFound / DataLoss naming
+// the file when it cannot be read.
+absl::StatusOr<int64_t> CountTrainingExamples(const std::string& data_dir,
+                                              int64_t max_train_examples);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_DEPLOY_LR_RULES_H_
