@@ -60,15 +60,15 @@ TEST(ClusterPlanTest, ServersListenOnAnyPortAndReportIt) {
 TEST(ClusterPlanTest, WorkersAndEvaluationsUseTheServerAddresses) {
   LaunchOptions o = Options();
   o.mode = TrainMode::kSync;
-  const ClusterPlan plan(o, "/logs", "10.0.0.5");
-  const std::vector<std::string> ps = {"10.0.0.5:7000", "10.0.0.5:7001"};
+  const ClusterPlan plan(o, "/logs", "198.18.0.5");
+  const std::vector<std::string> ps = {"198.18.0.5:7000", "198.18.0.5:7001"};
   const std::vector<TaskSpec> workers = plan.Workers(ps);
   ASSERT_EQ(workers.size(), 2u);
   EXPECT_EQ(workers[1].name, "worker 1");
-  EXPECT_EQ(workers[1].host, "10.0.0.5");
+  EXPECT_EQ(workers[1].host, "198.18.0.5");
   EXPECT_EQ(workers[1].log_path, "/logs/worker_1.log");
   EXPECT_EQ(Args(workers[1]),
-            "/bin/ps_worker --ps_hosts=10.0.0.5:7000,10.0.0.5:7001 "
+            "/bin/ps_worker --ps_hosts=198.18.0.5:7000,198.18.0.5:7001 "
             "--worker_index=1 --num_workers=2 --task=train --mode=sync "
             "--epochs=2 --batch_size=32 --seed=7 --data_dir=/data "
             "--n_fetch=1 --n_push=1 --device=auto --gpus= --replicas=1 "
@@ -79,14 +79,14 @@ TEST(ClusterPlanTest, WorkersAndEvaluationsUseTheServerAddresses) {
   EXPECT_EQ(eval.name, "eval");
   EXPECT_EQ(Args(eval),
             "/bin/ps_worker --task=eval --mode=sync "
-            "--ps_hosts=10.0.0.5:7000,10.0.0.5:7001 --data_dir=/data "
+            "--ps_hosts=198.18.0.5:7000,198.18.0.5:7001 --data_dir=/data "
             "--save_params=/out/p.safetensors --extra_worker=2");
   const TaskSpec curve = plan.CurveEval(ps);
   EXPECT_EQ(curve.role, TaskRole::kCurveEval);
   EXPECT_EQ(curve.log_path, "/logs/curve_eval.log");
   EXPECT_EQ(Args(curve),
             "/bin/ps_worker --task=eval --mode=sync "
-            "--ps_hosts=10.0.0.5:7000,10.0.0.5:7001 --data_dir=/data "
+            "--ps_hosts=198.18.0.5:7000,198.18.0.5:7001 --data_dir=/data "
             "--max_test_examples=500 --extra_worker=2");
 }
 

@@ -72,10 +72,11 @@ ABSL_FLAG(std::string, curve_csv, "",
 ABSL_FLAG(int, epochs, 3, "Passes over the training set per worker.");
 ABSL_FLAG(int, batch_size, 64, "Mini-batch size per worker step.");
 ABSL_FLAG(double, lr, 0,
-          "Learning rate of the server-side optimizer; 0 picks the mode's "
-          "default: 0.05, or 0.1 for --mode=sync, whose update is the mean of "
-          "the step's gradients (a larger effective batch).");
-ABSL_FLAG(std::string, optimizer, "adagrad",
+          "Learning rate of the server-side optimizer for one worker's "
+          "gradient; 0 picks the optimizer's default (adam 0.001, adagrad "
+          "0.05, momentum 0.02, sgd 0.05). --lr_schedule=auto scales it for "
+          "sync's mean of W gradients.");
+ABSL_FLAG(std::string, optimizer, downpour::kDefaultOptimizer,
           "Server-side optimizer name, passed to the servers.");
 ABSL_FLAG(std::string, lr_schedule, "auto",
           "Learning-rate rules given to the servers: 'auto' (sync: lr x the "
@@ -288,7 +289,7 @@ int main(int argc, char** argv) {
     return ExitCodeFor(mode.status());
   }
   o.mode = *mode;
-  if (o.lr == 0) o.lr = o.mode == downpour::TrainMode::kSync ? 0.1 : 0.05;
+  if (o.lr == 0) o.lr = downpour::DefaultLearningRate(o.optimizer);
 
   if (absl::Status s = downpour::ValidateLaunchOptions(o); !s.ok()) {
     std::cerr << "launch: " << s.message() << "\n";

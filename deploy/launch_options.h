@@ -68,8 +68,8 @@ struct LaunchOptions {
                                    // below it the job aborts. In [1, workers].
   int epochs = 3;                  // Passed to workers, >= 1.
   int batch_size = 64;             // Passed to workers, >= 1.
-  double lr = 0.05;                // Passed to servers.
-  std::string optimizer = "adagrad";  // Passed to servers.
+  double lr = 0.001;               // Passed to servers.
+  std::string optimizer = "adam";  // Passed to servers.
   // Compute and learning (issue 18): "auto" gives servers the learning-rate
   // rules of deploy/lr_rules.h (lr_rule_args, computed by main), "none" none.
   std::string lr_schedule = "auto";

@@ -16,6 +16,12 @@ int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 }  // namespace
 
+double DefaultLearningRate(const std::string& optimizer) {
+  if (optimizer == "adam") return 0.001;
+  if (optimizer == "momentum") return 0.02;
+  return 0.05;  // adagrad, sgd, and anything the servers will refuse.
+}
+
 int64_t JobUpdatesPerChunk(const LaunchOptions& o, int64_t train_examples) {
   const int64_t workers = std::max(1, o.workers);
   const int64_t per_step =

@@ -31,7 +31,13 @@
 namespace downpour {
 
 inline constexpr double kWarmupShare = 0.05;
+inline constexpr char kDefaultOptimizer[] = "adam";
 inline constexpr char kAsyncScaling[] = "none";
+
+// The launcher's --lr when none is given: per optimizer, the rate for one
+// worker's gradient of batch 64 (adam 0.001, adagrad 0.05, momentum 0.02,
+// sgd 0.05); the rules above scale it for the mode.
+double DefaultLearningRate(const std::string& optimizer);
 
 // Updates each chunk of a shard receives over the whole job: one per step in
 // sync mode, one per push of every worker in async and ssp modes. Uses the

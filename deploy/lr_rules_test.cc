@@ -71,6 +71,13 @@ TEST(LrRulesTest, AutoGivesScalingWarmupAndCosineToZero) {
             "--lr_warmup_updates=1");
 }
 
+TEST(LrRulesTest, DefaultRatePerOptimizer) {
+  EXPECT_DOUBLE_EQ(DefaultLearningRate("adam"), 0.001);
+  EXPECT_DOUBLE_EQ(DefaultLearningRate("adagrad"), 0.05);
+  EXPECT_DOUBLE_EQ(DefaultLearningRate("momentum"), 0.02);
+  EXPECT_DOUBLE_EQ(DefaultLearningRate("sgd"), 0.05);
+}
+
 TEST(LrRulesTest, NoneGivesNothing) {
   LaunchOptions o = Job(TrainMode::kSync, 2);
   o.lr_schedule = "none";

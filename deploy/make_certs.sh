@@ -6,7 +6,7 @@
 #   DIR/token                 a random bearer token (mode 600)
 # Subject alternative names always include localhost, 127.0.0.1 and ::1; add
 # the job's hosts and IPs as further arguments:
-#   bash deploy/make_certs.sh certs/ ps0.example.org 10.0.0.5
+#   bash deploy/make_certs.sh certs/ ps0.example.org 198.18.0.5
 # Then: ps_server --tls_cert=certs/server.pem --tls_key=certs/server.key \
 #         --tls_ca=certs/ca.pem --auth_token_file=certs/token ...
 set -euo pipefail

@@ -378,6 +378,10 @@ ExitStatus Subprocess::Terminate(absl::Duration grace,
       }
       ReadAvailable(lines);
     }
+  } else {
+    // Exited before we asked: what it wrote last may still be in the pipe
+    // (a child that prints its error and exits at once).
+    ReadAvailable(lines);
   }
   return status_;
 }

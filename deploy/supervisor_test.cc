@@ -177,14 +177,17 @@ TEST(LocalProcessLauncherTest, RunsLocallyOnly) {
   auto p = launcher->Start(t);
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<std::string> lines;
-  for (int i = 0; i < 100 && !(*p)->CheckExited(); ++i) {
+  // A generous bound: on a loaded 2-core machine a fork+exec of sh can take
+  // seconds, and terminating it early would lose its line.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!(*p)->CheckExited() && absl::Now() < deadline) {
     launcher->WaitForOutput({p->get()}, absl::Milliseconds(50));
     (*p)->ReadAvailable(&lines);
   }
   (*p)->Terminate(absl::Seconds(1), &lines);
   EXPECT_THAT(lines, ElementsAre("hi"));
   EXPECT_TRUE((*p)->exit_status().success());
-  t.host = "10.0.0.9";
+  t.host = "198.18.0.9";  // Any other host: not started, never contacted.
   EXPECT_EQ(launcher->Start(t).status().code(),
             absl::StatusCode::kUnimplemented);
 }

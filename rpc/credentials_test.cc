@@ -34,9 +34,9 @@ TEST(CredentialsTest, OpenPlaintextIsRefusedUnlessAllowed) {
   absl::Status s = CheckListenAddressIsSafe("0.0.0.0:5000", o);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("--tls_cert"), std::string::npos);
-  EXPECT_EQ(CheckTargetIsSafe("10.0.0.5:5000", false, false).code(),
+  EXPECT_EQ(CheckTargetIsSafe("198.18.0.5:5000", false, false).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(CheckTargetIsSafe("10.0.0.5:5000", true, false).ok());
+  EXPECT_TRUE(CheckTargetIsSafe("198.18.0.5:5000", true, false).ok());
   o.allow_insecure = true;
   EXPECT_TRUE(CheckListenAddressIsSafe("0.0.0.0:5000", o).ok());
 }

@@ -399,11 +399,25 @@ bool AnnounceServing(downpour::ParameterServerHost* host,
     std::printf("ps_server: metrics on http://%s:%d/metrics\n",
                 flags.host.metrics_bind.c_str(), host->metrics_port());
   }
-  std::printf("ps_server: shard %d of %d (%s mode, %s, lr %g) listening on %s\n",
-              options.shard_index, options.num_shards,
-              downpour::TrainModeName(options.mode),
-              options.optimizer.name.c_str(), options.optimizer.learning_rate,
-              host->address().c_str());
+  // Compute and learning (issue 18): the schedule, when there is one.
+  const downpour::LrSchedule& sched = options.optimizer.schedule;
+  std::string schedule;
+  if (sched.warmup_updates > 0) {
+    schedule += absl::StrCat(", warm-up ", sched.warmup_updates, " updates");
+  }
+  if (sched.decay == "cosine") {
+    schedule += absl::StrCat(", cosine to ", sched.min_factor, "x at ",
+                             sched.decay_updates, " updates");
+  } else if (sched.decay == "step") {
+    schedule += absl::StrCat(", x", sched.step_gamma, " every ",
+                             sched.step_every, " updates");
+  }
+  std::printf(
+      "ps_server: shard %d of %d (%s mode, %s, lr %g%s) listening on %s\n",
+      options.shard_index, options.num_shards,
+      downpour::TrainModeName(options.mode), options.optimizer.name.c_str(),
+      options.optimizer.learning_rate, schedule.c_str(),
+      host->address().c_str());
   std::fflush(stdout);
   if (!flags.port_file.empty() && !WritePortFile(flags.port_file, bound_port)) {
     std::fprintf(stderr, "ps_server: could not write --port_file %s\n",

@@ -1,7 +1,7 @@
 // ps_worker: one Downpour worker replica, or (--task=eval) the evaluation of
 // the parameters the servers hold.
 //
-//   ps_worker --ps_hosts=10.0.0.1:5000,10.0.0.2:5000 --worker_index=0 --num_workers=4
+//   ps_worker --ps_hosts=198.18.0.1:5000,198.18.0.2:5000 --worker_index=0 --num_workers=4
 //   ps_worker --ps_hosts=... --gpus=0,1,2,3   # one replica per GPU, one push
 //   ps_worker --task=eval --ps_hosts=... --save_params=model.safetensors
 //

@@ -86,16 +86,32 @@ Fn Lookup(std::atomic<void*>& slot, const char* prefix, const char* tail) {
 #define DOWNPOUR_REAL(type, tail) DOWNPOUR_REAL_("_ZN", type, tail)
 #define DOWNPOUR_REAL_CONST(type, tail) DOWNPOUR_REAL_("_ZNK", type, tail)
 
-// A Condition that first acquires the mutex's clock: abseil evaluates a
-// waiter's condition under the lock, on the waiting thread or on the thread
-// that is unlocking.
-struct AcquiringCondition {
-  absl::Mutex* mu;
-  const absl::Condition* cond;
-  static bool Eval(AcquiringCondition* self) {
-    __tsan_acquire(self->mu);
-    return self->cond->Eval();
+// Wraps a waiter's Condition for abseil. abseil evaluates it under the lock,
+// on the waiting thread or on a thread that is unlocking, so the evaluation
+// first acquires what the waiter released after building both conditions
+// (the user's Condition and its captures live on the waiter's stack and are
+// read by instrumented code on the other thread), then the mutex's clock.
+// `outer` uses abseil's out-of-line void* constructor, so that abseil reads
+// it in uninstrumented code only.
+class AcquiringCondition {
+ public:
+  AcquiringCondition(absl::Mutex* mu, const absl::Condition& cond)
+      : mu_(mu), cond_(&cond), outer_(&AcquiringCondition::Eval, this) {
+    __tsan_release(this);
   }
+  const absl::Condition& get() const { return outer_; }
+
+ private:
+  static bool Eval(void* arg) {
+    __tsan_acquire(arg);
+    auto* self = static_cast<AcquiringCondition*>(arg);
+    __tsan_acquire(self->mu_);
+    return self->cond_->Eval();
+  }
+
+  absl::Mutex* const mu_;
+  const absl::Condition* const cond_;
+  const absl::Condition outer_;
 };
 
 void* NotifiedFlag(absl::Notification* n) {
@@ -155,25 +171,25 @@ void Mutex::ReaderUnlock() {
 void Mutex::LockWhen(const Condition& cond) {
   DOWNPOUR_REAL(void (*)(Mutex*, const Condition&),
                 "5Mutex8LockWhenERKNS0_9ConditionE");
-  AcquiringCondition wrapped{this, &cond};
-  real(this, Condition(&AcquiringCondition::Eval, &wrapped));
+  AcquiringCondition wrapped(this, cond);
+  real(this, wrapped.get());
   __tsan_acquire(this);
 }
 
 void Mutex::ReaderLockWhen(const Condition& cond) {
   DOWNPOUR_REAL(void (*)(Mutex*, const Condition&),
                 "5Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  AcquiringCondition wrapped{this, &cond};
-  real(this, Condition(&AcquiringCondition::Eval, &wrapped));
+  AcquiringCondition wrapped(this, cond);
+  real(this, wrapped.get());
   __tsan_acquire(this);
 }
 
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   DOWNPOUR_REAL(bool (*)(Mutex*, const Condition&, Duration),
                 "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  AcquiringCondition wrapped{this, &cond};
+  AcquiringCondition wrapped(this, cond);
   const bool ok =
-      real(this, Condition(&AcquiringCondition::Eval, &wrapped), timeout);
+      real(this, wrapped.get(), timeout);
   __tsan_acquire(this);
   return ok;
 }
@@ -183,9 +199,9 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond,
   DOWNPOUR_REAL(
       bool (*)(Mutex*, const Condition&, Duration),
       "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  AcquiringCondition wrapped{this, &cond};
+  AcquiringCondition wrapped(this, cond);
   const bool ok =
-      real(this, Condition(&AcquiringCondition::Eval, &wrapped), timeout);
+      real(this, wrapped.get(), timeout);
   __tsan_acquire(this);
   return ok;
 }
@@ -193,9 +209,9 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond,
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   DOWNPOUR_REAL(bool (*)(Mutex*, const Condition&, Time),
                 "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  AcquiringCondition wrapped{this, &cond};
+  AcquiringCondition wrapped(this, cond);
   const bool ok =
-      real(this, Condition(&AcquiringCondition::Eval, &wrapped), deadline);
+      real(this, wrapped.get(), deadline);
   __tsan_acquire(this);
   return ok;
 }
@@ -204,9 +220,9 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   DOWNPOUR_REAL(
       bool (*)(Mutex*, const Condition&, Time),
       "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  AcquiringCondition wrapped{this, &cond};
+  AcquiringCondition wrapped(this, cond);
   const bool ok =
-      real(this, Condition(&AcquiringCondition::Eval, &wrapped), deadline);
+      real(this, wrapped.get(), deadline);
   __tsan_acquire(this);
   return ok;
 }
@@ -214,19 +230,19 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
 void Mutex::Await(const Condition& cond) {
   DOWNPOUR_REAL(void (*)(Mutex*, const Condition&),
                 "5Mutex5AwaitERKNS0_9ConditionE");
-  AcquiringCondition wrapped{this, &cond};
+  AcquiringCondition wrapped(this, cond);
   __tsan_release(this);
-  real(this, Condition(&AcquiringCondition::Eval, &wrapped));
+  real(this, wrapped.get());
   __tsan_acquire(this);
 }
 
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   DOWNPOUR_REAL(bool (*)(Mutex*, const Condition&, Duration),
                 "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  AcquiringCondition wrapped{this, &cond};
+  AcquiringCondition wrapped(this, cond);
   __tsan_release(this);
   const bool ok =
-      real(this, Condition(&AcquiringCondition::Eval, &wrapped), timeout);
+      real(this, wrapped.get(), timeout);
   __tsan_acquire(this);
   return ok;
 }
@@ -234,10 +250,10 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   DOWNPOUR_REAL(bool (*)(Mutex*, const Condition&, Time),
                 "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  AcquiringCondition wrapped{this, &cond};
+  AcquiringCondition wrapped(this, cond);
   __tsan_release(this);
   const bool ok =
-      real(this, Condition(&AcquiringCondition::Eval, &wrapped), deadline);
+      real(this, wrapped.get(), deadline);
   __tsan_acquire(this);
   return ok;
 }
