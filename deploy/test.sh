@@ -2,8 +2,9 @@
 # Runs Downpour's whole test suite on a fresh machine: installs what is
 # missing (deploy/setup.sh), builds everything and runs `bazel test //...`,
 # builds everything again with clang's thread-safety analysis
-# (--config=thread_safety), runs the unit tests under ASan+UBSan and each
-# fuzzer for a bounded time (deploy/sanitizer_checks.sh), then prints one
+# (--config=thread_safety), runs the unit tests under ASan+UBSan, the
+# concurrency-heavy tests under TSan and each fuzzer for a bounded time
+# (deploy/sanitizer_checks.sh), then prints one
 # summary line "N passed, N failed, N skipped" counted from the JUnit XML the
 # tests leave (the thread-safety build and each fuzzer count as one test).
 set -uo pipefail
@@ -43,15 +44,18 @@ if ! bazel --output_base="${HOME}/.cache/bazel_thread_safety" build \
   rc=1
 fi
 
-# ASan+UBSan over the unit tests and fuzz seed replays, then each libFuzzer
-# target for a bounded time (deploy/sanitizer_checks.sh says what runs and
-# why); their tests are added to the counts below.
+# ASan+UBSan over the unit tests and fuzz seed replays, TSan over the
+# concurrency-heavy tests, then each libFuzzer target for a bounded time
+# (deploy/sanitizer_checks.sh says what runs and why); their tests are added
+# to the counts below.
 san_counts="$(mktemp)"
 bash deploy/sanitizer_checks.sh "$san_counts" || rc=1
 
 passed=0; failed=0; skipped=0
 while IFS= read -r -d '' xml; do
-  cases=$(grep -o '<testcase ' "$xml" | wc -l)
+  # A DISABLED_ test (result="suppressed") did not run: not counted.
+  cases=$(($(grep -o '<testcase ' "$xml" | wc -l) - \
+           $(grep -o 'result="suppressed"' "$xml" | wc -l)))
   fails=$(grep -o '<failure' "$xml" | wc -l)
   skips=$(grep -o 'result="skipped"' "$xml" | wc -l)
   # A test that crashed before writing cases still counts as one failure.

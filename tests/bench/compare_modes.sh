@@ -32,6 +32,8 @@
 #   SERVERS [2]         parameter-server shards
 #   OUT_DIR [/tmp/downpour-compare-<date>]
 #   BAZEL_STARTUP []    bazel startup options, e.g. --output_base=/tmp/ob
+#   BIN_DIR []          use launch, ps_server, ps_worker already built there
+#                       (BIN_DIR/deploy/launch, ...) instead of building
 #
 # Output in $OUT_DIR: <mode>_w<W>.json (launch --summary_json), .csv (the
 # accuracy curve), .out (the launcher's output), logs/<mode>_w<W>/ (every
@@ -79,11 +81,15 @@ for m in $MODES; do
   }
 done
 
-"${BAZEL[@]}" build //deploy:launch //server:ps_server //worker:ps_worker || {
-  echo "compare: bazel build failed" >&2
-  exit 1
-}
-BIN=$("${BAZEL[@]}" info bazel-bin 2>/dev/null) || BIN=bazel-bin
+if [[ -n "${BIN_DIR:-}" ]]; then  # Prebuilt: BIN_DIR/{deploy,server,worker}/...
+  BIN=$BIN_DIR
+else
+  "${BAZEL[@]}" build //deploy:launch //server:ps_server //worker:ps_worker || {
+    echo "compare: bazel build failed" >&2
+    exit 1
+  }
+  BIN=$("${BAZEL[@]}" info bazel-bin 2>/dev/null) || BIN=bazel-bin
+fi
 LAUNCH="$BIN/deploy/launch"
 mkdir -p "$OUT_DIR/logs"
 log "results in $OUT_DIR"

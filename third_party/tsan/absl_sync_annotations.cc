@@ -90,15 +90,18 @@ Fn Lookup(std::atomic<void*>& slot, const char* prefix, const char* tail) {
 // on the waiting thread or on a thread that is unlocking, so the evaluation
 // first acquires what the waiter released after building both conditions
 // (the user's Condition and its captures live on the waiter's stack and are
-// read by instrumented code on the other thread), then the mutex's clock.
-// `outer` uses abseil's out-of-line void* constructor, so that abseil reads
-// it in uninstrumented code only.
+// read by instrumented code on the other thread), then the mutex's clock; it
+// releases again when done, and the waiter acquires that before its stack
+// frame is reused (the destructor), and releases the mutex's clock, since an
+// unlocking thread evaluates after its own release of the mutex. `outer` uses abseil's out-of-line void*
+// constructor, so that abseil reads it in uninstrumented code only.
 class AcquiringCondition {
  public:
   AcquiringCondition(absl::Mutex* mu, const absl::Condition& cond)
       : mu_(mu), cond_(&cond), outer_(&AcquiringCondition::Eval, this) {
     __tsan_release(this);
   }
+  ~AcquiringCondition() { __tsan_acquire(this); }
   const absl::Condition& get() const { return outer_; }
 
  private:
@@ -106,7 +109,13 @@ class AcquiringCondition {
     __tsan_acquire(arg);
     auto* self = static_cast<AcquiringCondition*>(arg);
     __tsan_acquire(self->mu_);
-    return self->cond_->Eval();
+    const bool result = self->cond_->Eval();
+    // What it read is ordered before the next holder of the mutex (when an
+    // unlocking thread evaluates, its own release came before) and before
+    // the waiter's return.
+    __tsan_release(self->mu_);
+    __tsan_release(arg);
+    return result;
   }
 
   absl::Mutex* const mu_;
