@@ -6,12 +6,12 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/incarnation.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -60,17 +60,6 @@ template <typename Message>
 void SerializeSmall(const Message& msg, grpc::ByteBuffer* out) {
   bool own = false;
   grpc::SerializationTraits<Message>::Serialize(msg, out, &own);
-}
-
-// Recovery: a random nonzero incarnation for a new server process.
-uint64_t NewServerIncarnation() {
-  std::random_device rd;
-  uint64_t v = 0;
-  while (v == 0) {
-    v = (uint64_t{rd()} << 32) ^ rd() ^
-        static_cast<uint64_t>(absl::GetCurrentTimeNanos());
-  }
-  return v;
 }
 
 // Each gRPC callback thread keeps one buffer for payloads that must be
@@ -415,7 +404,7 @@ std::unique_ptr<grpc::Service> NewParameterServerService(
     ParameterStore* store, const ServiceOptions& options) {
   ServiceOptions with_incarnation = options;
   if (with_incarnation.server_incarnation == 0) {
-    with_incarnation.server_incarnation = NewServerIncarnation();
+    with_incarnation.server_incarnation = NewIncarnation();
   }
   return std::make_unique<ParameterServerService>(store, with_incarnation);
 }

@@ -83,13 +83,8 @@ TEST_P(ShardRestartTest, WorkersRideThroughAKilledShard) {
   // Kill shard 0 once worker 0 is well into training (and a snapshot or
   // two were written), then restart it on the same port.
   std::vector<std::string> seen;
-  auto progress = workers[0]->WaitForLine(
-      [](const std::string& l) {
-        auto p = ParseProgressLine(l);
-        return p.has_value() && p->step >= 20;
-      },
-      absl::Seconds(40), &seen);
-  ASSERT_TRUE(progress.ok()) << progress.status() << absl::StrJoin(seen, "\n");
+  ASSERT_TRUE(
+      WaitForWorkerStep(workers[0].get(), 20, absl::Seconds(40), &seen));
   ASSERT_TRUE(s0->Signal(SIGKILL).ok());
   s0->WaitFor(absl::Seconds(5), nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
@@ -121,22 +116,16 @@ TEST_P(ShardRestartTest, WorkersRideThroughAKilledShard) {
     EXPECT_EQ(noticed, 1) << "worker " << i << ":\n" << absl::StrJoin(lines, "\n");
     EXPECT_EQ(other, 0) << "worker " << i;
   }
-  auto eval = StartChild({"worker/ps_worker", hosts, "--task=eval",
-                     "--max_test_examples=2000"});
-  ASSERT_TRUE(eval);
-  std::vector<std::string> lines;
-  ASSERT_TRUE(eval->WaitFor(absl::Seconds(60), &lines));
-  std::optional<EvalReport> r;
-  for (const std::string& l : lines) {
-    if (auto e = ParseEvalLine(l)) r = e;
-  }
-  ASSERT_TRUE(r.has_value()) << absl::StrJoin(lines, "\n");
+  EvalOutput eval;
+  ASSERT_TRUE(RunEval(hosts, 2000, absl::Seconds(60), &eval));
+  const std::optional<EvalReport>& r = eval.eval;
+  ASSERT_TRUE(r.has_value()) << absl::StrJoin(eval.lines, "\n");
   // 60 steps of 2 workers end at 0.69-0.76 with the restart on this subset
   // (2-core box); the restart loses < 1 s of one shard's updates, so the
   // band is the undisturbed run's lower edge with a margin.
   std::printf("%s: test accuracy after a shard restart %.4f\n", mode.c_str(),
               r->test_accuracy);
-  EXPECT_GE(r->test_accuracy, 0.60) << absl::StrJoin(lines, "\n");
+  EXPECT_GE(r->test_accuracy, 0.60) << absl::StrJoin(eval.lines, "\n");
   s1->ReadAvailable(nullptr);
   EXPECT_FALSE(s1->exited()) << "shard 1 exited";
 }

@@ -60,13 +60,8 @@ TEST(SyncWorkerRestartTest, KilledSyncWorkerRestartedWithItsIndex) {
     ASSERT_TRUE(workers.back());
   }
   std::vector<std::string> seen;
-  auto progress = workers[1]->WaitForLine(
-      [](const std::string& l) {
-        auto p = ParseProgressLine(l);
-        return p.has_value() && p->step >= 20;
-      },
-      absl::Seconds(60), &seen);
-  ASSERT_TRUE(progress.ok()) << progress.status() << absl::StrJoin(seen, "\n");
+  ASSERT_TRUE(
+      WaitForWorkerStep(workers[1].get(), 20, absl::Seconds(60), &seen));
   ASSERT_TRUE(workers[1]->Signal(SIGKILL).ok());
   workers[1]->WaitFor(absl::Seconds(5), nullptr);
   const absl::Time killed = absl::Now();
@@ -101,21 +96,15 @@ TEST(SyncWorkerRestartTest, KilledSyncWorkerRestartedWithItsIndex) {
     EXPECT_LE(CountContaining(log, "gave up waiting for worker"), 1) << all;
     EXPECT_EQ(CountContaining(log, "job aborted"), 0) << all;
   }
-  auto eval = StartChild({"worker/ps_worker", hosts, "--task=eval",
-                          "--max_test_examples=2000"});
-  ASSERT_TRUE(eval);
-  std::vector<std::string> lines;
-  ASSERT_TRUE(eval->WaitFor(absl::Seconds(60), &lines));
-  std::optional<EvalReport> r;
-  for (const std::string& l : lines) {
-    if (auto e = ParseEvalLine(l)) r = e;
-  }
-  ASSERT_TRUE(r.has_value()) << absl::StrJoin(lines, "\n");
+  EvalOutput eval;
+  ASSERT_TRUE(RunEval(hosts, 2000, absl::Seconds(60), &eval));
+  const std::optional<EvalReport>& r = eval.eval;
+  ASSERT_TRUE(r.has_value()) << absl::StrJoin(eval.lines, "\n");
   std::printf("sync: test accuracy after a worker restart %.4f\n",
               r->test_accuracy);
   // The same band as the shard-restart test (60 sync steps of 2 workers on
   // this subset end at 0.69-0.76).
-  EXPECT_GE(r->test_accuracy, 0.60) << absl::StrJoin(lines, "\n");
+  EXPECT_GE(r->test_accuracy, 0.60) << absl::StrJoin(eval.lines, "\n");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/test_files.h"
 #include "deploy/cluster_plan.h"
@@ -78,6 +79,44 @@ std::unique_ptr<Subprocess> StartChild(std::vector<std::string> argv) {
   auto p = Subprocess::Start(o);
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? std::move(*p) : nullptr;
+}
+
+::testing::AssertionResult WaitForWorkerStep(Subprocess* worker, int64_t step,
+                                             absl::Duration timeout,
+                                             std::vector<std::string>* seen) {
+  std::vector<std::string> local;
+  if (seen == nullptr) seen = &local;
+  absl::StatusOr<std::string> line = worker->WaitForLine(
+      [step](const std::string& l) {
+        std::optional<WorkerProgress> p = ParseProgressLine(l);
+        return p.has_value() && p->step >= step;
+      },
+      timeout, seen);
+  if (line.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "no progress line at step >= " << step << ": " << line.status()
+         << "\n" << absl::StrJoin(*seen, "\n");
+}
+
+::testing::AssertionResult RunEval(const std::string& ps_hosts_flag,
+                                   int max_test_examples,
+                                   absl::Duration timeout, EvalOutput* out) {
+  std::unique_ptr<Subprocess> eval = StartChild(
+      {"worker/ps_worker", ps_hosts_flag, "--task=eval",
+       absl::StrCat("--max_test_examples=", max_test_examples)});
+  if (eval == nullptr) {
+    return ::testing::AssertionFailure() << "ps_worker --task=eval not started";
+  }
+  if (!eval->WaitFor(timeout, &out->lines)) {
+    return ::testing::AssertionFailure()
+           << "ps_worker --task=eval still running after " << timeout << ":\n"
+           << absl::StrJoin(out->lines, "\n");
+  }
+  for (const std::string& l : out->lines) {
+    if (auto e = ParseEvalLine(l)) out->eval = e;
+    if (auto s = ParseServerStatsLine(l)) out->server_stats = s;
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace downpour

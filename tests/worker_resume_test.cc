@@ -69,13 +69,7 @@ TEST(WorkerResumeTest, RestartedWorkerResumesItsDataPosition) {
   auto first = StartChild(train);
   ASSERT_TRUE(first);
   std::vector<std::string> seen;
-  auto progress = first->WaitForLine(
-      [](const std::string& l) {
-        auto p = ParseProgressLine(l);
-        return p.has_value() && p->step >= 30;
-      },
-      absl::Seconds(60), &seen);
-  ASSERT_TRUE(progress.ok()) << progress.status() << absl::StrJoin(seen, "\n");
+  ASSERT_TRUE(WaitForWorkerStep(first.get(), 30, absl::Seconds(60), &seen));
   ASSERT_TRUE(first->Signal(SIGKILL).ok());
   first->WaitFor(absl::Seconds(5), nullptr);
   ASSERT_TRUE(std::ifstream(position).good()) << "no position written";
@@ -105,16 +99,10 @@ TEST(WorkerResumeTest, RestartedWorkerResumesItsDataPosition) {
   EXPECT_EQ(done->pushes, 80 - *resumed) << all;
   EXPECT_FALSE(std::ifstream(position).good()) << "position kept after the end";
 
-  auto eval = StartChild({"worker/ps_worker", hosts, "--task=eval",
-                          "--max_test_examples=500"});
-  ASSERT_TRUE(eval);
-  std::vector<std::string> eval_lines;
-  ASSERT_TRUE(eval->WaitFor(absl::Seconds(60), &eval_lines));
-  std::optional<JsonNumbers> stats;
-  for (const std::string& l : eval_lines) {
-    if (auto s = ParseServerStatsLine(l)) stats = s;
-  }
-  ASSERT_TRUE(stats.has_value()) << absl::StrJoin(eval_lines, "\n");
+  EvalOutput eval;
+  ASSERT_TRUE(RunEval(hosts, 500, absl::Seconds(60), &eval));
+  const std::optional<JsonNumbers>& stats = eval.server_stats;
+  ASSERT_TRUE(stats.has_value()) << absl::StrJoin(eval.lines, "\n");
   std::printf("killed past step 30; resumed at step %lld; pushes applied "
               "by both processes: %.0f\n",
               static_cast<long long>(*resumed), stats->at("pushes_applied"));

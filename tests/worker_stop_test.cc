@@ -39,13 +39,7 @@ TEST(WorkerStopTest, SigtermFinishesTheStepPushesLeavesAndExitsZero) {
                        "--epochs=100", "--log_every=5"});
   ASSERT_TRUE(worker);
   std::vector<std::string> lines;
-  auto progress = worker->WaitForLine(
-      [](const std::string& l) {
-        auto p = ParseProgressLine(l);
-        return p.has_value() && p->step >= 15;
-      },
-      absl::Seconds(40), &lines);
-  ASSERT_TRUE(progress.ok()) << progress.status() << absl::StrJoin(lines, "\n");
+  ASSERT_TRUE(WaitForWorkerStep(worker.get(), 15, absl::Seconds(40), &lines));
   const absl::Time sent = absl::Now();
   ASSERT_TRUE(worker->Signal(SIGTERM).ok());
   ASSERT_TRUE(worker->WaitFor(absl::Seconds(10), &lines))
@@ -66,18 +60,12 @@ TEST(WorkerStopTest, SigtermFinishesTheStepPushesLeavesAndExitsZero) {
   EXPECT_LT(done->steps, 4000 / 64 * 100) << "it did not stop early";
 
   // Every step the worker reports was pushed and applied (n_push = 1).
-  auto eval = StartChild({"worker/ps_worker", hosts, "--task=eval",
-                     "--max_test_examples=500"});
-  ASSERT_TRUE(eval);
-  std::vector<std::string> eval_lines;
-  ASSERT_TRUE(eval->WaitFor(absl::Seconds(60), &eval_lines));
-  std::optional<JsonNumbers> stats;
-  for (const std::string& l : eval_lines) {
-    if (auto s = ParseServerStatsLine(l)) stats = s;
-  }
-  ASSERT_TRUE(stats.has_value()) << absl::StrJoin(eval_lines, "\n");
+  EvalOutput eval;
+  ASSERT_TRUE(RunEval(hosts, 500, absl::Seconds(60), &eval));
+  const std::optional<JsonNumbers>& stats = eval.server_stats;
+  ASSERT_TRUE(stats.has_value()) << absl::StrJoin(eval.lines, "\n");
   EXPECT_EQ(stats->at("pushes_applied"), done->steps)
-      << absl::StrJoin(eval_lines, "\n");
+      << absl::StrJoin(eval.lines, "\n");
   EXPECT_TRUE((*cluster)->AllRunning());
 }
 

@@ -5,11 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/incarnation.h"
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -25,18 +25,6 @@
 
 namespace downpour {
 namespace {
-
-// Recovery: a random nonzero incarnation for a new client (one per worker
-// process and worker id), so that a restarted worker is a new sequence.
-uint64_t NewWorkerIncarnation() {
-  std::random_device rd;
-  uint64_t v = 0;
-  while (v == 0) {
-    v = (uint64_t{rd()} << 32) ^ rd() ^
-        static_cast<uint64_t>(absl::GetCurrentTimeNanos());
-  }
-  return v;
-}
 
 bool IsTransient(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -774,7 +762,7 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
   }
   GrpcClientOptions with_incarnation = options;
   if (with_incarnation.incarnation == 0) {
-    with_incarnation.incarnation = NewWorkerIncarnation();
+    with_incarnation.incarnation = NewIncarnation();
   }
   return std::unique_ptr<ParameterClient>(
       new GrpcParameterClient(with_incarnation, security));
