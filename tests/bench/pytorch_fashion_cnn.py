@@ -216,8 +216,27 @@ def main(argv):
             sync()
             return value
 
+        # --channels_last: the compute figure is PyTorch's idiomatic best on
+        # the CPU: a model whose weights are channels_last too (they cannot
+        # stay views of the flat buffer) and gradients set to None each step
+        # instead of zeroed in place. Measured 30-40% faster than NCHW
+        # weights with flat gradient views at one thread.
+        cl_model = None
+        if args.channels_last:
+            cl_model = FashionCnn().to(dev).to(memory_format=torch.channels_last)
+            cl_model.load_state_dict(model.state_dict())
+
         def compute_step(i):
-            loss = forward_backward(i)
+            if cl_model is None:
+                loss = forward_backward(i)
+            else:
+                x = xs[i % args.pool_batches].to(dev, non_blocking=True)
+                x = x.contiguous(memory_format=torch.channels_last)
+                y = ys[i % args.pool_batches].to(dev, non_blocking=True)
+                for p in cl_model.parameters():
+                    p.grad = None
+                loss = F.cross_entropy(cl_model(x), y)
+                loss.backward()
             value = loss.item()
             sync()
             return value
