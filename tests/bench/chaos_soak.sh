@@ -10,6 +10,7 @@
 #
 #   bazel build //deploy:launch && bash tests/bench/chaos_soak.sh
 #   SOAK_S=120 SEED=1 bash tests/bench/chaos_soak.sh
+#   EPOCHS=15 EXAMPLES=60000: the job (it must outlast SOAK_S)
 set -u
 cd "$(dirname "$0")/../.."
 LAUNCH=${LAUNCH:-bazel-bin/deploy/launch}
@@ -21,8 +22,10 @@ OUT=$LOG_DIR/launch.out  # Every launch line, prefixed with its arrival time.
 RANDOM=$SEED
 [ -x "$LAUNCH" ] || { echo "build it first: bazel build //deploy:launch"; exit 2; }
 
-"$LAUNCH" --servers=2 --workers=2 --mode=async --epochs=3 \
-  --max_train_examples=30000 --max_restarts=20 \
+# The job must outlast the soak: with the oneDNN backend 2 workers train
+# about 6,000 examples/s here, so 15 epochs of 60,000 take about 150 s.
+"$LAUNCH" --servers=2 --workers=2 --mode=async --epochs="${EPOCHS:-15}" \
+  --max_train_examples="${EXAMPLES:-60000}" --max_restarts=20 \
   --checkpoint_every_s="$EVERY_S" --log_dir="$LOG_DIR/logs" \
   --worker_args="--log_every=10" 2>&1 |
   perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' > "$OUT" &
