@@ -16,7 +16,8 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev
   # JSON (header-only): summaries, report lines, safetensors headers.
   nlohmann-json3-dev
-  # The thread-safety build (--config=thread_safety): clang's -Wthread-safety.
+  # The ASan+UBSan build (--config=asan), which also runs clang's lock
+  # analysis (-Wthread-safety), and --config=thread_safety.
   clang-14
   # Hostile input (issue 16): libFuzzer targets (--config=fuzz).
   libfuzzer-14-dev

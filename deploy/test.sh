@@ -1,57 +1,48 @@
 #!/usr/bin/env bash
-# Runs Downpour's whole test suite on a fresh machine: installs what is
-# missing (deploy/setup.sh), builds everything and runs `bazel test //...`,
-# builds everything again with clang's thread-safety analysis
-# (--config=thread_safety), runs the unit tests under ASan+UBSan, the
-# concurrency-heavy tests under TSan and each fuzzer for a bounded time
-# (deploy/sanitizer_checks.sh), then prints one
-# summary line "N passed, N failed, N skipped" counted from the JUnit XML the
-# tests leave (the thread-safety build and each fuzzer count as one test).
+# Runs Downpour's whole test suite on a fresh machine (the CI command):
+# installs what is missing (deploy/setup.sh), then
+#   1. with gcc, the optimized build the launcher runs, the tests that cannot
+#      run instrumented (PLAIN_ONLY below);
+#   2. through deploy/sanitizer_checks.sh: every other test of the tree once,
+#      under ASan+UBSan in a clang-14 build that also checks every lock
+#      annotation (-Werror=thread-safety); the concurrency-heavy tests under
+#      TSan; each libFuzzer target for a bounded time;
+# then prints one summary line "N passed, N failed, N skipped" counted from
+# the JUnit XML the tests leave (each fuzzer counts as one test).
+#
+# DOWNPOUR_CI_SUITE=plain runs the whole suite plainly with gcc instead, and
+# only the unit tests and fuzz seed replays under ASan+UBSan (the CI mode
+# before issue 16's last step; quicker to read a failure in).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 bash deploy/setup.sh || exit 1
 
-# DOWNPOUR_CI_SUITE=asan (issue 16): the whole suite runs once, under
-# ASan+UBSan (deploy/sanitizer_checks.sh, SANITIZER_ASAN_ALL=1), instead of
-# plainly and again partly instrumented; only the tests that cannot run
-# instrumented run plainly here (PLAIN_ONLY). Opt-in until its cold time on
-# the 2-core machine is shown to fit CI's 30 minutes.
-PLAIN_ONLY=(
-  //tests:cluster_train_test  # Accuracy band in a fixed time: too slow instrumented.
-  //tests:heap_release_test   # glibc heap trimming; sanitizers replace the heap.
-)
-if [[ "${DOWNPOUR_CI_SUITE:-plain}" == asan ]]; then
-  export SANITIZER_ASAN_ALL=1
-  logs="$(bazel info bazel-testlogs 2>/dev/null)"
-  [[ -n "$logs" ]] && rm -rf "$logs"  # Only this run's results count.
-  bazel test "${PLAIN_ONLY[@]}" "$@"
-else
+# The tests that run plainly only: an accuracy band in a fixed time (too slow
+# instrumented), and glibc's heap trimming (the sanitizers replace the heap).
+PLAIN_ONLY=(//tests:cluster_train_test //tests:heap_release_test)
+
+start=$SECONDS
+plain_logs="$(bazel info bazel-testlogs 2>/dev/null)"
+[[ -n "$plain_logs" ]] && rm -rf "$plain_logs"  # Only this run's results count.
+if [[ "${DOWNPOUR_CI_SUITE:-asan}" == plain ]]; then
+  export SANITIZER_ASAN_SCOPE=unit
   bazel test //... "$@"
+else
+  export SANITIZER_ASAN_EXCLUDE="${PLAIN_ONLY[*]}"
+  bazel test "${PLAIN_ONLY[@]}" "$@"
 fi
 rc=$?
+echo "test: plain (gcc) stage took $((SECONDS - start)) s" >&2
 
-# The lock-annotation check: everything again with clang-14 and
-# -Werror=thread-safety, in an output base of its own so that neither build
-# throws the other's cache away. Package patterns, not //..., so that the gcc
-# build's convenience symlinks (bazel-*) are not read as packages.
-tsa_ok=1
-if ! bazel --output_base="${HOME}/.cache/bazel_thread_safety" build \
-    --config=thread_safety //common/... //rpc/... //server/... //worker/... \
-    //deploy/... //tests/... //proto/... //fuzz/...; then
-  echo "test: the thread-safety build (--config=thread_safety) failed" >&2
-  tsa_ok=0
-  rc=1
-fi
-
-# ASan+UBSan over the unit tests and fuzz seed replays, TSan over the
-# concurrency-heavy tests, then each libFuzzer target for a bounded time
-# (deploy/sanitizer_checks.sh says what runs and why); their tests are added
-# to the counts below.
+# ASan+UBSan (with the lock analysis), TSan, fuzzing: deploy/sanitizer_checks.sh
+# says what runs and why; their tests are added to the counts below.
 san_counts="$(mktemp)"
 bash deploy/sanitizer_checks.sh "$san_counts" || rc=1
 
 passed=0; failed=0; skipped=0
+# The plain stage's results, by the path bazel gives (the bazel-testlogs
+# symlink follows whichever output base built last).
 while IFS= read -r -d '' xml; do
   # A DISABLED_ test (result="suppressed") did not run: not counted.
   cases=$(($(grep -o '<testcase ' "$xml" | wc -l) - \
@@ -63,10 +54,8 @@ while IFS= read -r -d '' xml; do
   failed=$((failed + fails))
   skipped=$((skipped + skips))
   passed=$((passed + cases - fails - skips))
-done < <(find -L bazel-testlogs/ -name test.xml -print0 2>/dev/null)
+done < <(find -L "${plain_logs:-/nonexistent}" -name test.xml -print0 2>/dev/null)
 
-# The thread-safety build counts as one test.
-if ((tsa_ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 read -r san_p san_f san_s < "$san_counts" 2>/dev/null || { san_p=0; san_f=1; san_s=0; }
 passed=$((passed + san_p)); failed=$((failed + san_f)); skipped=$((skipped + san_s))
 rm -f "$san_counts"
@@ -75,5 +64,6 @@ if ((rc != 0 && failed == 0)); then
   # The build broke, or a test target failed without a readable result.
   failed=1
 fi
+echo "test: the whole run took $((SECONDS)) s" >&2
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit $rc

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Hostile input (issue 16): builds the libFuzzer targets of fuzz/ with
-# --config=fuzz (clang-14, ASan + UBSan, in an output base of its own) and
+# --config=fuzz (clang-14, ASan + UBSan, under an output user root of its
+# own, ~/.cache/bazel_fuzz) and
 # runs each for a bounded time, starting from a copy of its seed corpus
 # (fuzz/corpus/<target>/; the checked-in seeds are not modified). Prints one
 # line per target: "fuzz: <target> OK|FAILED <executions> execs in <s> s";
@@ -15,13 +16,13 @@ cd "$(dirname "$0")/.."
 secs="${1:-25}"
 out="${FUZZ_OUT:-/tmp/downpour_fuzz}"
 targets="${FUZZ_TARGETS:-wire_fuzzer store_fuzzer layout_fuzzer safetensors_fuzzer data_fuzzer cluster_spec_fuzzer}"
-base="${HOME}/.cache/bazel_fuzz"
+root="${HOME}/.cache/bazel_fuzz"
 
-if ! bazel --output_base="$base" build --config=fuzz //fuzz/...; then
+if ! bazel --output_user_root="$root" build --config=fuzz //fuzz/...; then
   echo "fuzz: build (--config=fuzz) FAILED" >&2
   exit 1
 fi
-bin="$(bazel --output_base="$base" info --config=fuzz bazel-bin 2>/dev/null)/fuzz"
+bin="$(bazel --output_user_root="$root" info --config=fuzz bazel-bin 2>/dev/null)/fuzz"
 mkdir -p "$out"
 failed=0
 for t in $targets; do

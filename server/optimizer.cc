@@ -96,13 +96,15 @@ class Adam final : public Optimizer {
         b1_(o.adam_beta1),
         b2_(o.adam_beta2),
         eps_(o.adam_epsilon),
+        wd_(o.weight_decay),
         sched_(o.schedule) {}
   const std::string& name() const override { return name_; }
   int StateSize() const override { return 2; }
   float InitialState() const override { return 0; }
   // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
   // w -= lr_t * m / (sqrt(v) + eps_hat), with lr_t = lr sqrt(1-b2^t)/(1-b1^t)
-  // and eps_hat = eps sqrt(1-b2^t) (the paper's efficient form).
+  // and eps_hat = eps sqrt(1-b2^t) (the paper's efficient form); with
+  // weight decay, w *= 1 - lr sched(t) wd first (AdamW).
   void ApplyAt(int64_t t, int64_t n, const void* grad_bytes, float scale,
                float* __restrict params, float* __restrict mv) const override {
     const char* __restrict grad = static_cast<const char*>(grad_bytes);
@@ -111,6 +113,8 @@ class Adam final : public Optimizer {
     const float lr = static_cast<float>(lr_ * LrFactor(sched_, t) * c2 /
                                         (1.0 - std::pow(double{b1_}, td)));
     const float eps = static_cast<float>(eps_ * c2);
+    const float keep =
+        static_cast<float>(1.0 - double{lr_} * LrFactor(sched_, t) * wd_);
     const float b1 = b1_, b2 = b2_, a1 = 1 - b1_, a2 = 1 - b2_;
     for (int64_t i = 0; i < n; ++i) {
       const float g = scale * Load(grad, i);
@@ -118,13 +122,13 @@ class Adam final : public Optimizer {
       const float v = b2 * mv[2 * i + 1] + a2 * g * g;
       mv[2 * i] = m;
       mv[2 * i + 1] = v;
-      params[i] -= lr * m / (std::sqrt(v) + eps);
+      params[i] = params[i] * keep - lr * m / (std::sqrt(v) + eps);
     }
   }
 
  private:
   const std::string name_ = "adam";
-  const float lr_, b1_, b2_, eps_;
+  const float lr_, b1_, b2_, eps_, wd_;
   const LrSchedule sched_;
 };
 
@@ -201,6 +205,15 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
         o.learning_rate));
   }
   if (absl::Status st = ValidateLrSchedule(o.schedule); !st.ok()) return st;
+  if (!(o.weight_decay >= 0 && o.weight_decay < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight decay must be in [0, 1), got ", o.weight_decay));
+  }
+  if (o.weight_decay > 0 && o.name != "adam") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight decay is implemented for adam only (AdamW), not '", o.name,
+        "'"));
+  }
   const LrSchedule& sched = o.schedule;
   if (o.name == "sgd") return std::make_unique<Sgd>(o.learning_rate, sched);
   if (o.name == "momentum") {

@@ -75,6 +75,10 @@ struct OptimizerOptions {
   LrSchedule schedule;
   // Adam's moment decays and epsilon (adam only).
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-8f;
+  // Decoupled weight decay (adam only: AdamW, Loshchilov & Hutter 2019):
+  // each update first shrinks every parameter by lr_t * weight_decay, lr_t
+  // the scheduled rate without Adam's bias correction (PyTorch's AdamW).
+  float weight_decay = 0.0f;
 };
 
 class Optimizer {

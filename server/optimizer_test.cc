@@ -1,5 +1,6 @@
 #include "server/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -160,6 +161,45 @@ TEST(OptimizerTest, AdamMatchesThePaper) {
   EXPECT_EQ(st, st2);
   o.adam_beta1 = 1.0f;
   EXPECT_FALSE(CreateOptimizer(o).ok());
+}
+
+// AdamW: PyTorch's torch.optim.AdamW step, transcribed in double precision
+// (decay by lr * wd before the Adam step, the schedule scaling both), and
+// with a zero gradient only the decay moves a weight.
+TEST(OptimizerTest, AdamWDecaysWeightsDecoupled) {
+  OptimizerOptions o{"adam", 0.01f};
+  o.weight_decay = 0.1f;
+  o.schedule.warmup_updates = 4;  // lr * t / 4 for t <= 4.
+  auto opt = CreateOptimizer(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  std::vector<float> w = {0.5f, -1.0f}, st(4, 0.f);
+  double rw[2] = {0.5, -1.0}, m[2] = {0, 0}, v[2] = {0, 0};
+  for (int t = 1; t <= 6; ++t) {
+    std::vector<float> g = {0.3f * t, -2.0f / t};
+    (*opt)->ApplyAt(t, 2, g.data(), 1.0f, w.data(), st.data());
+    const double lr = 0.01 * std::min(1.0, t / 4.0);
+    for (int i = 0; i < 2; ++i) {
+      rw[i] *= 1 - lr * 0.1;
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.999 * v[i] + 0.001 * double{g[i]} * g[i];
+      const double mh = m[i] / (1 - std::pow(0.9, t));
+      const double vh = v[i] / (1 - std::pow(0.999, t));
+      rw[i] -= lr * mh / (std::sqrt(vh) + 1e-8);
+      EXPECT_NEAR(w[i], rw[i], 1e-5) << "t " << t << " i " << i;
+    }
+  }
+  // Zero gradient, zero state: w becomes w * (1 - lr * wd) exactly.
+  std::vector<float> z = {2.0f}, zs(2, 0.f), zg = {0.0f};
+  (*opt)->ApplyAt(10, 1, zg.data(), 1.0f, z.data(), zs.data());
+  EXPECT_FLOAT_EQ(z[0], 2.0f * (1 - 0.01f * 0.1f));
+
+  o.weight_decay = -0.1f;
+  EXPECT_NE(CreateOptimizer(o).status().message().find("weight decay"),
+            std::string::npos);
+  o.weight_decay = 0.1f;
+  o.name = "adagrad";
+  EXPECT_NE(CreateOptimizer(o).status().message().find("adam only"),
+            std::string::npos);
 }
 
 }  // namespace

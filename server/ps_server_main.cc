@@ -68,6 +68,8 @@ ABSL_FLAG(std::string, lr_worker_scaling, "none",
 ABSL_FLAG(double, adam_beta1, 0.9, "--optimizer=adam: first-moment decay.");
 ABSL_FLAG(double, adam_beta2, 0.999, "--optimizer=adam: second-moment decay.");
 ABSL_FLAG(double, adam_epsilon, 1e-8, "--optimizer=adam: epsilon.");
+ABSL_FLAG(double, weight_decay, 0.0,
+          "--optimizer=adam: decoupled weight decay (AdamW); 0 is off.");
 ABSL_FLAG(std::string, mode, "async",
           "async (Downpour), sync (mean of the step's gradients), or ssp "
           "(stale-synchronous, bounded by --staleness).");
@@ -183,6 +185,7 @@ absl::Status LrRulesFromFlags(downpour::ParameterStoreOptions* options) {
   o.adam_beta1 = static_cast<float>(absl::GetFlag(FLAGS_adam_beta1));
   o.adam_beta2 = static_cast<float>(absl::GetFlag(FLAGS_adam_beta2));
   o.adam_epsilon = static_cast<float>(absl::GetFlag(FLAGS_adam_epsilon));
+  o.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   const std::string scaling = absl::GetFlag(FLAGS_lr_worker_scaling);
   if (scaling == "none") return absl::OkStatus();
   const bool aggregated = options->mode == downpour::TrainMode::kSync;
@@ -411,6 +414,9 @@ bool AnnounceServing(downpour::ParameterServerHost* host,
   } else if (sched.decay == "step") {
     schedule += absl::StrCat(", x", sched.step_gamma, " every ",
                              sched.step_every, " updates");
+  }
+  if (options.optimizer.weight_decay > 0) {
+    schedule += absl::StrCat(", weight decay ", options.optimizer.weight_decay);
   }
   std::printf(
       "ps_server: shard %d of %d (%s mode, %s, lr %g%s) listening on %s\n",

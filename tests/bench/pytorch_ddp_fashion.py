@@ -55,7 +55,7 @@ def load(torch, data_dir, prefix):
     return x, y
 
 
-def make_model(torch):
+def make_model(torch, dropout_conv=0.0, dropout_fc=0.0):
     nn, F = torch.nn, torch.nn.functional
 
     class FashionCnn(nn.Module):
@@ -65,12 +65,14 @@ def make_model(torch):
             self.conv2 = nn.Conv2d(32, 64, 3)
             self.fc1 = nn.Linear(1600, 128)
             self.fc2 = nn.Linear(128, 10)
+            self.drop_conv = nn.Dropout(dropout_conv)
+            self.drop_fc = nn.Dropout(dropout_fc)
 
         def forward(self, x):
             x = F.max_pool2d(F.relu(self.conv1(x)), 2)
             x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-            x = torch.flatten(x, 1)
-            return self.fc2(F.relu(self.fc1(x)))
+            x = self.drop_conv(torch.flatten(x, 1))
+            return self.fc2(self.drop_fc(F.relu(self.fc1(x))))
 
     return FashionCnn()
 
@@ -82,6 +84,9 @@ def make_optimizer(torch, args, params):
     if args.optimizer == "momentum":
         return torch.optim.SGD(params, lr=args.lr, momentum=0.9)
     if args.optimizer == "adam":
+        if args.weight_decay > 0:
+            return torch.optim.AdamW(params, lr=args.lr,
+                                     weight_decay=args.weight_decay)
         return torch.optim.Adam(params, lr=args.lr)
     return torch.optim.SGD(params, lr=args.lr)
 
@@ -98,7 +103,8 @@ def worker(rank, args, port, result_path):
         x, y = x[:args.max_train_examples], y[:args.max_train_examples]
     idx = torch.arange(rank, x.shape[0], args.workers)
     xs, ys = x[idx].contiguous(), y[idx].contiguous()
-    model = torch.nn.parallel.DistributedDataParallel(make_model(torch))
+    model = torch.nn.parallel.DistributedDataParallel(
+        make_model(torch, args.dropout_conv, args.dropout_fc))
     # --schedule=auto: the rules the launcher gives our servers by default
     # (deploy/lr_rules.h): lr x W for the mean of W gradients, linear warm-up
     # over 5% of the steps, then cosine decay to 0 at the last step.
@@ -137,6 +143,7 @@ def worker(rank, args, port, result_path):
     train_s = time.perf_counter() - begin
     if rank == 0:
         tx, ty = load(torch, args.data_dir, "t10k")
+        model.eval()  # Dropout off for evaluation.
         with torch.no_grad():
             pred = torch.cat([model.module(tx[i:i + 1000]).argmax(1)
                               for i in range(0, tx.shape[0], 1000)])
@@ -161,6 +168,12 @@ def main(argv):
                    help="auto: Downpour's default rules (lr x workers, "
                         "5%% warm-up, cosine to 0)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dropout_conv", type=float, default=0.0,
+                   help="dropout on the flattened conv features")
+    p.add_argument("--dropout_fc", type=float, default=0.0,
+                   help="dropout after fc1's ReLU")
+    p.add_argument("--weight_decay", type=float, default=0.0,
+                   help="adam: decoupled weight decay (AdamW)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--max_train_examples", type=int, default=0)
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
