@@ -22,6 +22,11 @@ double DefaultLearningRate(const std::string& optimizer) {
   return 0.05;  // adagrad, sgd, and anything the servers will refuse.
 }
 
+double AsyncMomentum(double momentum, int workers) {
+  const double implicit = 1.0 - 1.0 / std::max(1, workers);
+  return std::max(0.0, momentum - implicit);
+}
+
 int64_t JobUpdatesPerChunk(const LaunchOptions& o, int64_t train_examples) {
   const int64_t workers = std::max(1, o.workers);
   const int64_t per_step =
@@ -39,7 +44,7 @@ std::vector<std::string> LrRuleArgs(const LaunchOptions& o,
   const int64_t updates = JobUpdatesPerChunk(o, train_examples);
   const int64_t warmup = std::max<int64_t>(
       1, static_cast<int64_t>(std::floor(updates * kWarmupShare)));
-  return {
+  std::vector<std::string> args = {
       absl::StrCat("--lr_worker_scaling=",
                    o.mode == TrainMode::kSync ? "linear" : kAsyncScaling),
       absl::StrCat("--lr_warmup_updates=", warmup),
@@ -47,6 +52,14 @@ std::vector<std::string> LrRuleArgs(const LaunchOptions& o,
       absl::StrCat("--lr_decay_updates=", updates),
       "--lr_min_factor=0",
   };
+  if (o.mode != TrainMode::kSync) {
+    const double m = AsyncMomentum(kMomentum, o.ServerWorkers());
+    if (o.optimizer == "adam") args.push_back(absl::StrCat("--adam_beta1=", m));
+    if (o.optimizer == "momentum") {
+      args.push_back(absl::StrCat("--momentum=", m));
+    }
+  }
+  return args;
 }
 
 absl::StatusOr<int64_t> CountTrainingExamples(const std::string& data_dir,

@@ -9,7 +9,10 @@
 //                         step, Goyal et al. 2017); async/ssp: kAsyncScaling;
 //   --lr_warmup_updates   kWarmupShare of the job's updates per chunk;
 //   --lr_decay=cosine --lr_decay_updates=<the job's updates per chunk>
-//   --lr_min_factor=0     (the rate reaches 0 at the job's last update).
+//   --lr_min_factor=0     (the rate reaches 0 at the job's last update);
+//   async/ssp only, adam or momentum: --adam_beta1 / --momentum lowered for
+//                         the momentum asynchrony itself adds
+//                         (AsyncMomentum).
 // The constants were chosen from the 10-epoch measurements in README.md
 // ("Learning-rate rules"). Flags in --server_args come later on the command
 // line and win.
@@ -33,6 +36,17 @@ namespace downpour {
 inline constexpr double kWarmupShare = 0.05;
 inline constexpr char kDefaultOptimizer[] = "adam";
 inline constexpr char kAsyncScaling[] = "none";
+
+// Adam's first-moment decay and the momentum optimizer's coefficient before
+// the asynchrony rule below.
+inline constexpr double kMomentum = 0.9;
+
+// Asynchrony begets momentum (Mitliagkas et al. 2016): W workers pushing
+// gradients computed on parameters about W - 1 updates old act like an extra
+// momentum of 1 - 1/W, so async and ssp servers get an explicit momentum of
+// max(0, momentum - (1 - 1/W)) (W = 8: 0.025 for 0.9), keeping the total
+// near what one worker has. Measured in README ("Learning-rate rules").
+double AsyncMomentum(double momentum, int workers);
 
 // The launcher's --lr when none is given: per optimizer, the rate for one
 // worker's gradient of batch 64 (adam 0.001, adagrad 0.05, momentum 0.02,

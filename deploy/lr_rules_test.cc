@@ -63,12 +63,30 @@ TEST(LrRulesTest, AutoGivesScalingWarmupAndCosineToZero) {
                           "--lr_decay_updates=4690", "--lr_min_factor=0"));
   const std::vector<std::string> async =
       LrRuleArgs(Job(TrainMode::kAsync, 8), 60000);
-  ASSERT_EQ(async.size(), 5u);
+  ASSERT_EQ(async.size(), 6u);
   EXPECT_EQ(async[0], std::string("--lr_worker_scaling=") + kAsyncScaling);
   EXPECT_EQ(async[3], "--lr_decay_updates=9440");  // 8 x 10 x 118.
+  EXPECT_EQ(async[5], "--adam_beta1=0.025");       // 0.9 - (1 - 1/8).
   // A one-step job still warms up over one update.
   EXPECT_EQ(LrRuleArgs(Job(TrainMode::kSync, 1), 1)[1],
             "--lr_warmup_updates=1");
+}
+
+TEST(LrRulesTest, AsyncLowersMomentumForTheAsynchrony) {
+  EXPECT_DOUBLE_EQ(AsyncMomentum(0.9, 1), 0.9);
+  EXPECT_DOUBLE_EQ(AsyncMomentum(0.9, 2), 0.4);
+  EXPECT_DOUBLE_EQ(AsyncMomentum(0.9, 4), 0.15);
+  EXPECT_DOUBLE_EQ(AsyncMomentum(0.9, 16), 0.0);  // Never negative.
+  EXPECT_DOUBLE_EQ(AsyncMomentum(0.9, 0), 0.9);   // Treated as one worker.
+  LaunchOptions o = Job(TrainMode::kSsp, 4);
+  EXPECT_EQ(LrRuleArgs(o, 60000).back(), "--adam_beta1=0.15");
+  o.optimizer = "momentum";
+  EXPECT_EQ(LrRuleArgs(o, 60000).back(), "--momentum=0.15");
+  o.optimizer = "adagrad";  // No momentum to lower.
+  EXPECT_EQ(LrRuleArgs(o, 60000).size(), 5u);
+  o.mode = TrainMode::kSync;  // Sync's updates are not stale.
+  o.optimizer = "adam";
+  EXPECT_EQ(LrRuleArgs(o, 60000).size(), 5u);
 }
 
 TEST(LrRulesTest, DefaultRatePerOptimizer) {

@@ -88,7 +88,11 @@ ABSL_FLAG(std::string, dataset, "fashion_mnist",
           "fashion_mnist (IDX files) or cifar10 (binary batches) in --data_dir.");
 ABSL_FLAG(int, data_threads, 2, "CPU threads decoding/augmenting batches.");
 ABSL_FLAG(bool, augment, false,
-          "Random crop (padding 4) and horizontal flip of training images.");
+          "Random crop (padding --augment_crop_padding) and horizontal flip "
+          "of training images.");
+ABSL_FLAG(int, augment_crop_padding, 4,
+          "--augment: pixels of zero padding around the random crop; 0 is "
+          "horizontal flips only.");
 ABSL_FLAG(std::string, mode, "async",
           "async, sync or ssp: how this worker waits (match the servers).");
 ABSL_FLAG(int, epochs, 1, "Passes over this worker's shard of the data.");
@@ -255,6 +259,11 @@ absl::Status ReadDataAndReplicaFlags(WorkerOptions* f) {
   }
   f->data_threads = absl::GetFlag(FLAGS_data_threads);
   f->augment = absl::GetFlag(FLAGS_augment);
+  f->augment_crop_padding = absl::GetFlag(FLAGS_augment_crop_padding);
+  if (f->augment_crop_padding < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--augment_crop_padding must be >= 0, got ", f->augment_crop_padding));
+  }
   f->replicas = absl::GetFlag(FLAGS_replicas);
   const std::string agg = absl::GetFlag(FLAGS_local_aggregation);
   if (agg != "sum" && agg != "none") {

@@ -70,7 +70,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Batcher>>> MakeBatchers(
     bo.num_threads = f.data_threads;
     bo.allocator = allocator;
     if (f.augment) {
-      bo.augment.random_crop_padding = 4;
+      bo.augment.random_crop_padding = f.augment_crop_padding;
       bo.augment.horizontal_flip = true;
     }
     if (f.dataset == "cifar10") {

@@ -134,7 +134,8 @@ def worker(rank, args, port, result_path):
         for s in range(steps_per_epoch):
             b = perm[s * args.batch_size:(s + 1) * args.batch_size]
             opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(model(xs[b]), ys[b])
+            loss = torch.nn.functional.cross_entropy(
+                model(xs[b]), ys[b], label_smoothing=args.label_smoothing)
             loss.backward()
             opt.step()
             if sched is not None:
@@ -172,6 +173,7 @@ def main(argv):
                    help="dropout on the flattened conv features")
     p.add_argument("--dropout_fc", type=float, default=0.0,
                    help="dropout after fc1's ReLU")
+    p.add_argument("--label_smoothing", type=float, default=0.0)
     p.add_argument("--weight_decay", type=float, default=0.0,
                    help="adam: decoupled weight decay (AdamW)")
     p.add_argument("--seed", type=int, default=7)

@@ -19,6 +19,16 @@ absl::Status Backend::Copy(const float* src, float* dst, int64_t n) {
   return Axpy(n, 1.f, src, dst);
 }
 
+absl::Status Backend::Conv2dReluForward(const ConvDesc& d, const float* x,
+                                        const float* w, const float* b,
+                                        float* y) {
+  absl::Status s = Conv2dForward(d, x, w, b, y);
+  if (!s.ok()) return s;
+  // y's element count (the caller holds a buffer of that size).
+  const int64_t n = int64_t{d.batch} * d.out_channels * d.OutH() * d.OutW();
+  return ReluForward(n, y, y);
+}
+
 absl::Status Backend::Discard(float* /*p*/, int64_t n) {
   if (n < 0) return absl::InvalidArgumentError("Discard: negative size");
   return absl::OkStatus();

@@ -114,10 +114,19 @@ class Backend {
   virtual absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
                                             const float* dy, float* dw,
                                             float* db) = 0;
+  // y = max(conv(x, w) + b, 0): Conv2dForward then ReluForward as one
+  // operation, which a backend may fuse (the oneDNN one applies the ReLU as
+  // the convolution's post-op, saving a read and a write of the output). Its
+  // backward is ReluBackward on this y, then Conv2dBackward* on the masked
+  // gradient. Default: Conv2dForward, then ReluForward in place on y.
+  virtual absl::Status Conv2dReluForward(const ConvDesc& d, const float* x,
+                                         const float* w, const float* b,
+                                         float* y);
 
   // ---- Activations and pooling --------------------------------------------
+  // y = max(x, 0); y may be x.
   virtual absl::Status ReluForward(int64_t n, const float* x, float* y) = 0;
-  // dx = dy where y > 0, else 0.
+  // dx = dy where y > 0, else 0; dx may be dy.
   virtual absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
                                     float* dx) = 0;
   virtual absl::Status MaxPoolForward(const PoolDesc& d, const float* x,

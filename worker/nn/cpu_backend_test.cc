@@ -219,8 +219,18 @@ TEST_P(ConvTest, MatchesReference) {
     ASSERT_TRUE(be_->Conv2dForward(d, dx_in.data(), dw_in.data(),
                                    with_bias ? db_in.data() : nullptr, y.data())
                     .ok());
-    ExpectNear(Download(y), RefConvForward(d, x, w, with_bias ? &b : nullptr),
-               tol, "conv forward");
+    std::vector<float> want =
+        RefConvForward(d, x, w, with_bias ? &b : nullptr);
+    ExpectNear(Download(y), want, tol, "conv forward");
+
+    // The same with the ReLU fused in (on the oneDNN backend, its post-op).
+    for (float& v : want) v = v > 0.f ? v : 0.f;
+    DeviceBuffer yr = Upload(RandomVec(ys, 18));  // Must be overwritten.
+    ASSERT_TRUE(be_->Conv2dReluForward(d, dx_in.data(), dw_in.data(),
+                                       with_bias ? db_in.data() : nullptr,
+                                       yr.data())
+                    .ok());
+    ExpectNear(Download(yr), want, tol, "conv + relu forward");
   }
 
   std::vector<float> rdx, rdw, rdb;
@@ -357,6 +367,46 @@ TEST_F(CpuBackendTest, ChainedOpsReadBackAsNchw) {
   ExpectNear(head, x, 0, "written after Discard");
 }
 
+// The fused convolution + ReLU's output feeds the next ops as the unfused
+// pair's does (the oneDNN backend keeps it in its blocked layout): a ReLU
+// backward from it and a pooling over it, then a read back.
+TEST_F(CpuBackendTest, ConvReluForwardFeedsTheNextOps) {
+  const ConvDesc c = ToConvDesc(ConvCase{2, 16, 8, 8, 32, 3, 3, 1, 1});
+  const auto [x_n, w_n, y_n] = ConvSizes(c);
+  const std::vector<float> x = RandomVec(x_n, 50), w = RandomVec(w_n, 51),
+                           b = RandomVec(32, 52), dy = RandomVec(y_n, 53);
+  DeviceBuffer dx = Upload(x), dw = Upload(w), db = Upload(b), ddy = Upload(dy),
+               pre = Zeros(y_n), unfused = Zeros(y_n), fused = Zeros(y_n),
+               g_unfused = Zeros(y_n), g_fused = Zeros(y_n);
+  ASSERT_TRUE(be_->Conv2dForward(c, dx.data(), dw.data(), db.data(),
+                                 pre.data()).ok());
+  ASSERT_TRUE(be_->ReluForward(y_n, pre.data(), unfused.data()).ok());
+  ASSERT_TRUE(be_->Conv2dReluForward(c, dx.data(), dw.data(), db.data(),
+                                     fused.data()).ok());
+  ASSERT_TRUE(
+      be_->ReluBackward(y_n, unfused.data(), ddy.data(), g_unfused.data())
+          .ok());
+  ASSERT_TRUE(
+      be_->ReluBackward(y_n, fused.data(), ddy.data(), g_fused.data()).ok());
+  PoolDesc p;
+  p.batch = 2;
+  p.channels = 32;
+  p.in_h = p.in_w = 8;
+  const int64_t q_n = 2 * 32 * 4 * 4;
+  DeviceBuffer q_unfused = Zeros(q_n), q_fused = Zeros(q_n);
+  ASSERT_TRUE(be_->MaxPoolForward(p, unfused.data(), q_unfused.data()).ok());
+  ASSERT_TRUE(be_->MaxPoolForward(p, fused.data(), q_fused.data()).ok());
+  const float tol = 2e-5f * std::sqrt(static_cast<float>(w_n));
+  ExpectNear(Download(fused), Download(unfused), tol, "conv + relu");
+  // The ReLU in place over the convolution's (blocked) output, as a backend
+  // without the fused kernel runs it.
+  ASSERT_TRUE(be_->ReluForward(y_n, pre.data(), pre.data()).ok());
+  ExpectNear(Download(pre), Download(unfused), 0, "relu in place");
+  ExpectNear(Download(g_fused), Download(g_unfused), 0, "relu backward");
+  ExpectNear(Download(q_fused), Download(q_unfused), tol, "pool");
+  for (float v : Download(fused)) ASSERT_GE(v, 0.f);
+}
+
 TEST_F(CpuBackendTest, ConvRejectsBadDesc) {
   ConvDesc d;
   d.batch = 1;
@@ -372,6 +422,10 @@ TEST_F(CpuBackendTest, ConvRejectsBadDesc) {
   EXPECT_EQ(
       be_->Conv2dForward(d, buf.data(), buf.data(), nullptr, buf.data()).code(),
       absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be_->Conv2dReluForward(d, buf.data(), buf.data(), nullptr,
+                                   buf.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CpuBackendTest, Relu) {
@@ -387,6 +441,11 @@ TEST_F(CpuBackendTest, Relu) {
   }
   ExpectNear(Download(y), want_y, 0, "relu forward");
   ExpectNear(Download(dx), want_dx, 0, "relu backward");
+  // In place.
+  ASSERT_TRUE(be_->ReluBackward(101, y.data(), ddy.data(), ddy.data()).ok());
+  ASSERT_TRUE(be_->ReluForward(101, dx_in.data(), dx_in.data()).ok());
+  ExpectNear(Download(dx_in), want_y, 0, "relu forward in place");
+  ExpectNear(Download(ddy), want_dx, 0, "relu backward in place");
 }
 
 TEST_F(CpuBackendTest, MaxPoolOddSizes) {

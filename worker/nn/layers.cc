@@ -3,8 +3,10 @@
 // The layer implementations declared in model.h. Layers are thin: they
 // translate their configuration into backend calls and hold views (set by
 // Bind) of the model's parameter and gradient buffers. Scratch memory for the
-// convolution lowering lives inside the backend, which is why no layer here
-// owns any.
+// convolution lowering lives inside the backend; the only buffer a layer owns
+// is a fused Conv2d + ReLU's masked gradient. FuseConvRelu, the model-building
+// step that fuses, is here too: it recognizes the layer classes.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -118,13 +120,34 @@ class ParameterlessLayer : public LayerBase {
   }
 };
 
+// A convolution, optionally followed by a ReLU in the same layer (`relu`,
+// the fusion of NewConv2dRelu): the forward pass is then the backend's
+// Conv2dReluForward, and the backward pass masks dy by this layer's output
+// (y > 0) into mask_ before the convolution's backward, which is exactly
+// Relu's backward followed by Conv2d's. The parameters are the same either
+// way.
 class Conv2dLayer : public WeightBiasLayer {
  public:
-  Conv2dLayer(std::string name, int out_channels, int kernel, int pad)
+  Conv2dLayer(std::string name, int out_channels, int kernel, int pad,
+              bool relu)
       : WeightBiasLayer(std::move(name)),
         out_channels_(out_channels),
         kernel_(kernel),
-        pad_(pad) {}
+        pad_(pad),
+        relu_(relu) {}
+
+  bool fused_relu() const { return relu_; }
+  // This convolution with the ReLU fused in (not configured nor bound).
+  std::unique_ptr<Layer> WithRelu() const {
+    return std::make_unique<Conv2dLayer>(name_, out_channels_, kernel_, pad_,
+                                         /*relu=*/true);
+  }
+
+  absl::Status Bind(Backend* backend, const std::vector<float*>& params,
+                    const std::vector<float*>& grads, int max_batch) override {
+    mask_ = DeviceBuffer();  // Of the previous binding's backend, if any.
+    return WeightBiasLayer::Bind(backend, params, grads, max_batch);
+  }
 
   absl::StatusOr<Dims> Configure(const Dims& in) override {
     DP_RETURN_IF_ERROR(CheckDims(name_, in));
@@ -157,13 +180,31 @@ class Conv2dLayer : public WeightBiasLayer {
 
   absl::Status Forward(int batch, const float* x, float* y) override {
     DP_RETURN_IF_ERROR(CheckRun(batch));
+    if (relu_) return backend_->Conv2dReluForward(Desc(batch), x, w_, b_, y);
     return backend_->Conv2dForward(Desc(batch), x, w_, b_, y);
   }
 
-  absl::Status Backward(int batch, const float* x, const float* /*y*/,
+  absl::Status Backward(int batch, const float* x, const float* y,
                         const float* dy, float* dx) override {
     DP_RETURN_IF_ERROR(CheckRun(batch));
     const ConvDesc d = Desc(batch);
+    if (relu_) {
+      // The ReLU's backward from the fused output: what an unfused Relu
+      // layer wrote into the model's gradient buffer goes to mask_. It takes
+      // the place of the pre-activation buffer the fusion saves, and is
+      // allocated on the first Backward, so that a forward-only (evaluation)
+      // model does without it.
+      const int64_t per_example = int64_t{out_channels_} * d.OutH() * d.OutW();
+      if (mask_.data() == nullptr) {
+        DP_ASSIGN_OR_RETURN(
+            mask_, DeviceBuffer::Create(backend_, max_batch_ * per_example));
+      }
+      // The last step's mask (of a possibly larger batch) is dead.
+      DP_RETURN_IF_ERROR(backend_->Discard(mask_.data(), mask_.size()));
+      DP_RETURN_IF_ERROR(
+          backend_->ReluBackward(batch * per_example, y, dy, mask_.data()));
+      dy = mask_.data();
+    }
     DP_RETURN_IF_ERROR(backend_->Conv2dBackwardFilter(d, x, dy, dw_, db_));
     if (dx != nullptr) {
       DP_RETURN_IF_ERROR(backend_->Conv2dBackwardData(d, w_, dy, dx));
@@ -186,6 +227,8 @@ class Conv2dLayer : public WeightBiasLayer {
   }
 
   const int out_channels_, kernel_, pad_;
+  const bool relu_;
+  DeviceBuffer mask_;  // With relu_: dy masked by y > 0, max_batch rows.
 };
 
 class ReluLayer : public ParameterlessLayer {
@@ -340,7 +383,12 @@ class DenseLayer : public WeightBiasLayer {
 std::unique_ptr<Layer> NewConv2d(std::string name, int out_channels, int kernel,
                                  int pad) {
   return std::make_unique<Conv2dLayer>(std::move(name), out_channels, kernel,
-                                       pad);
+                                       pad, /*relu=*/false);
+}
+std::unique_ptr<Layer> NewConv2dRelu(std::string name, int out_channels,
+                                     int kernel, int pad) {
+  return std::make_unique<Conv2dLayer>(std::move(name), out_channels, kernel,
+                                       pad, /*relu=*/true);
 }
 std::unique_ptr<Layer> NewRelu(std::string name) {
   return std::make_unique<ReluLayer>(std::move(name));
@@ -353,6 +401,23 @@ std::unique_ptr<Layer> NewFlatten(std::string name) {
 }
 std::unique_ptr<Layer> NewDense(std::string name, int out_features) {
   return std::make_unique<DenseLayer>(std::move(name), out_features);
+}
+
+std::vector<std::unique_ptr<Layer>> FuseConvRelu(
+    std::vector<std::unique_ptr<Layer>> layers) {
+  std::vector<std::unique_ptr<Layer>> out;
+  out.reserve(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto* conv = dynamic_cast<const Conv2dLayer*>(layers[i].get());
+    if (conv != nullptr && !conv->fused_relu() && i + 1 < layers.size() &&
+        dynamic_cast<const ReluLayer*>(layers[i + 1].get()) != nullptr) {
+      out.push_back(conv->WithRelu());
+      ++i;  // The Relu, which has no parameters, is folded in.
+      continue;
+    }
+    out.push_back(std::move(layers[i]));
+  }
+  return out;
 }
 
 }  // namespace downpour

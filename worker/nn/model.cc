@@ -288,12 +288,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   return std::unique_ptr<Model>(std::move(model));
 }
 
-absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name,
-                                                  Backend* backend,
-                                                  int max_batch) {
+absl::StatusOr<std::unique_ptr<Model>> BuildModel(
+    const std::string& name, Backend* backend, int max_batch,
+    const BuildModelOptions& options) {
   static const char* const kKnown[] = {"fashion_cnn", "cifar_vgg"};
+  std::vector<std::unique_ptr<Layer>> layers;
+  Dims input;
   if (name == "fashion_cnn") {
-    std::vector<std::unique_ptr<Layer>> layers;
     layers.push_back(NewConv2d("conv1", 32, 3, 0));
     layers.push_back(NewRelu("relu1"));
     layers.push_back(NewMaxPool("pool1", 2));
@@ -304,13 +305,10 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name,
     layers.push_back(NewDense("fc1", 128));
     layers.push_back(NewRelu("relu3"));
     layers.push_back(NewDense("fc2", 10));
-    return Model::Create(backend, std::move(layers), Dims{1, 28, 28},
-                         max_batch);
-  }
-  if (name == "cifar_vgg") {
+    input = Dims{1, 28, 28};
+  } else if (name == "cifar_vgg") {
     // Three VGG blocks of two same-padded 3x3 convs and a 2x2 max-pool:
     // 32x32 -> 16x16 -> 8x8 -> 4x4, then a 256-wide hidden dense layer.
-    std::vector<std::unique_ptr<Layer>> layers;
     int conv = 0;
     for (const int channels : {64, 128, 256}) {
       for (int i = 0; i < 2; ++i) {
@@ -325,12 +323,14 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name,
     layers.push_back(NewDense("fc1", 256));
     layers.push_back(NewRelu("relu_fc1"));
     layers.push_back(NewDense("fc2", 10));
-    return Model::Create(backend, std::move(layers), Dims{3, 32, 32},
-                         max_batch);
+    input = Dims{3, 32, 32};
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model \"", name,
+                     "\"; known models: ", absl::StrJoin(kKnown, ", ")));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model \"", name,
-                   "\"; known models: ", absl::StrJoin(kKnown, ", ")));
+  if (options.fuse_conv_relu) layers = FuseConvRelu(std::move(layers));
+  return Model::Create(backend, std::move(layers), input, max_batch);
 }
 
 }  // namespace downpour

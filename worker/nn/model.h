@@ -73,10 +73,26 @@ class Layer {
 std::unique_ptr<Layer> NewConv2d(std::string name, int out_channels,
                                  int kernel, int pad);
 std::unique_ptr<Layer> NewRelu(std::string name);
+// NewConv2d followed by NewRelu as one layer: its parameters are exactly
+// NewConv2d's ("<name>.weight", "<name>.bias"), its results those of the pair
+// up to float rounding. The forward pass is the backend's Conv2dReluForward
+// (on the oneDNN backend, one convolution with the ReLU as its post-op: no
+// separate pass over the activations, no pre-activation buffer); the backward
+// pass is the ReLU's backward from the fused output, then the convolution's.
+std::unique_ptr<Layer> NewConv2dRelu(std::string name, int out_channels,
+                                     int kernel, int pad);
 std::unique_ptr<Layer> NewMaxPool(std::string name, int window);
 // Flattens C,H,W into a vector (a no-op on NCHW memory).
 std::unique_ptr<Layer> NewFlatten(std::string name);
 std::unique_ptr<Layer> NewDense(std::string name, int out_features);
+
+// The model-building step that fuses: `layers` with each NewConv2d layer
+// directly followed by a NewRelu layer replaced by one NewConv2dRelu of the
+// convolution's name and configuration. Parameter names and the flat
+// parameter layout are unchanged (a Relu has no parameters); the Relu's name
+// is dropped. Takes layers not yet given to Model::Create.
+std::vector<std::unique_ptr<Layer>> FuseConvRelu(
+    std::vector<std::unique_ptr<Layer>> layers);
 
 struct StepResult {
   float loss = 0;        // Mean softmax cross-entropy over the batch.
@@ -122,6 +138,14 @@ class Model {
                                               int batch) = 0;
 };
 
+struct BuildModelOptions {
+  // Each convolution and the ReLU after it run as one layer (FuseConvRelu):
+  // the same parameters and, up to float rounding, the same results, one
+  // pass over the activations fewer. false keeps them separate (the
+  // reference the fused path is tested against).
+  bool fuse_conv_relu = true;
+};
+
 // Known architectures (layer and parameter names in brackets):
 //
 // "fashion_cnn", on 1x28x28 input (Fashion-MNIST), 225,034 parameters:
@@ -134,9 +158,9 @@ class Model {
 //   kept) + ReLU and a 2x2 max-pool, at 64, 128 and 256 channels
 //   (32 -> 16 -> 8 -> 4), then flatten (256*4*4 = 4096), dense 256 + ReLU,
 //   dense 10 [conv1 .. conv6, fc1, fc2]. About 0.3 GFLOP per example forward.
-absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name,
-                                                  Backend* backend,
-                                                  int max_batch);
+absl::StatusOr<std::unique_ptr<Model>> BuildModel(
+    const std::string& name, Backend* backend, int max_batch,
+    const BuildModelOptions& options = {});
 
 }  // namespace downpour
 

@@ -3,6 +3,7 @@
 // and errors.
 #include "worker/nn/model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -163,9 +164,196 @@ TEST_F(LayerGradTest, Dense) {
   h.Check(RandomVec(4 * in.Size(), 6), 1e-2, 2e-3);
 }
 
-// A small model exercising every layer type.
+// ---- Conv2d + ReLU fusion --------------------------------------------------
+
+// Backend buffers of a layer's tensors, read and written through the backend
+// (the oneDNN backend keeps activations in its own layout).
+class BackendHarness {
+ public:
+  explicit BackendHarness(Backend* be) : be_(be) {}
+  float* Upload(const std::vector<float>& v) {
+    float* p = Zeros(static_cast<int64_t>(v.size()));
+    EXPECT_TRUE(be_->CopyToDevice(v.data(), p, v.size()).ok());
+    return p;
+  }
+  float* Zeros(int64_t n) {
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Create(be_, n);
+    EXPECT_TRUE(b.ok()) << b.status();
+    bufs_.push_back(std::move(*b));
+    return bufs_.back().data();
+  }
+  std::vector<float> Download(const float* p, int64_t n) {
+    std::vector<float> v(n);
+    EXPECT_TRUE(be_->CopyToHost(p, v.data(), n).ok());
+    return v;
+  }
+
+ private:
+  Backend* const be_;  // Not owned.
+  std::vector<DeviceBuffer> bufs_;
+};
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i])))
+        << what << " at " << i;
+  }
+}
+
+// NewConv2dRelu against NewConv2d + NewRelu on the same parameters: the same
+// parameter specs, forward output and gradients, at the bound batch and then
+// a smaller one. 16/32 channels: the oneDNN backend's blocked layouts (and
+// Winograd kernels, where the CPU has them) with the ReLU as post-op.
+TEST(ConvReluFusionTest, LayerMatchesConvThenRelu) {
+  auto be = NewTestCpuBackend(1);
+  const Dims in{16, 6, 7};
+  const int max_batch = 3;
+  std::unique_ptr<Layer> conv = NewConv2d("c", 32, 3, 1);
+  std::unique_ptr<Layer> relu = NewRelu("r");
+  std::unique_ptr<Layer> fused = NewConv2dRelu("c", 32, 3, 1);
+  absl::StatusOr<Dims> mid = conv->Configure(in);
+  ASSERT_TRUE(mid.ok()) << mid.status();
+  ASSERT_TRUE(relu->Configure(*mid).ok());
+  absl::StatusOr<Dims> out = fused->Configure(in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, *mid);
+  EXPECT_EQ(fused->name(), "c");
+  const std::vector<ParamSpec> specs = conv->Params(),
+                               fused_specs = fused->Params();
+  ASSERT_EQ(fused_specs.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(fused_specs[i].suffix, specs[i].suffix);
+    EXPECT_EQ(fused_specs[i].shape, specs[i].shape);
+    EXPECT_EQ(fused_specs[i].init, specs[i].init);
+    EXPECT_EQ(fused_specs[i].fan_in, specs[i].fan_in);
+  }
+
+  BackendHarness h(be.get());
+  const int64_t w_n = 32 * 16 * 9, x_n = max_batch * in.Size(),
+                y_n = max_batch * out->Size();
+  float* w = h.Upload(RandomVec(w_n, 60, -0.2f, 0.2f));
+  float* b = h.Upload(RandomVec(32, 61, -0.2f, 0.2f));
+  float *dw1 = h.Zeros(w_n), *db1 = h.Zeros(32), *dw2 = h.Zeros(w_n),
+        *db2 = h.Zeros(32);
+  ASSERT_TRUE(conv->Bind(be.get(), {w, b}, {dw1, db1}, max_batch).ok());
+  ASSERT_TRUE(relu->Bind(be.get(), {}, {}, max_batch).ok());
+  ASSERT_TRUE(fused->Bind(be.get(), {w, b}, {dw2, db2}, max_batch).ok());
+  float *x = h.Upload(RandomVec(x_n, 62)), *dy = h.Upload(RandomVec(y_n, 63));
+  float *pre = h.Zeros(y_n), *y1 = h.Zeros(y_n), *y2 = h.Zeros(y_n),
+        *g = h.Zeros(y_n), *dx1 = h.Zeros(x_n), *dx2 = h.Zeros(x_n);
+  const double tol = 1e-5;
+  for (int batch : {max_batch, 2}) {
+    SCOPED_TRACE(batch);
+    const int64_t xb = batch * in.Size(), yb = batch * out->Size();
+    ASSERT_TRUE(conv->Forward(batch, x, pre).ok());
+    ASSERT_TRUE(relu->Forward(batch, pre, y1).ok());
+    ASSERT_TRUE(fused->Forward(batch, x, y2).ok());
+    const std::vector<float> want_y = h.Download(y1, yb);
+    ExpectClose(h.Download(y2, yb), want_y, tol, "forward");
+    int positive = 0;
+    for (float v : want_y) positive += v > 0.f;
+    EXPECT_GT(positive, yb / 4);  // The mask is not trivial.
+    EXPECT_LT(positive, 3 * yb / 4);
+
+    ASSERT_TRUE(relu->Backward(batch, pre, y1, dy, g).ok());
+    ASSERT_TRUE(conv->Backward(batch, x, pre, g, dx1).ok());
+    ASSERT_TRUE(fused->Backward(batch, x, y2, dy, dx2).ok());
+    ExpectClose(h.Download(dx2, xb), h.Download(dx1, xb), tol, "dx");
+    ExpectClose(h.Download(dw2, w_n), h.Download(dw1, w_n), tol, "dw");
+    ExpectClose(h.Download(db2, 32), h.Download(db1, 32), tol, "db");
+    // dx may be null (the first layer).
+    ASSERT_TRUE(fused->Backward(batch, x, y2, dy, nullptr).ok());
+    ExpectClose(h.Download(dw2, w_n), h.Download(dw1, w_n), tol, "dw, no dx");
+  }
+}
+
+// The layer names FuseConvRelu leaves: each conv directly followed by a relu
+// absorbs it; nothing else changes.
+TEST(ConvReluFusionTest, FuseConvReluFoldsOnlyConvThenRelu) {
+  std::vector<std::unique_ptr<Layer>> layers;
+  layers.push_back(NewConv2d("c1", 4, 3, 1));
+  layers.push_back(NewRelu("r1"));
+  layers.push_back(NewRelu("r1b"));  // A second ReLU stays.
+  layers.push_back(NewConv2d("c2", 4, 3, 1));  // No ReLU after it.
+  layers.push_back(NewMaxPool("p", 2));
+  layers.push_back(NewConv2d("c3", 4, 3, 1));
+  layers.push_back(NewRelu("r3"));
+  layers.push_back(NewDense("d", 5));
+  layers.push_back(NewRelu("rd"));  // After a dense layer: not fused.
+  layers.push_back(NewConv2dRelu("c4", 4, 1, 0));
+  layers.push_back(NewRelu("r4"));  // After a fused layer: stays.
+  std::vector<std::unique_ptr<Layer>> fused = FuseConvRelu(std::move(layers));
+  std::vector<std::string> names;
+  for (const auto& l : fused) names.push_back(l->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"c1", "r1b", "c2", "p", "c3", "d",
+                                             "rd", "c4", "r4"}));
+  EXPECT_TRUE(FuseConvRelu({}).empty());
+}
+
+// BuildModel's fused models (the default) against the unfused ones: the same
+// parameter specs (names, shapes, flat order: checkpoints and the servers'
+// layouts depend on them) and, on the same parameters and batch, the same
+// loss, accuracy and gradients up to float rounding; twice, the second time
+// at a smaller batch.
+TEST(ConvReluFusionTest, BuiltModelsMatchUnfused) {
+  for (const char* name : {"fashion_cnn", "cifar_vgg"}) {
+    SCOPED_TRACE(name);
+    auto be = NewTestCpuBackend(1);
+    const int max_batch = 3;
+    BuildModelOptions unfused_options;
+    unfused_options.fuse_conv_relu = false;
+    auto fused = BuildModel(name, be.get(), max_batch);
+    auto unfused = BuildModel(name, be.get(), max_batch, unfused_options);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_TRUE(unfused.ok()) << unfused.status();
+    Model &f = **fused, &u = **unfused;
+    EXPECT_EQ(f.param_specs(), u.param_specs());
+    ASSERT_EQ(f.num_parameters(), u.num_parameters());
+    EXPECT_EQ(f.InitialParameters(8), u.InitialParameters(8));
+    std::vector<float> params = f.InitialParameters(8);
+    const std::vector<float> noise = RandomVec(params.size(), 9, -0.01f, 0.01f);
+    for (size_t i = 0; i < params.size(); ++i) params[i] += noise[i];
+    ASSERT_TRUE(f.SetParameters(params).ok());
+    ASSERT_TRUE(u.SetParameters(params).ok());
+    const std::vector<float> x =
+        RandomVec(max_batch * f.input_dims().Size(), 10, 0.f, 1.f);
+    const std::vector<int32_t> labels = {1, 7, 4};
+    for (int batch : {max_batch, 2}) {
+      SCOPED_TRACE(batch);
+      auto rf = f.ComputeGradients(x.data(), labels.data(), batch);
+      auto ru = u.ComputeGradients(x.data(), labels.data(), batch);
+      ASSERT_TRUE(rf.ok()) << rf.status();
+      ASSERT_TRUE(ru.ok()) << ru.status();
+      EXPECT_NEAR(rf->loss, ru->loss, 1e-5 * (1 + std::fabs(ru->loss)));
+      EXPECT_EQ(rf->correct, ru->correct);
+      std::vector<float> gf(f.num_parameters()), gu(u.num_parameters());
+      ASSERT_TRUE(be->CopyToHost(f.gradients(), gf.data(), gf.size()).ok());
+      ASSERT_TRUE(be->CopyToHost(u.gradients(), gu.data(), gu.size()).ok());
+      double norm = 0;
+      for (float v : gu) norm = std::max(norm, double{std::fabs(v)});
+      ASSERT_GT(norm, 0);
+      for (size_t i = 0; i < gu.size(); ++i) {
+        ASSERT_NEAR(gf[i], gu[i], 1e-5 * norm + 1e-4 * std::fabs(gu[i]))
+            << "gradient " << i;
+      }
+      auto ef = f.Evaluate(x.data(), labels.data(), batch);
+      auto eu = u.Evaluate(x.data(), labels.data(), batch);
+      ASSERT_TRUE(ef.ok() && eu.ok());
+      EXPECT_NEAR(ef->loss, eu->loss, 1e-5 * (1 + std::fabs(eu->loss)));
+      EXPECT_EQ(ef->correct, eu->correct);
+    }
+  }
+}
+
+// ---- Models -----------------------------------------------------------------
+
+// A small model exercising every layer type; with `fuse`, its conv and ReLU
+// are one layer.
 absl::StatusOr<std::unique_ptr<Model>> SmallModel(Backend* be, int max_batch,
-                                                  int classes = 4) {
+                                                  int classes = 4,
+                                                  bool fuse = false) {
   std::vector<std::unique_ptr<Layer>> layers;
   layers.push_back(NewConv2d("conv", 3, 3, 1));
   layers.push_back(NewRelu("relu"));
@@ -174,12 +362,15 @@ absl::StatusOr<std::unique_ptr<Model>> SmallModel(Backend* be, int max_batch,
   layers.push_back(NewDense("fc1", 6));
   layers.push_back(NewRelu("relu2"));
   layers.push_back(NewDense("fc2", classes));
+  if (fuse) layers = FuseConvRelu(std::move(layers));
   return Model::Create(be, std::move(layers), Dims{2, 6, 5}, max_batch);
 }
 
-TEST(ModelTest, SoftmaxGradientsMatchFiniteDifferences) {
+class SoftmaxGradientTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SoftmaxGradientTest, MatchFiniteDifferences) {
   auto be = NewTestCpuBackend(1);
-  auto model = SmallModel(be.get(), 8);
+  auto model = SmallModel(be.get(), 8, 4, /*fuse=*/GetParam());
   ASSERT_TRUE(model.ok()) << model.status();
   Model& m = **model;
   EXPECT_EQ(m.num_classes(), 4);
@@ -224,6 +415,12 @@ TEST(ModelTest, SoftmaxGradientsMatchFiniteDifferences) {
   }
   EXPECT_EQ(checked, static_cast<int>(params.size()));
 }
+
+INSTANTIATE_TEST_SUITE_P(ConvRelu, SoftmaxGradientTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Fused" : "Unfused";
+                         });
 
 TEST(ModelTest, FashionCnnLayout) {
   auto be = NewTestCpuBackend(1);

@@ -73,22 +73,36 @@ ConvKey KeyOf(const ConvDesc& d) {
           d.kernel_h, d.kernel_w,    d.stride, d.pad};
 }
 
-// The three convolution primitives of one shape, the layouts they chose
-// (format_tag::any) and the buffers of the weight-side reorders.
+// A convolution forward primitive, the layouts it chose (format_tag::any)
+// for src, weights and dst, and the buffers of reorders into them.
+struct ConvFwd {
+  dnnl::convolution_forward prim;
+  std::string impl;  // oneDNN's implementation name, e.g. "jit:avx512_core".
+  memory::desc x, w, y, scratch;
+  std::unique_ptr<memory> x_buf, w_buf, y_buf;
+};
+
+// The convolution primitives of one shape, the layouts they chose and the
+// buffers of the weight-side reorders. The forward with the ReLU fused in
+// (Conv2dReluForward) is made on first use (MakeFusedRelu): `fwd_relu` stays
+// null when oneDNN has no such kernel, or not the kernel of `fwd`.
 struct ConvPrims {
-  dnnl::convolution_forward fwd;
+  ConvFwd fwd;
+  dnnl::algorithm fwd_alg = dnnl::algorithm::convolution_direct;
+  bool fwd_relu_tried = false;
+  std::unique_ptr<ConvFwd> fwd_relu;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
   std::string algorithms;  // For the log / tests: "fwd/bwd_data/bwd_weights".
   memory::desc x_plain, w_plain, y_plain, b_md;
-  // Forward: src, weights, dst. Backward data: weights, diff_dst, diff_src.
-  // Backward weights: src, diff_dst, diff_weights.
-  memory::desc f_x, f_w, f_y, d_w, d_dy, d_dx, w_x, w_dy, w_dw;
-  std::unique_ptr<memory> f_x_buf, f_w_buf, f_y_buf, d_w_buf, d_dy_buf,
-      d_dx_buf, w_x_buf, w_dy_buf, w_dw_buf;
+  // Backward data: weights, diff_dst, diff_src. Backward weights: src,
+  // diff_dst, diff_weights.
+  memory::desc d_w, d_dy, d_dx, w_x, w_dy, w_dw;
+  std::unique_ptr<memory> d_w_buf, d_dy_buf, d_dx_buf, w_x_buf, w_dy_buf,
+      w_dw_buf;
   memory zero_bias, spare_dbias;
-  memory::desc scratch_fwd, scratch_data, scratch_weights;
-  size_t scratch_bytes = 0;
+  memory::desc scratch_data, scratch_weights;
+  size_t scratch_bytes = 0;  // The largest of all the primitives' scratchpads.
 };
 
 // Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512 only) applies to 3x3,
@@ -96,6 +110,64 @@ struct ConvPrims {
 bool WinogradShape(const ConvDesc& d) {
   return d.kernel_h == 3 && d.kernel_w == 3 && d.stride == 1 &&
          d.in_channels % 16 == 0 && d.out_channels % 16 == 0;
+}
+
+// The training forward of d with algorithm `alg` (throws dnnl::error where
+// oneDNN has none). With `relu`, the ReLU is the convolution's eltwise
+// post-op: applied to each block of output while the kernel still holds it,
+// so y is written once, already rectified, with no pass of its own.
+dnnl::convolution_forward::primitive_desc ConvFwdPd(const ConvDesc& d,
+                                                    dnnl::algorithm alg,
+                                                    bool relu,
+                                                    const dnnl::engine& e) {
+  using namespace dnnl;  // NOLINT: the primitive API reads better unqualified.
+  const memory::dims strides = {d.stride, d.stride}, pad = {d.pad, d.pad};
+  primitive_attr attr;
+  attr.set_scratchpad_mode(scratchpad_mode::user);
+  if (relu) {
+    post_ops ops;
+    ops.append_eltwise(/*scale=*/1.f, algorithm::eltwise_relu, /*alpha=*/0.f,
+                       /*beta=*/0.f);
+    attr.set_post_ops(ops);
+  }
+  return convolution_forward::primitive_desc(
+      {prop_kind::forward_training, alg,
+       Plain({d.batch, d.in_channels, d.in_h, d.in_w}, Tag::any),
+       Plain({d.out_channels, d.in_channels, d.kernel_h, d.kernel_w}, Tag::any),
+       Plain({d.out_channels}, Tag::x),
+       Plain({d.batch, d.out_channels, d.OutH(), d.OutW()}, Tag::any), strides,
+       pad, pad},
+      attr, e);
+}
+
+ConvFwd MakeConvFwd(const dnnl::convolution_forward::primitive_desc& pd) {
+  ConvFwd f;
+  f.prim = dnnl::convolution_forward(pd);
+  f.impl = pd.impl_info_str();
+  f.x = pd.src_desc();
+  f.w = pd.weights_desc();
+  f.y = pd.dst_desc();
+  f.scratch = pd.scratchpad_desc();
+  return f;
+}
+
+// Makes p's forward with the ReLU fused in, once: with the algorithm of the
+// plain forward, and kept only when oneDNN runs it with the same kernel (the
+// post-op must not cost a slower implementation, e.g. a reference one or
+// the direct algorithm instead of Winograd). Otherwise p.fwd_relu stays
+// null and Conv2dReluForward runs the convolution and the ReLU apart.
+void MakeFusedRelu(const ConvDesc& d, ConvPrims& p, const dnnl::engine& e) {
+  if (p.fwd_relu_tried) return;
+  p.fwd_relu_tried = true;
+  try {
+    const dnnl::convolution_forward::primitive_desc pd =
+        ConvFwdPd(d, p.fwd_alg, /*relu=*/true, e);
+    if (pd.impl_info_str() != p.fwd.impl) return;
+    p.fwd_relu = std::make_unique<ConvFwd>(MakeConvFwd(pd));
+  } catch (const dnnl::error&) {
+    return;  // No fused kernel for this shape on this machine.
+  }
+  p.scratch_bytes = std::max(p.scratch_bytes, p.fwd_relu->scratch.get_size());
 }
 
 std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, bool winograd,
@@ -117,10 +189,7 @@ std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, bool winograd,
   // machine, else the direct algorithm.
   const bool try_wino = winograd && WinogradShape(d);
   auto fwd_pd = [&](algorithm alg) {
-    return convolution_forward::primitive_desc(
-        {prop_kind::forward_training, alg, x_any, w_any, b_md, y_any, strides,
-         pad, pad},
-        attr, e);
+    return ConvFwdPd(d, alg, /*relu=*/false, e);
   };
   convolution_forward::primitive_desc fpd;
   algorithm falg = algorithm::convolution_direct;
@@ -163,16 +232,14 @@ std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, bool winograd,
   auto c = std::make_unique<ConvPrims>();
   c->algorithms = absl::StrCat(fpd.impl_info_str(), "/", dpd.impl_info_str(),
                                "/", wpd.impl_info_str());
-  c->fwd = convolution_forward(fpd);
+  c->fwd = MakeConvFwd(fpd);
+  c->fwd_alg = falg;
   c->bwd_data = convolution_backward_data(dpd);
   c->bwd_weights = convolution_backward_weights(wpd);
   c->x_plain = Plain(x_dims, Tag::nchw);
   c->w_plain = Plain(w_dims, Tag::oihw);
   c->y_plain = Plain(y_dims, Tag::nchw);
   c->b_md = b_md;
-  c->f_x = fpd.src_desc();
-  c->f_w = fpd.weights_desc();
-  c->f_y = fpd.dst_desc();
   c->d_w = dpd.weights_desc();
   c->d_dy = dpd.diff_dst_desc();
   c->d_dx = dpd.diff_src_desc();
@@ -182,10 +249,9 @@ std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, bool winograd,
   c->zero_bias = memory(b_md, e);
   std::memset(c->zero_bias.get_data_handle(), 0, b_md.get_size());
   c->spare_dbias = memory(b_md, e);
-  c->scratch_fwd = fpd.scratchpad_desc();
   c->scratch_data = dpd.scratchpad_desc();
   c->scratch_weights = wpd.scratchpad_desc();
-  c->scratch_bytes = std::max({c->scratch_fwd.get_size(),
+  c->scratch_bytes = std::max({c->fwd.scratch.get_size(),
                                c->scratch_data.get_size(),
                                c->scratch_weights.get_size()});
   return c;
@@ -369,6 +435,11 @@ class OnednnBackend : public Backend {
                     float* c) override;
   absl::Status Conv2dForward(const ConvDesc& d, const float* x, const float* w,
                              const float* b, float* y) override;
+  // The ReLU as the convolution's post-op where oneDNN has such a kernel for
+  // the shape (MakeFusedRelu), else Conv2dForward and ReluForward in place.
+  absl::Status Conv2dReluForward(const ConvDesc& d, const float* x,
+                                 const float* w, const float* b,
+                                 float* y) override;
   absl::Status Conv2dBackwardData(const ConvDesc& d, const float* w,
                                   const float* dy, float* dx) override;
   absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
@@ -399,6 +470,11 @@ class OnednnBackend : public Backend {
   // runs, so it is set before either.
   void EnterOp() const { omp_set_num_threads(options_.threads); }
   absl::StatusOr<ConvPrims*> Conv(const ConvDesc& d, const char* op);
+  // Runs the forward `f` of p (p.fwd or p.fwd_relu) with bias b (may be
+  // null) into y, which then holds f's output layout.
+  absl::Status RunConvForward(ConvPrims& p, ConvFwd& f, const ConvDesc& d,
+                              const float* x, const float* w, const float* b,
+                              float* y, const char* op);
   absl::StatusOr<PoolPrims*> Pool(const PoolDesc& d, const memory::desc& src,
                                   const char* op);
   ReluPrims* Relu(int64_t n);
@@ -733,31 +809,53 @@ absl::Status OnednnBackend::Gemm(bool trans_a, bool trans_b, int m, int n,
   return absl::OkStatus();
 }
 
+absl::Status OnednnBackend::RunConvForward(ConvPrims& p, ConvFwd& f,
+                                           const ConvDesc& d, const float* x,
+                                           const float* w, const float* b,
+                                           float* y, const char* op) {
+  return Guard(op, [&] {
+    if (b != nullptr) ReadPlainOrThrow(b, d.out_channels);
+    memory bias = b != nullptr
+                      ? memory(p.b_md, engine_, const_cast<float*>(b))
+                      : p.zero_bias;
+    void* src = Input(x, p.x_plain, f.x, f.x_buf);
+    void* wei = Input(w, p.w_plain, f.w, f.w_buf);
+    void* dst = Output(y, p.y_plain, f.y, f.y_buf);
+    f.prim.execute(stream_, {{DNNL_ARG_SRC, memory(f.x, engine_, src)},
+                             {DNNL_ARG_WEIGHTS, memory(f.w, engine_, wei)},
+                             {DNNL_ARG_BIAS, bias},
+                             {DNNL_ARG_DST, memory(f.y, engine_, dst)},
+                             {DNNL_ARG_SCRATCHPAD,
+                              Scratch(f.scratch, p.scratch_bytes)}});
+    stream_.wait();
+    FinishOutput(y, p.y_plain, f.y, f.y_buf);
+    return absl::OkStatus();
+  });
+}
+
 absl::Status OnednnBackend::Conv2dForward(const ConvDesc& d, const float* x,
                                           const float* w, const float* b,
                                           float* y) {
   EnterOp();  // Before Conv(): oneDNN fixes its thread count at creation.
   absl::StatusOr<ConvPrims*> c = Conv(d, "Conv2dForward");
   if (!c.ok()) return c.status();
+  return RunConvForward(**c, (*c)->fwd, d, x, w, b, y, "Conv2dForward");
+}
+
+absl::Status OnednnBackend::Conv2dReluForward(const ConvDesc& d,
+                                              const float* x, const float* w,
+                                              const float* b, float* y) {
+  EnterOp();  // Before Conv(): oneDNN fixes its thread count at creation.
+  absl::StatusOr<ConvPrims*> c = Conv(d, "Conv2dReluForward");
+  if (!c.ok()) return c.status();
   ConvPrims& p = **c;
-  return Guard("Conv2dForward", [&] {
-    if (b != nullptr) ReadPlainOrThrow(b, d.out_channels);
-    memory bias = b != nullptr
-                      ? memory(p.b_md, engine_, const_cast<float*>(b))
-                      : p.zero_bias;
-    void* src = Input(x, p.x_plain, p.f_x, p.f_x_buf);
-    void* wei = Input(w, p.w_plain, p.f_w, p.f_w_buf);
-    void* dst = Output(y, p.y_plain, p.f_y, p.f_y_buf);
-    p.fwd.execute(stream_, {{DNNL_ARG_SRC, memory(p.f_x, engine_, src)},
-                            {DNNL_ARG_WEIGHTS, memory(p.f_w, engine_, wei)},
-                            {DNNL_ARG_BIAS, bias},
-                            {DNNL_ARG_DST, memory(p.f_y, engine_, dst)},
-                            {DNNL_ARG_SCRATCHPAD,
-                             Scratch(p.scratch_fwd, p.scratch_bytes)}});
-    stream_.wait();
-    FinishOutput(y, p.y_plain, p.f_y, p.f_y_buf);
-    return absl::OkStatus();
-  });
+  MakeFusedRelu(d, p, engine_);
+  if (p.fwd_relu != nullptr) {
+    return RunConvForward(p, *p.fwd_relu, d, x, w, b, y, "Conv2dReluForward");
+  }
+  DP_RETURN_IF_ERROR(
+      RunConvForward(p, p.fwd, d, x, w, b, y, "Conv2dReluForward"));
+  return ReluForward(static_cast<int64_t>(p.y_plain.get_size() / 4), y, y);
 }
 
 absl::Status OnednnBackend::Conv2dBackwardData(const ConvDesc& d,

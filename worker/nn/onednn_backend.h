@@ -5,7 +5,10 @@
 // gradient), max pooling and ReLU run as oneDNN primitives; matrix products
 // go through oneDNN's sgemm; bias, loss and the rest reuse the OpenBLAS
 // backend's loops (single-threaded: they are small, and a second pool of
-// threads would fight oneDNN's spinning OpenMP threads). It is the default
+// threads would fight oneDNN's spinning OpenMP threads). Conv2dReluForward
+// runs the ReLU as the convolution's eltwise post-op (one primitive, the
+// output written once) where oneDNN has that kernel for the shape, the same
+// one as without the post-op; else convolution, then ReLU. It is the default
 // CPU backend; the OpenBLAS one stays selectable (`--cpu_backend=openblas`).
 //
 // Layouts: the interface is NCHW / OIHW, but backend memory is opaque (read
@@ -18,9 +21,10 @@
 // return NCHW, and any other op that reads or partly writes a buffer in a
 // blocked layout first converts it in place. Weights and their gradients are
 // always OIHW (reordered into the primitive's layout each call: they are
-// small). Primitives are created once per shape and cached; one scratchpad,
-// owned by the backend and only grown, serves all of them (user scratchpad
-// mode), so steady-state training allocates nothing.
+// small). Primitives are created once per shape and cached (the fused
+// convolution + ReLU forward on its first use); one scratchpad, owned by the
+// backend and only grown, serves all of them (user scratchpad mode), so
+// steady-state training allocates nothing.
 //
 // Algorithms: with `winograd` (default), 3x3 stride-1 convolutions whose
 // channel counts are multiples of 16 use oneDNN's Winograd F(4x4, 3x3)
