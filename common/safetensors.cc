@@ -8,9 +8,6 @@
 // that are rejected; repeated keys too.
 #include "common/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -22,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -64,11 +62,6 @@ float BitsFloat(uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
-}
-
-// Writes all of `data` to `f`; false on a short write.
-bool WriteAll(std::FILE* f, const std::string& data) {
-  return std::fwrite(data.data(), 1, data.size(), f) == data.size();
 }
 
 // Raw header entry as parsed, before cross-checks against the data section.
@@ -314,35 +307,19 @@ absl::Status WriteSafetensors(const std::string& path,
   for (int i = 0; i < 8; ++i) prefix.push_back(static_cast<char>(n >> (8 * i)));
   prefix.append(header);
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot create ", tmp, " for ", path, ": ", std::strerror(errno)));
-  }
-  bool ok = WriteAll(f, prefix);
+  // Unavailable naming the path, as the contract says.
+  DP_ASSIGN_OR_RETURN(AtomicFileWriter out,
+                      AtomicFileWriter::Open(path, FileDurability::kFsync));
+  DP_RETURN_IF_ERROR(out.Append(prefix));
   std::string buf;
   constexpr size_t kChunkFloats = 1 << 16;
-  for (size_t begin = 0; ok && begin < flat.size(); begin += kChunkFloats) {
+  for (size_t begin = 0; begin < flat.size(); begin += kChunkFloats) {
     const size_t end = std::min(flat.size(), begin + kChunkFloats);
     buf.clear();
     for (size_t i = begin; i < end; ++i) AppendLE32(FloatBits(flat[i]), &buf);
-    ok = WriteAll(f, buf);
+    DP_RETURN_IF_ERROR(out.Append(buf));
   }
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat(
-        "cannot write ", path, " (via ", tmp, "): ", std::strerror(err)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rename_err = errno;
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat(
-        "cannot rename ", tmp, " to ", path, ": ", std::strerror(rename_err)));
-  }
+  DP_RETURN_IF_ERROR(out.Commit());
   return absl::OkStatus();
 }
 

@@ -1,7 +1,6 @@
 #include "deploy/fs.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 
 namespace downpour {
@@ -73,23 +73,10 @@ std::optional<int> ReadPortFile(const std::string& path) {
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << contents;
-    f.close();
-    if (!f) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot write ", tmp));
-    }
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", strerror(e)));
-  }
-  return absl::OkStatus();
+  const absl::Status s = AtomicWriteFile(path, contents);
+  if (s.ok()) return s;
+  // The launcher's output paths are configuration: fix, do not retry.
+  return absl::FailedPreconditionError(s.message());
 }
 
 absl::StatusOr<std::string> FindSiblingBinary(

@@ -39,7 +39,9 @@ absl::StatusOr<std::string> PrepareLogDir(const std::string& requested);
 std::optional<int> ReadPortFile(const std::string& path);
 
 // Writes `contents` to a temporary file beside `path` and renames it over
-// `path`, so readers see the old file or the new one, never half of one.
+// `path`, so readers see the old file or the new one, never half of one
+// (common/atomic_file.h's AtomicWriteFile, no fsync). FailedPrecondition
+// naming the path and the system's reason on failure.
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& contents);
 

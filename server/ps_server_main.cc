@@ -8,7 +8,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -21,6 +20,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/atomic_file.h"
 #include "common/cluster_spec.h"
 #include "common/heap_trimmer.h"  // Hostile input.
 #include "common/malloc_tuning.h"
@@ -162,14 +162,9 @@ void HandleSignal(int) {
   if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
 }
 
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << port << "\n";
-    if (!f.good()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+// Atomically, so a reader polling `path` never sees a partial port.
+absl::Status WritePortFile(const std::string& path, int port) {
+  return downpour::AtomicWriteFile(path, absl::StrCat(port, "\n"));
 }
 
 // Compute and learning (issue 18): the schedule, Adam's constants and the
@@ -425,10 +420,14 @@ bool AnnounceServing(downpour::ParameterServerHost* host,
       options.optimizer.learning_rate, schedule.c_str(),
       host->address().c_str());
   std::fflush(stdout);
-  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, bound_port)) {
-    std::fprintf(stderr, "ps_server: could not write --port_file %s\n",
-                 flags.port_file.c_str());
-    return false;
+  if (!flags.port_file.empty()) {
+    const absl::Status written = WritePortFile(flags.port_file, bound_port);
+    if (!written.ok()) {
+      std::fprintf(stderr, "ps_server: could not write --port_file %s: %s\n",
+                   flags.port_file.c_str(),
+                   std::string(written.message()).c_str());
+      return false;
+    }
   }
   return true;
 }

@@ -1,6 +1,5 @@
 #include "server/shard_snapshot.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/atomic_file.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -144,35 +145,26 @@ std::string HeaderBytes(const ShardSnapshot& s, const std::vector<Blob>& blobs) 
   return out + text;
 }
 
-// Writes all of `data` to `fd`, counting towards the debug crash.
-bool WriteAll(int fd, const char* data, int64_t n, int64_t* written,
-              const SnapshotWriteOptions& o) {
+// Appends all of `data` to `out`, counting towards the debug crash.
+absl::Status WriteAll(AtomicFileWriter* out, const char* data, int64_t n,
+                      int64_t* written, const SnapshotWriteOptions& o) {
   while (n > 0) {
     int64_t step = std::min<int64_t>(n, 1 << 20);
     if (o.debug_crash_after_bytes >= 0) {
       step = std::min(step, std::max<int64_t>(
                                 1, o.debug_crash_after_bytes - *written));
     }
-    const ssize_t w = ::write(fd, data, static_cast<size_t>(step));
-    if (w <= 0) return false;
-    data += w;
-    n -= w;
-    *written += w;
+    DP_RETURN_IF_ERROR(
+        out->Append(absl::string_view(data, static_cast<size_t>(step))));
+    data += step;
+    n -= step;
+    *written += step;
     if (o.debug_crash_after_bytes >= 0 && *written >= o.debug_crash_after_bytes) {
       std::fprintf(stderr, "ps_server: debug: crashing after %lld snapshot bytes\n",
                    static_cast<long long>(*written));
       ::_exit(86);
     }
   }
-  return true;
-}
-
-absl::Status FsyncPath(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open ", path));
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) return absl::UnavailableError(absl::StrCat("fsync failed: ", path));
   return absl::OkStatus();
 }
 
@@ -213,25 +205,26 @@ absl::StatusOr<std::string> WriteShardSnapshot(
   const std::string path =
       absl::StrCat(dir, "/", Prefix(s.shard_index, s.num_shards),
                    s.created_unix_ms, ".safetensors");
-  const std::string tmp = path + ".tmp";
   const std::vector<Blob> blobs = Blobs(s);
   const std::string head = HeaderBytes(s, blobs);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot create ", tmp));
-  int64_t written = 0;
-  bool ok = WriteAll(fd, head.data(), static_cast<int64_t>(head.size()),
-                     &written, options);
-  for (const Blob& b : blobs) {
-    ok = ok && WriteAll(fd, reinterpret_cast<const char*>(b.data), b.n * 4,
-                        &written, options);
+  // Temporary file, fsync, rename, fsync of the folder (common/atomic_file.h).
+  absl::Status written_ok = [&]() -> absl::Status {
+    DP_ASSIGN_OR_RETURN(AtomicFileWriter out,
+                        AtomicFileWriter::Open(path, FileDurability::kFsync));
+    int64_t written = 0;
+    DP_RETURN_IF_ERROR(WriteAll(&out, head.data(),
+                                static_cast<int64_t>(head.size()), &written,
+                                options));
+    for (const Blob& b : blobs) {
+      DP_RETURN_IF_ERROR(WriteAll(&out, reinterpret_cast<const char*>(b.data),
+                                  b.n * 4, &written, options));
+    }
+    return out.Commit();
+  }();
+  if (!written_ok.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "could not write snapshot: ", written_ok.message()));
   }
-  ok = ok && ::fsync(fd) == 0;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("could not write snapshot ", path));
-  }
-  DP_RETURN_IF_ERROR(FsyncPath(dir, O_RDONLY | O_DIRECTORY));
   const std::vector<std::string> all =
       ListSnapshots(dir, s.shard_index, s.num_shards);
   for (size_t i = kKeepSnapshots; i < all.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 
 namespace downpour {
 namespace {
@@ -49,26 +50,21 @@ int64_t DataPositionFile::Read() const {
 }
 
 absl::Status DataPositionFile::Write(int64_t steps) const {
-  const std::string tmp = path_ + ".tmp";
   const std::string text =
       absl::StrCat(kHeader, "\nkey ", key_, "\nsteps ", steps, "\n");
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr && errno == ENOENT) {  // The folder, on the first write.
+  absl::Status written = AtomicWriteFile(path_, text);
+  if (!written.ok()) {  // The folder, on the first write?
+    const std::filesystem::path folder =
+        std::filesystem::path(path_).parent_path();
     std::error_code ec;
-    std::filesystem::create_directories(
-        std::filesystem::path(path_).parent_path(), ec);
-    f = std::fopen(tmp.c_str(), "w");
+    if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
+      std::filesystem::create_directories(folder, ec);
+      written = AtomicWriteFile(path_, text);
+    }
   }
-  if (f == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot write the data position ", tmp, ": ", std::strerror(errno)));
-  }
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) ==
-                       text.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed || std::rename(tmp.c_str(), path_.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot write the data position ", path_, ": ", std::strerror(errno)));
+  if (!written.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the data position: ", written.message()));
   }
   return absl::OkStatus();
 }

@@ -90,6 +90,9 @@ ABSL_FLAG(int, data_threads, 2, "CPU threads decoding/augmenting batches.");
 ABSL_FLAG(bool, augment, false,
           "Random crop (padding --augment_crop_padding) and horizontal flip "
           "of training images.");
+ABSL_FLAG(double, label_smoothing, 0.0,
+          "Label smoothing of the training loss, in [0, 1): targets "
+          "(1 - eps) onehot + eps / classes.");
 ABSL_FLAG(int, augment_crop_padding, 4,
           "--augment: pixels of zero padding around the random crop; 0 is "
           "horizontal flips only.");
@@ -260,6 +263,11 @@ absl::Status ReadDataAndReplicaFlags(WorkerOptions* f) {
   f->data_threads = absl::GetFlag(FLAGS_data_threads);
   f->augment = absl::GetFlag(FLAGS_augment);
   f->augment_crop_padding = absl::GetFlag(FLAGS_augment_crop_padding);
+  f->label_smoothing = static_cast<float>(absl::GetFlag(FLAGS_label_smoothing));
+  if (!(f->label_smoothing >= 0 && f->label_smoothing < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--label_smoothing must be in [0, 1), got ", f->label_smoothing));
+  }
   if (f->augment_crop_padding < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--augment_crop_padding must be >= 0, got ", f->augment_crop_padding));
@@ -356,9 +364,12 @@ absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerOptions& f) {
   ReplicaSet set;
   set.pinned = std::move(selected.pinned);
   set.backends = std::move(selected.backends);
+  BuildModelOptions model_options;
+  model_options.label_smoothing = f.label_smoothing;
   for (int r = 0; r < R; ++r) {
     DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
-                        BuildModel(f.model, set.backends[r].get(), max_batch));
+                        BuildModel(f.model, set.backends[r].get(), max_batch,
+                                   model_options));
     set.models.push_back(std::move(m));
   }
   return set;

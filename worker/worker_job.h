@@ -56,6 +56,7 @@ struct WorkerOptions {
   std::string task, data_dir, model, device, save_params, dataset;
   std::vector<int> gpus;
   int replicas = 1, data_threads = 2, augment_crop_padding = 4;
+  float label_smoothing = 0.0f;  // Of the training loss.
   bool local_sum = true, augment = false;
   int batch_size = 64, epochs = 1, cpu_threads = 1, prefetch = 4;
   uint64_t seed = 1;

@@ -38,9 +38,10 @@ HostAllocator* Backend::staging_allocator() { return DefaultHostAllocator(); }
 
 absl::Status Backend::SoftmaxCrossEntropyDeferred(
     int batch, int classes, const float* logits, const float* labels,
-    float* dlogits, float* host_loss, int64_t* host_correct) {
-  return SoftmaxCrossEntropy(batch, classes, logits, labels, dlogits,
-                             host_loss, host_correct);
+    float label_smoothing, float* dlogits, float* host_loss,
+    int64_t* host_correct) {
+  return SoftmaxCrossEntropy(batch, classes, logits, labels, label_smoothing,
+                             dlogits, host_loss, host_correct);
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend, int64_t n) {
@@ -128,6 +129,15 @@ absl::Status ValidateSoftmaxShape(int batch, int classes) {
     return absl::InvalidArgumentError(
         absl::StrCat("SoftmaxCrossEntropy: bad shape batch=", batch,
                      " classes=", classes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLabelSmoothing(float label_smoothing) {
+  if (!(label_smoothing >= 0.f && label_smoothing < 1.f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SoftmaxCrossEntropy: label smoothing ", label_smoothing,
+                     " is not in [0, 1)"));
   }
   return absl::OkStatus();
 }

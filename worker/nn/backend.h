@@ -138,13 +138,16 @@ class Backend {
 
   // ---- Loss ---------------------------------------------------------------
   // Softmax cross-entropy over `batch` rows of `classes` logits. `labels`
-  // holds class indices stored as floats (backend memory). Writes the mean
-  // loss to *host_loss, the number of rows whose argmax equals the label to
-  // *host_correct, and, when dlogits is not null,
-  // dlogits = (softmax(logits) - onehot(labels)) / batch.
+  // holds class indices stored as floats (backend memory). The target of a
+  // row is q = (1 - eps) onehot(label) + eps / classes, eps the label
+  // smoothing in [0, 1) (0: plain cross-entropy; Szegedy et al. 2016).
+  // Writes the mean of -sum_c q_c log softmax(logits)_c to *host_loss, the
+  // number of rows whose argmax equals the label to *host_correct, and, when
+  // dlogits is not null, dlogits = (softmax(logits) - q) / batch.
   virtual absl::Status SoftmaxCrossEntropy(int batch, int classes,
                                            const float* logits,
                                            const float* labels,
+                                           float label_smoothing,
                                            float* dlogits, float* host_loss,
                                            int64_t* host_correct) = 0;
   // As SoftmaxCrossEntropy, but a device backend may only queue the work:
@@ -154,7 +157,8 @@ class Backend {
   // forward and backward passes. Default: SoftmaxCrossEntropy.
   virtual absl::Status SoftmaxCrossEntropyDeferred(
       int batch, int classes, const float* logits, const float* labels,
-      float* dlogits, float* host_loss, int64_t* host_correct);
+      float label_smoothing, float* dlogits, float* host_loss,
+      int64_t* host_correct);
 };
 
 // The argument checks every backend applies to a descriptor:
@@ -163,6 +167,8 @@ absl::Status ValidateConv(const ConvDesc& d, const char* op);
 absl::Status ValidatePool(const PoolDesc& d, const char* op);
 absl::Status ValidateGemm(int m, int n, int k);
 absl::Status ValidateSoftmaxShape(int batch, int classes);
+// InvalidArgument unless 0 <= label_smoothing < 1.
+absl::Status ValidateLabelSmoothing(float label_smoothing);
 // An Allocate of n floats: InvalidArgument when negative, ResourceExhausted
 // when too large to count in bytes.
 absl::Status ValidateAllocation(int64_t n);

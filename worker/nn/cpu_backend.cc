@@ -552,10 +552,13 @@ class CpuBackend : public Backend {
   }
 
   absl::Status SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                   const float* labels, float* dlogits,
-                                   float* host_loss,
+                                   const float* labels, float label_smoothing,
+                                   float* dlogits, float* host_loss,
                                    int64_t* host_correct) override {
     if (absl::Status s = ValidateSoftmaxShape(batch, classes); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ValidateLabelSmoothing(label_smoothing); !s.ok()) {
       return s;
     }
     for (int r = 0; r < batch; ++r) {
@@ -570,6 +573,10 @@ class CpuBackend : public Backend {
     double loss = 0;
     int64_t correct = 0;
     const float inv_batch = 1.f / static_cast<float>(batch);
+    // Target q = on at the label, off elsewhere.
+    const double eps = label_smoothing;
+    const float off = static_cast<float>(eps / classes);
+    const float on = static_cast<float>(1.0 - eps + eps / classes);
     for (int r = 0; r < batch; ++r) {
       const float* z = logits + int64_t{r} * classes;
       const int label = static_cast<int>(labels[r]);
@@ -578,17 +585,23 @@ class CpuBackend : public Backend {
         if (z[c] > z[argmax]) argmax = c;
       }
       const float zmax = z[argmax];
-      double sum = 0;
-      for (int c = 0; c < classes; ++c) sum += std::exp(double{z[c] - zmax});
-      loss += std::log(sum) - double{z[label] - zmax};
+      double sum = 0, zsum = 0;
+      for (int c = 0; c < classes; ++c) {
+        sum += std::exp(double{z[c] - zmax});
+        zsum += double{z[c] - zmax};
+      }
+      // -sum_c q_c log p_c = log(sum) - (1 - eps) z'_label - eps mean(z'),
+      // z' = z - zmax.
+      loss += std::log(sum) - (1.0 - eps) * double{z[label] - zmax} -
+              eps * zsum / classes;
       if (argmax == label) ++correct;
       if (dlogits != nullptr) {
         float* g = dlogits + int64_t{r} * classes;
         const float inv_sum = static_cast<float>(1.0 / sum);
         for (int c = 0; c < classes; ++c) {
-          g[c] = std::exp(z[c] - zmax) * inv_sum * inv_batch;
+          g[c] = (std::exp(z[c] - zmax) * inv_sum - off) * inv_batch;
         }
-        g[label] -= inv_batch;
+        g[label] = (std::exp(z[label] - zmax) * inv_sum - on) * inv_batch;
       }
     }
     if (host_loss != nullptr) *host_loss = static_cast<float>(loss / batch);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -501,7 +502,11 @@ TEST_F(CpuBackendTest, MaxPoolOddSizes) {
   ExpectNear(Download(dx2), want_dx, 0, "pool backward after another forward");
 }
 
+// Plain (eps 0) and with label smoothing: against the target
+// q = (1 - eps) onehot + eps / classes, in double precision.
 TEST_F(CpuBackendTest, SoftmaxCrossEntropy) {
+ for (const float eps : {0.0f, 0.1f}) {
+  SCOPED_TRACE(testing::Message() << "label smoothing " << eps);
   const int batch = 6, classes = 5;
   std::vector<float> logits = RandomVec(batch * classes, 40, -3.f, 3.f);
   logits[2 * classes + 1] = 1000.f;  // Stability: must not overflow.
@@ -519,11 +524,13 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropy) {
     double s = 0;
     for (int c = 0; c < classes; ++c) s += std::exp(z[c] - mx);
     const int l = static_cast<int>(labels[r]);
-    want_loss += std::log(s) + mx - z[l];
     want_correct += arg == l;
-    for (int c = 0; c < classes; ++c)
+    for (int c = 0; c < classes; ++c) {
+      const double q = (1.0 - eps) * (c == l) + double{eps} / classes;
+      want_loss += q * (std::log(s) + mx - z[c]);  // q_c * -log p_c.
       want_d[r * classes + c] =
-          static_cast<float>((std::exp(z[c] - mx) / s - (c == l)) / batch);
+          static_cast<float>((std::exp(z[c] - mx) / s - q) / batch);
+    }
   }
   want_loss /= batch;
 
@@ -532,7 +539,7 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropy) {
   float loss = -1;
   int64_t correct = -1;
   ASSERT_TRUE(be_->SoftmaxCrossEntropy(batch, classes, dl.data(), dlab.data(),
-                                       dd.data(), &loss, &correct)
+                                       eps, dd.data(), &loss, &correct)
                   .ok());
   EXPECT_NEAR(loss, want_loss, 1e-5 * (1 + want_loss));
   EXPECT_EQ(correct, want_correct);
@@ -542,9 +549,25 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropy) {
   // Without dlogits.
   loss = -1;
   ASSERT_TRUE(be_->SoftmaxCrossEntropy(batch, classes, dl.data(), dlab.data(),
-                                       nullptr, &loss, &correct)
+                                       eps, nullptr, &loss, &correct)
                   .ok());
   EXPECT_NEAR(loss, want_loss, 1e-5 * (1 + want_loss));
+ }
+}
+
+TEST_F(CpuBackendTest, SoftmaxCrossEntropyRejectsBadLabelSmoothing) {
+  DeviceBuffer dl = Upload(RandomVec(2 * 3, 41)), dd = Zeros(6),
+               dlab = Upload({0.f, 1.f});
+  for (float bad : {-0.1f, 1.0f, NAN}) {
+    float loss;
+    int64_t correct;
+    absl::Status s = be_->SoftmaxCrossEntropy(2, 3, dl.data(), dlab.data(),
+                                              bad, dd.data(), &loss, &correct);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(s.message()).find("label smoothing"),
+              std::string::npos)
+        << s;
+  }
 }
 
 TEST_F(CpuBackendTest, SoftmaxCrossEntropyRejectsBadLabels) {
@@ -554,7 +577,7 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropyRejectsBadLabels) {
     float loss;
     int64_t correct;
     absl::Status s = be_->SoftmaxCrossEntropy(2, 3, dl.data(), dlab.data(),
-                                              dd.data(), &loss, &correct);
+                                              0.0f, dd.data(), &loss, &correct);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

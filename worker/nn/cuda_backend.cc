@@ -464,11 +464,12 @@ class CudaBackend final : public Backend {
   // ---- Loss -----------------------------------------------------------------
 
   absl::Status SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                   const float* labels, float* dlogits,
-                                   float* host_loss,
+                                   const float* labels, float label_smoothing,
+                                   float* dlogits, float* host_loss,
                                    int64_t* host_correct) override {
     DP_RETURN_IF_ERROR(SoftmaxCrossEntropyDeferred(
-        batch, classes, logits, labels, dlogits, host_loss, host_correct));
+        batch, classes, logits, labels, label_smoothing, dlogits, host_loss,
+        host_correct));
     return SyncStream();
   }
 
@@ -477,15 +478,18 @@ class CudaBackend final : public Backend {
   // outputs, so a training step waits for the device once.
   absl::Status SoftmaxCrossEntropyDeferred(int batch, int classes,
                                            const float* logits,
-                                           const float* labels, float* dlogits,
-                                           float* host_loss,
+                                           const float* labels,
+                                           float label_smoothing,
+                                           float* dlogits, float* host_loss,
                                            int64_t* host_correct) override {
     DP_RETURN_IF_ERROR(ValidateSoftmaxShape(batch, classes));
+    DP_RETURN_IF_ERROR(ValidateLabelSmoothing(label_smoothing));
     DP_RETURN_IF_ERROR(UseDevice());
     // host_result_ is about to be overwritten: settle an unread result.
     if (pending_.active) DP_RETURN_IF_ERROR(SyncStream());
     DP_CUDA_RETURN_IF_ERROR(cuda_kernels::SoftmaxCrossEntropy(
-        batch, classes, logits, labels, dlogits, dev_result_, stream_));
+        batch, classes, logits, labels, label_smoothing, dlogits, dev_result_,
+        stream_));
     DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_result_, dev_result_,
                                             sizeof(*host_result_),
                                             cudaMemcpyDeviceToHost, stream_));

@@ -419,17 +419,18 @@ TEST_F(CudaVsCpuTest, SoftmaxCrossEntropy) {
     // prediction, so labelling it 1 must not count as correct.
     if (c.batch > 1 && c.classes > 1) labels[1] = 1.f;
     Pair z = Upload(logits), lab = Upload(labels);
+    for (const float eps : {0.0f, 0.2f})
     for (bool with_grad : {true, false}) {
       Pair g = Garbage(int64_t{c.batch} * c.classes, 41);
       float loss[2] = {-1, -1};
       int64_t correct[2] = {-1, -1};
       BOTH(be->SoftmaxCrossEntropy(c.batch, c.classes, pick(z).data(),
-                                   pick(lab).data(),
+                                   pick(lab).data(), eps,
                                    with_grad ? pick(g).data() : nullptr,
                                    &loss[dp_gpu], &correct[dp_gpu]));
       const std::string what =
           absl::StrCat("batch ", c.batch, " classes ", c.classes,
-                       with_grad ? "" : " no grad");
+                       " smoothing ", eps, with_grad ? "" : " no grad");
       EXPECT_TRUE(std::isfinite(loss[1])) << what;
       EXPECT_LE(std::fabs(loss[1] - loss[0]), kTol * std::max(1.f, loss[0]))
           << what << ": gpu " << loss[1] << " cpu " << loss[0];
@@ -450,12 +451,13 @@ TEST_F(CudaVsCpuTest, SoftmaxCrossEntropyRejectsBadLabels) {
     float loss = 0;
     int64_t correct = 0;
     absl::Status s = gpu_->SoftmaxCrossEntropy(
-        3, 4, z.gpu.data(), lab.gpu.data(), g.gpu.data(), &loss, &correct);
+        3, 4, z.gpu.data(), lab.gpu.data(), 0.0f, g.gpu.data(), &loss,
+        &correct);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(std::string(s.message()), HasSubstr("of example 2")) << s;
   }
-  EXPECT_EQ(gpu_->SoftmaxCrossEntropy(0, 4, z.gpu.data(), z.gpu.data(), nullptr,
-                                      nullptr, nullptr)
+  EXPECT_EQ(gpu_->SoftmaxCrossEntropy(0, 4, z.gpu.data(), z.gpu.data(), 0.0f,
+                                      nullptr, nullptr, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -125,8 +125,8 @@ __global__ void MaxPoolBackwardKernel(int64_t total, int in_h, int in_w,
 constexpr int kXentThreads = 512;
 __global__ void __launch_bounds__(kXentThreads)
     SoftmaxXentKernel(int batch, int classes, const float* logits,
-                      const float* labels, float* dlogits,
-                      SoftmaxXentResult* result) {
+                      const float* labels, float label_smoothing,
+                      float* dlogits, SoftmaxXentResult* result) {
   __shared__ double warp_loss[kXentThreads / 32];
   __shared__ long long warp_correct[kXentThreads / 32];
   __shared__ int bad_row;
@@ -137,6 +137,10 @@ __global__ void __launch_bounds__(kXentThreads)
   __syncthreads();
 
   const float inv_batch = 1.f / static_cast<float>(batch);
+  // The smoothed target: on at the label, off elsewhere (as the CPU backend).
+  const double eps = label_smoothing;
+  const float off = static_cast<float>(eps / classes);
+  const float on = static_cast<float>(1.0 - eps + eps / classes);
   double loss = 0.0;      // Meaningful in lane 0.
   long long correct = 0;  // Meaningful in lane 0.
   for (int r = warp; r < batch; r += warps) {
@@ -176,26 +180,29 @@ __global__ void __launch_bounds__(kXentThreads)
     m = __shfl_sync(kFullMask, m, 0);
     arg = __shfl_sync(kFullMask, arg, 0);
 
-    double sum = 0.0;
+    double sum = 0.0, zsum = 0.0;
     for (int c = lane; c < classes; c += 32) {
       sum += exp(static_cast<double>(z[c] - m));
+      zsum += static_cast<double>(z[c] - m);
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
       sum += __shfl_xor_sync(kFullMask, sum, offset);
+      zsum += __shfl_xor_sync(kFullMask, zsum, offset);
     }
     sum = __shfl_sync(kFullMask, sum, 0);
+    zsum = __shfl_sync(kFullMask, zsum, 0);
 
     if (lane == 0) {
-      loss += log(sum) - static_cast<double>(z[label] - m);
+      loss += log(sum) - (1.0 - eps) * static_cast<double>(z[label] - m) -
+              eps * zsum / classes;
       if (arg == label) ++correct;
     }
     if (dlogits != nullptr) {
       float* g = dlogits + static_cast<int64_t>(r) * classes;
       const float inv_sum = static_cast<float>(1.0 / sum);
       for (int c = lane; c < classes; c += 32) {
-        float v = expf(z[c] - m) * inv_sum * inv_batch;
-        if (c == label) v -= inv_batch;
-        g[c] = v;
+        const float target = c == label ? on : off;
+        g[c] = (expf(z[c] - m) * inv_sum - target) * inv_batch;
       }
     }
   }
@@ -276,12 +283,12 @@ cudaError_t MaxPoolBackward(int64_t planes, int in_h, int in_w, int window,
 }
 
 cudaError_t SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                const float* labels, float* dlogits,
-                                SoftmaxXentResult* result,
+                                const float* labels, float label_smoothing,
+                                float* dlogits, SoftmaxXentResult* result,
                                 cudaStream_t stream) {
   if (batch <= 0 || classes <= 0) return cudaErrorInvalidValue;
-  SoftmaxXentKernel<<<1, kXentThreads, 0, stream>>>(batch, classes, logits,
-                                                    labels, dlogits, result);
+  SoftmaxXentKernel<<<1, kXentThreads, 0, stream>>>(
+      batch, classes, logits, labels, label_smoothing, dlogits, result);
   return cudaGetLastError();
 }
 

@@ -57,7 +57,8 @@ cudaError_t MaxPoolBackward(int64_t planes, int in_h, int in_w, int window,
 // What SoftmaxCrossEntropy reduces on the device. Plain data shared by nvcc-
 // and g++-compiled code (same host ABI).
 struct SoftmaxXentResult {
-  double loss_sum;    // Sum over valid rows of -log softmax(logits)[label].
+  double loss_sum;    // Sum over valid rows of -sum_c q_c log softmax_c
+                      // (Backend::SoftmaxCrossEntropy's smoothed target q).
   long long correct;  // Valid rows whose first argmax equals the label.
   int bad_row;        // Lowest row whose label is not a class index, or -1.
   float bad_label;    // labels[bad_row] when bad_row >= 0.
@@ -70,8 +71,9 @@ struct SoftmaxXentResult {
 // One thread block; the reduction order is fixed, so results are
 // deterministic.
 cudaError_t SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                const float* labels, float* dlogits,
-                                SoftmaxXentResult* result, cudaStream_t stream);
+                                const float* labels, float label_smoothing,
+                                float* dlogits, SoftmaxXentResult* result,
+                                cudaStream_t stream);
 
 }  // namespace cuda_kernels
 }  // namespace downpour

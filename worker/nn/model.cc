@@ -35,11 +35,12 @@ uint64_t Mix(uint64_t x) {
 class ModelImpl : public Model {
  public:
   ModelImpl(Backend* backend, std::vector<std::unique_ptr<Layer>> layers,
-            Dims input, int max_batch)
+            Dims input, int max_batch, float label_smoothing)
       : backend_(backend),
         layers_(std::move(layers)),
         input_(input),
-        max_batch_(max_batch) {}
+        max_batch_(max_batch),
+        label_smoothing_(label_smoothing) {}
 
   // Configures and binds the layers and allocates every buffer.
   absl::Status Init() {
@@ -166,7 +167,7 @@ class ModelImpl : public Model {
     DP_RETURN_IF_ERROR(Forward(batch));
     DP_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropyDeferred(
         batch, classes_, acts_.back().data(), labels_buf_.data(),
-        dlogits_.data(), &r.loss, &r.correct));
+        label_smoothing_, dlogits_.data(), &r.loss, &r.correct));
     const float* dy = dlogits_.data();
     for (size_t i = layers_.size(); i-- > 0;) {
       float* dx = nullptr;
@@ -201,8 +202,8 @@ class ModelImpl : public Model {
     DP_RETURN_IF_ERROR(Forward(batch));
     StepResult r;
     DP_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
-        batch, classes_, acts_.back().data(), labels_buf_.data(), dlogits,
-        &r.loss, &r.correct));
+        batch, classes_, acts_.back().data(), labels_buf_.data(),
+        /*label_smoothing=*/0.0f, dlogits, &r.loss, &r.correct));
     return r;
   }
 
@@ -241,6 +242,7 @@ class ModelImpl : public Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   const Dims input_;
   const int max_batch_;
+  const float label_smoothing_;  // Of the training loss only.
 
   std::vector<Dims> out_dims_;     // Per layer.
   std::vector<TensorSpec> specs_;  // Flat order.
@@ -262,7 +264,7 @@ class ModelImpl : public Model {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     Backend* backend, std::vector<std::unique_ptr<Layer>> layers, Dims input,
-    int max_batch) {
+    int max_batch, float label_smoothing) {
   if (backend == nullptr) {
     return absl::InvalidArgumentError("Model::Create: null backend");
   }
@@ -282,8 +284,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "Model::Create: bad input dims ", input.c, "x", input.h, "x", input.w));
   }
-  auto model =
-      std::make_unique<ModelImpl>(backend, std::move(layers), input, max_batch);
+  DP_RETURN_IF_ERROR(ValidateLabelSmoothing(label_smoothing));
+  auto model = std::make_unique<ModelImpl>(backend, std::move(layers), input,
+                                           max_batch, label_smoothing);
   DP_RETURN_IF_ERROR(model->Init());
   return std::unique_ptr<Model>(std::move(model));
 }
@@ -330,7 +333,8 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(
                      "\"; known models: ", absl::StrJoin(kKnown, ", ")));
   }
   if (options.fuse_conv_relu) layers = FuseConvRelu(std::move(layers));
-  return Model::Create(backend, std::move(layers), input, max_batch);
+  return Model::Create(backend, std::move(layers), input, max_batch,
+                       options.label_smoothing);
 }
 
 }  // namespace downpour

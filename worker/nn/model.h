@@ -95,17 +95,22 @@ std::vector<std::unique_ptr<Layer>> FuseConvRelu(
     std::vector<std::unique_ptr<Layer>> layers);
 
 struct StepResult {
-  float loss = 0;        // Mean softmax cross-entropy over the batch.
+  // Mean softmax cross-entropy over the batch; against the smoothed target
+  // in ComputeGradients when the model has label smoothing (Evaluate's is
+  // always the plain cross-entropy).
+  float loss = 0;
   int64_t correct = 0;   // Examples whose argmax equals the label.
 };
 
 class Model {
  public:
   // Takes ownership of the layers; `backend` must outlive the model.
-  // The last layer's output size is the number of classes.
+  // The last layer's output size is the number of classes. ComputeGradients
+  // trains against targets smoothed by `label_smoothing` in [0, 1)
+  // (Backend::SoftmaxCrossEntropy).
   static absl::StatusOr<std::unique_ptr<Model>> Create(
       Backend* backend, std::vector<std::unique_ptr<Layer>> layers,
-      Dims input, int max_batch);
+      Dims input, int max_batch, float label_smoothing = 0.0f);
   virtual ~Model() = default;
 
   // Parameter tensors in flat order, named "<layer>.<suffix>".
@@ -144,6 +149,8 @@ struct BuildModelOptions {
   // pass over the activations fewer. false keeps them separate (the
   // reference the fused path is tested against).
   bool fuse_conv_relu = true;
+  // Label smoothing of the training loss (Model::Create), in [0, 1).
+  float label_smoothing = 0.0f;
 };
 
 // Known architectures (layer and parameter names in brackets):

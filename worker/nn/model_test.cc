@@ -422,6 +422,44 @@ INSTANTIATE_TEST_SUITE_P(ConvRelu, SoftmaxGradientTest,
                            return info.param ? "Fused" : "Unfused";
                          });
 
+// Label smoothing changes the training loss and its gradients only: the
+// same batch gives a different ComputeGradients loss and gradient, the same
+// Evaluate loss, and its logits' gradient rows still sum to zero (so the
+// last layer's bias gradient sums to zero too: q and softmax both sum to 1).
+TEST(ModelTest, LabelSmoothingChangesOnlyTheTrainingLoss) {
+  auto be = NewTestCpuBackend(1);
+  BuildModelOptions smooth;
+  smooth.label_smoothing = 0.1f;
+  auto plain = BuildModel("fashion_cnn", be.get(), 4);
+  auto smoothed = BuildModel("fashion_cnn", be.get(), 4, smooth);
+  ASSERT_TRUE(plain.ok() && smoothed.ok());
+  const std::vector<float> w = (*plain)->InitialParameters(3);
+  ASSERT_TRUE((*plain)->SetParameters(w).ok());
+  ASSERT_TRUE((*smoothed)->SetParameters(w).ok());
+  std::vector<float> x = RandomVec(4 * 28 * 28, 5, 0.f, 1.f);
+  const std::vector<int32_t> labels = {0, 3, 9, 3};
+  auto train_p = (*plain)->ComputeGradients(x.data(), labels.data(), 4);
+  auto train_s = (*smoothed)->ComputeGradients(x.data(), labels.data(), 4);
+  auto eval_p = (*plain)->Evaluate(x.data(), labels.data(), 4);
+  auto eval_s = (*smoothed)->Evaluate(x.data(), labels.data(), 4);
+  ASSERT_TRUE(train_p.ok() && train_s.ok() && eval_p.ok() && eval_s.ok());
+  EXPECT_GT(std::fabs(train_s->loss - train_p->loss), 1e-4f);
+  EXPECT_EQ(eval_s->loss, eval_p->loss);
+  EXPECT_FLOAT_EQ(train_p->loss, eval_p->loss);
+  const int64_t n = (*plain)->num_parameters();
+  std::vector<float> gp(n), gs(n);
+  ASSERT_TRUE(be->CopyToHost((*plain)->gradients(), gp.data(), n).ok());
+  ASSERT_TRUE(be->CopyToHost((*smoothed)->gradients(), gs.data(), n).ok());
+  EXPECT_NE(gp, gs);
+  double bias_sum = 0;  // fc2.bias: the last 10 parameters.
+  for (int64_t i = n - 10; i < n; ++i) bias_sum += gs[i];
+  EXPECT_NEAR(bias_sum, 0.0, 1e-6);
+
+  smooth.label_smoothing = 1.0f;
+  EXPECT_EQ(BuildModel("fashion_cnn", be.get(), 4, smooth).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ModelTest, FashionCnnLayout) {
   auto be = NewTestCpuBackend(1);
   auto model = BuildModel("fashion_cnn", be.get(), 16);

@@ -414,8 +414,8 @@ class OnednnBackend : public Backend {
     return loops_->ColumnSum(rows, cols, dy, db);
   }
   absl::Status SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                   const float* labels, float* dlogits,
-                                   float* host_loss,
+                                   const float* labels, float label_smoothing,
+                                   float* dlogits, float* host_loss,
                                    int64_t* host_correct) override {
     if (absl::Status s = ValidateSoftmaxShape(batch, classes); !s.ok()) {
       return s;
@@ -425,8 +425,9 @@ class OnednnBackend : public Backend {
     if (dlogits != nullptr) {
       DP_RETURN_IF_ERROR(Overwrite(dlogits, int64_t{batch} * classes));
     }
-    return loops_->SoftmaxCrossEntropy(batch, classes, logits, labels, dlogits,
-                                       host_loss, host_correct);
+    return loops_->SoftmaxCrossEntropy(batch, classes, logits, labels,
+                                       label_smoothing, dlogits, host_loss,
+                                       host_correct);
   }
 
   // ---- oneDNN -------------------------------------------------------------

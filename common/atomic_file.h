@@ -1,0 +1,92 @@
+// File: common/atomic_file.h
+//
+// Replacing a file atomically: the new contents go to `PATH.tmp` beside it,
+// which is then renamed over PATH, so a reader (or a restart after a crash)
+// sees the old file or the new one, never half of one. The one
+// implementation behind the port files, data positions, snapshots, saved
+// parameters and launcher summaries.
+//
+//   DP_RETURN_IF_ERROR(AtomicWriteFile(path, text));  // small files
+//
+//   DP_ASSIGN_OR_RETURN(AtomicFileWriter w,           // large ones, streamed
+//                       AtomicFileWriter::Open(path, FileDurability::kFsync));
+//   for (...) DP_RETURN_IF_ERROR(w.Append(piece));
+//   DP_RETURN_IF_ERROR(w.Commit());
+//
+// Errors are Unavailable, naming PATH (and PATH.tmp where that failed) with
+// the system's reason; the temporary file is removed. A caller that reports
+// another code maps it (e.g. a launcher's output path is configuration:
+// FailedPrecondition). The folder must exist.
+//
+// One writer per PATH at a time: two processes replacing the same file at
+// once share PATH.tmp. Free functions are thread-safe as far as the file
+// system is; an AtomicFileWriter is thread-compatible.
+#ifndef DOWNPOUR_COMMON_ATOMIC_FILE_H_
+#define DOWNPOUR_COMMON_ATOMIC_FILE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace downpour {
+
+enum class FileDurability {
+  // Rename only: survives a crash of the process; a crash of the machine may
+  // lose the latest write (or leave an empty file on some file systems).
+  kRenameOnly,
+  // Also survives a crash of the machine: fsync of the file before the
+  // rename and of its folder after it.
+  kFsync,
+};
+
+// Replaces `path` with `contents` (created with mode 0666 & ~umask).
+absl::Status AtomicWriteFile(
+    const std::string& path, absl::string_view contents,
+    FileDurability durability = FileDurability::kRenameOnly);
+
+// Streams a file's contents into PATH.tmp and renames it over PATH on
+// Commit(). Destroying an uncommitted writer (or any failure) removes
+// PATH.tmp and leaves PATH as it was. After a failure every later call
+// returns that failure.
+class AtomicFileWriter {
+ public:
+  // Creates (truncates) PATH.tmp.
+  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path,
+                                               FileDurability durability);
+
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  // Writes all of `data` (unbuffered: it is in PATH.tmp when this returns).
+  absl::Status Append(absl::string_view data);
+
+  // Closes PATH.tmp (fsync first with kFsync) and renames it over PATH
+  // (then fsync of the folder with kFsync). If only that last fsync fails,
+  // PATH already holds the new contents and the error says so.
+  absl::Status Commit();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, int fd,
+                   FileDurability durability);
+  // Records `s` as the writer's failure, closing and removing PATH.tmp.
+  absl::Status Fail(absl::Status s);
+  void CloseAndRemoveTmp();
+
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;  // Owned; -1 once closed.
+  FileDurability durability_ = FileDurability::kRenameOnly;
+  bool committed_ = false;
+  absl::Status status_;  // The first failure.
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_COMMON_ATOMIC_FILE_H_
