@@ -96,7 +96,12 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
       absl::StrCat("--gpus=", o.gpus),
       absl::StrCat("--replicas=", o.replicas),
       absl::StrCat("--local_aggregation=", o.local_aggregation),
+      absl::StrCat("--label_smoothing=", o.label_smoothing),
   };
+  if (o.augment != "none") {  // ps_worker's --augment is crop and flip.
+    argv.push_back("--augment");
+    if (o.augment == "flip") argv.push_back("--augment_crop_padding=0");
+  }
   if (o.max_train_examples > 0) {
     argv.push_back(absl::StrCat("--max_train_examples=", o.max_train_examples));
   }

@@ -72,7 +72,8 @@ TEST(ClusterPlanTest, WorkersAndEvaluationsUseTheServerAddresses) {
             "--worker_index=1 --num_workers=2 --task=train --mode=sync "
             "--epochs=2 --batch_size=32 --seed=7 --data_dir=/data "
             "--n_fetch=1 --n_push=1 --device=auto --gpus= --replicas=1 "
-            "--local_aggregation=sum --max_train_examples=640 "
+            "--local_aggregation=sum --label_smoothing=0 --augment "
+            "--augment_crop_padding=0 --max_train_examples=640 "
             "--extra_worker=2");
   const TaskSpec eval = plan.FinalEval(ps);
   EXPECT_EQ(eval.role, TaskRole::kEval);
@@ -101,6 +102,24 @@ TEST(ClusterPlanTest, ReplicasThatPushAloneCountAsServerWorkers) {
   EXPECT_THAT(w, ::testing::HasSubstr(" --num_workers=2 "));
   EXPECT_THAT(w, ::testing::HasSubstr(" --gpus=0,1 "));
   EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--max_train_examples")));
+}
+
+// Compute and learning: --augment and --label_smoothing reach the workers as
+// ps_worker's flags (its --augment alone is crop and flip).
+TEST(ClusterPlanTest, AugmentAndLabelSmoothingReachTheWorkers) {
+  LaunchOptions o = Options();
+  o.augment = "none";
+  o.label_smoothing = 0.1;
+  std::string w = Args(ClusterPlan(o, "/logs").Workers({"h:1"})[0]);
+  EXPECT_THAT(w, ::testing::HasSubstr(" --label_smoothing=0.1"));
+  EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--augment")));
+  o.augment = "crop_flip";
+  w = Args(ClusterPlan(o, "/logs").Workers({"h:1"})[0]);
+  EXPECT_THAT(w, ::testing::HasSubstr(" --augment "));
+  EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--augment_crop_padding")));
+  o.augment = "flip";
+  w = Args(ClusterPlan(o, "/logs").Workers({"h:1"})[0]);
+  EXPECT_THAT(w, ::testing::HasSubstr(" --augment --augment_crop_padding=0"));
 }
 
 // Security and operations: every child gets the security flags; servers

@@ -83,6 +83,13 @@ ABSL_FLAG(std::string, lr_schedule, "auto",
           "gradients averaged per step; warm-up over 5% of the job's updates, "
           "then cosine decay to 0 at its last; see README 'Learning-rate "
           "rules') or 'none' (a constant lr). --server_args flags win.");
+ABSL_FLAG(double, label_smoothing, downpour::kDefaultLabelSmoothing,
+          "Label smoothing of the workers' training loss, in [0, 1) (0 = "
+          "plain cross-entropy); see README 'Learning-rate rules'.");
+ABSL_FLAG(std::string, augment, downpour::kDefaultAugment,
+          "Training-image augmentation of the workers: none, flip (random "
+          "horizontal flips) or crop_flip (also random crops, padding 4); "
+          "see README 'Learning-rate rules'.");
 ABSL_FLAG(int64_t, seed, 1, "Random seed, passed to the workers.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory holding the data set (must exist).");
@@ -185,6 +192,8 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   o->lr = absl::GetFlag(FLAGS_lr);
   o->optimizer = absl::GetFlag(FLAGS_optimizer);
   o->lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
+  o->label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
+  o->augment = absl::GetFlag(FLAGS_augment);
   o->seed = absl::GetFlag(FLAGS_seed);
   o->data_dir = absl::GetFlag(FLAGS_data_dir);
   o->save_params = absl::GetFlag(FLAGS_save_params);

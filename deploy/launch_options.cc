@@ -113,6 +113,14 @@ absl::Status ValidateRun(const LaunchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--lr_schedule must be auto or none, got '", o.lr_schedule, "'"));
   }
+  if (!(o.label_smoothing >= 0 && o.label_smoothing < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--label_smoothing must be in [0, 1), got ", o.label_smoothing));
+  }
+  if (o.augment != "none" && o.augment != "flip" && o.augment != "crop_flip") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--augment must be none, flip or crop_flip, got '", o.augment, "'"));
+  }
   if (o.optimizer.empty()) {
     return absl::InvalidArgumentError("--optimizer must not be empty");
   }

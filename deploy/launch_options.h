@@ -74,6 +74,10 @@ struct LaunchOptions {
   // rules of deploy/lr_rules.h (lr_rule_args, computed by main), "none" none.
   std::string lr_schedule = "auto";
   std::vector<std::string> lr_rule_args;  // Before server_args in each argv.
+  double label_smoothing = 0.0;    // Passed to workers; in [0, 1).
+  // Training-image augmentation of the workers: "none", "flip" (random
+  // horizontal flips) or "crop_flip" (also random crops, padding 4).
+  std::string augment = "flip";
   int64_t seed = 1;                // Passed to workers.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  // Must exist.
   std::string save_params;         // Passed to the final eval when non-empty.

@@ -4,6 +4,7 @@
 // launcher's options.
 #include "deploy/launch_options.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/status/status.h"
@@ -68,6 +69,18 @@ TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   bad.min_replicas = 3;
   EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
               HasSubstr("--min_replicas"));
+  bad = o;
+  for (double ls : {-0.1, 1.0, std::nan("")}) {
+    bad.label_smoothing = ls;
+    EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+                HasSubstr("--label_smoothing must be in [0, 1)"));
+  }
+  bad.label_smoothing = 0.1;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad = o;
+  bad.augment = "rotate";
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--augment must be none, flip or crop_flip"));
   bad = o;
   bad.staleness = -1;
   EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),

@@ -237,6 +237,8 @@ TEST_F(LauncherTest, SuccessfulRun) {
                          dir_,
                          " --n_fetch=1 --n_push=1 --device=auto --gpus= "
                          "--replicas=1 --local_aggregation=sum "
+                         "--label_smoothing=0 --augment "
+                         "--augment_crop_padding=0 "
                          "--max_train_examples=640 --extra_worker=2\n"));
   EXPECT_EQ(ReadBytes(dir_ + "/eval.args"),
             absl::StrCat("--task=eval --mode=async "

@@ -77,6 +77,7 @@ TEST(ClusterTrainTest, TwoServersTwoWorkersLearnFashionMnistSubset) {
   // The stated accuracy band for this subset run.
   EXPECT_GE(summary->at("test_accuracy"), 0.78) << out;
   EXPECT_LT(summary->at("final_loss"), 0.8);
+  EXPECT_LT(summary->at("test_loss"), 0.8);
   EXPECT_GT(summary->at("examples_per_sec"), 0);
 
   // The saved parameters are the model, and evaluating them here gives the

@@ -10,7 +10,8 @@
 # Modes: async (Downpour), async_sa (async + --staleness_aware),
 # ssp (--mode=ssp --staleness=$STALENESS), sync (--mode=sync), each with the
 # launcher's default learning-rate rules (issue 18, deploy/lr_rules.h: Adam,
-# sync's rate x W, 5% warm-up, cosine decay to 0 at the job's end);
+# sync's rate x W, async's beta1 lowered for W, 5% warm-up, cosine decay to 0
+# at the job's end, random horizontal flips of the training images);
 # async_const and sync_const (the rules before issue 18: Adagrad at a
 # constant 0.05 / 0.1, --lr_schedule=none); and pytorch_ddp (PyTorch
 # DistributedDataParallel, gloo, W processes of one thread, jemalloc
@@ -25,7 +26,9 @@
 #   WORKERS ["1 2 4 8"] worker counts
 #   MODES ["async async_sa ssp sync pytorch_ddp"]
 #   EPOCHS [10]         epochs per worker      STALENESS [2]   ssp bound
-#   DDP_OPTIMIZER [adam], DDP_LR [0.001], DDP_SCHEDULE [auto]: PyTorch's
+#   DDP_OPTIMIZER [adam], DDP_LR [0.001], DDP_SCHEDULE [auto],
+#   DDP_LABEL_SMOOTHING [0], DDP_FLIP [1] (the launcher's defaults: no
+#                       label smoothing, random horizontal flips): PyTorch's
 #                       optimizer and learning-rate rules
 #   TRAIN_EXAMPLES [60000] train on a prefix (every run, PyTorch included)
 #   EVAL_EVERY [10]     seconds between accuracy-curve evaluations
@@ -49,6 +52,8 @@ EPOCHS=${EPOCHS:-10}
 DDP_OPTIMIZER=${DDP_OPTIMIZER:-adam}
 DDP_LR=${DDP_LR:-0.001}
 DDP_SCHEDULE=${DDP_SCHEDULE:-auto}
+DDP_LABEL_SMOOTHING=${DDP_LABEL_SMOOTHING:-0}
+DDP_FLIP=${DDP_FLIP:-1}
 TRAIN_EXAMPLES=${TRAIN_EXAMPLES:-60000}
 JEMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 2>/dev/null || true)
 STALENESS=${STALENESS:-2}
@@ -113,7 +118,8 @@ for W in $WORKERS; do
       cmd=(env ${JEMALLOC:+LD_PRELOAD=$JEMALLOC} /usr/bin/python3
            tests/bench/pytorch_ddp_fashion.py --workers="$W" --epochs="$EPOCHS"
            --seed=7 --optimizer="$DDP_OPTIMIZER" --lr="$DDP_LR"
-           --schedule="$DDP_SCHEDULE"
+           --schedule="$DDP_SCHEDULE" --label_smoothing="$DDP_LABEL_SMOOTHING"
+           $( ((DDP_FLIP)) && echo --flip)
            --summary_json="$OUT_DIR/$name.json" "${prefix[@]}")
     fi
     log "run $name: ${cmd[*]}"

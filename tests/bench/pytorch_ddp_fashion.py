@@ -134,8 +134,12 @@ def worker(rank, args, port, result_path):
         for s in range(steps_per_epoch):
             b = perm[s * args.batch_size:(s + 1) * args.batch_size]
             opt.zero_grad(set_to_none=True)
+            xb = xs[b]
+            if args.flip:  # Each example mirrored left-right with p = 1/2.
+                mirror = torch.rand(xb.shape[0], generator=gen) < 0.5
+                xb = torch.where(mirror[:, None, None, None], xb.flip(3), xb)
             loss = torch.nn.functional.cross_entropy(
-                model(xs[b]), ys[b], label_smoothing=args.label_smoothing)
+                model(xb), ys[b], label_smoothing=args.label_smoothing)
             loss.backward()
             opt.step()
             if sched is not None:
@@ -173,7 +177,11 @@ def main(argv):
                    help="dropout on the flattened conv features")
     p.add_argument("--dropout_fc", type=float, default=0.0,
                    help="dropout after fc1's ReLU")
-    p.add_argument("--label_smoothing", type=float, default=0.0)
+    p.add_argument("--label_smoothing", type=float, default=0.0,
+                   help="targets (1 - eps) onehot + eps / classes")
+    p.add_argument("--flip", action="store_true",
+                   help="random horizontal flips of training images "
+                        "(ps_worker --augment --augment_crop_padding=0)")
     p.add_argument("--weight_decay", type=float, default=0.0,
                    help="adam: decoupled weight decay (AdamW)")
     p.add_argument("--seed", type=int, default=7)
@@ -207,6 +215,9 @@ def main(argv):
         "mode": "pytorch_ddp", "workers": args.workers, "epochs": args.epochs,
         "batch_size": args.batch_size, "optimizer": args.optimizer,
         "lr": args.lr, "threads_per_worker": args.threads,
+        "label_smoothing": args.label_smoothing, "flip": args.flip,
+        "weight_decay": args.weight_decay,
+        "dropout": [args.dropout_conv, args.dropout_fc],
         "test_accuracy": r["test_accuracy"], "wall_seconds": round(wall, 2),
         "train_seconds": round(r["train_seconds"], 2),
         "examples_per_sec": round(total / r["train_seconds"], 1),

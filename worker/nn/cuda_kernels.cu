@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kXentThreads)
       const float inv_sum = static_cast<float>(1.0 / sum);
       for (int c = lane; c < classes; c += 32) {
         const float target = c == label ? on : off;
-        g[c] = (expf(z[c] - m) * inv_sum - target) * inv_batch;
+        g[c] = expf(z[c] - m) * inv_sum * inv_batch - target * inv_batch;
       }
     }
   }
