@@ -37,15 +37,6 @@ inline constexpr double kWarmupShare = 0.05;
 inline constexpr char kDefaultOptimizer[] = "adam";
 inline constexpr char kAsyncScaling[] = "none";
 
-// The launcher's --label_smoothing (passed to every worker: training targets
-// (1 - eps) onehot + eps / classes) and --augment (flip: each training
-// image mirrored left-right with probability 1/2). Chosen from the 10-epoch
-// measurements in README ("Learning-rate rules"): with flips, sync reached
-// 0.92 at W = 2 and 4 and async stayed within a point of it; label
-// smoothing 0.1 helped sync at W = 2 and 8 but not at 4, so it is off.
-inline constexpr double kDefaultLabelSmoothing = 0.0;
-inline constexpr char kDefaultAugment[] = "flip";
-
 // Adam's first-moment decay and the momentum optimizer's coefficient before
 // the asynchrony rule below.
 inline constexpr double kMomentum = 0.9;

@@ -110,11 +110,11 @@ class Adam final : public Optimizer {
     const char* __restrict grad = static_cast<const char*>(grad_bytes);
     const double td = static_cast<double>(std::max<int64_t>(t, 1));
     const double c2 = std::sqrt(1.0 - std::pow(double{b2_}, td));
-    const float lr = static_cast<float>(lr_ * LrFactor(sched_, t) * c2 /
+    const float factor = LrFactor(sched_, t);  // The schedule at t.
+    const float lr = static_cast<float>(lr_ * factor * c2 /
                                         (1.0 - std::pow(double{b1_}, td)));
     const float eps = static_cast<float>(eps_ * c2);
-    const float keep =
-        static_cast<float>(1.0 - double{lr_} * LrFactor(sched_, t) * wd_);
+    const float keep = static_cast<float>(1.0 - double{lr_} * factor * wd_);
     const float b1 = b1_, b2 = b2_, a1 = 1 - b1_, a2 = 1 - b2_;
     for (int64_t i = 0; i < n; ++i) {
       const float g = scale * Load(grad, i);
