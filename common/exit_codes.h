@@ -1,6 +1,6 @@
 // File: common/exit_codes.h
 //
-// Recovery (issue 14): the one exit-code rule of ps_server, ps_worker and
+// The one exit-code rule of ps_server, ps_worker and
 // launch, so that a restart policy (Kubernetes' podFailurePolicy on
 // ExitCode, Slurm's --requeue in an epilog, launch --max_restarts) can tell a
 // failure worth retrying from one that will fail the same way again:

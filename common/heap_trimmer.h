@@ -4,7 +4,7 @@
 // for a while. common/malloc_tuning.h keeps freed memory mapped (a 1 GiB trim
 // threshold, one arena) so that steady traffic reuses warm pages; the price
 // was that memory taken by a burst stayed resident for good: a refused 200 MB
-// message left a ps_server ~200 MiB larger, four at once ~370 MiB (issue 16),
+// message left a ps_server ~200 MiB larger, four at once ~370 MiB,
 // held by glibc as free but fragmented heap, all of it returned by
 // malloc_trim(0). The trimmer calls malloc_trim(0) from a thread of its own
 // every period once the caller's activity count has not moved for

@@ -1,6 +1,6 @@
 // File: common/incarnation.h
 //
-// Recovery: incarnation numbers. A server process (server/grpc_service.cc)
+// Incarnation numbers. A server process (server/grpc_service.cc)
 // and each worker client (worker/grpc_ps_client.cc, one per worker process
 // and worker id) draw one at start-up and send it with every push or reply,
 // so that the other side can tell a restarted peer (a new sequence) from a

@@ -33,7 +33,7 @@ namespace downpour {
 //     pull was answered at; never above the staleness bound.
 //   evicted_workers: workers the sync/ssp timeout gave up waiting for.
 //   aborted: non-empty (the reason) once the job was aborted.
-//   last_snapshot_unix_s: Recovery, when the newest snapshot this shard
+//   last_snapshot_unix_s: when the newest snapshot this shard
 //     would fall back to was written (one this process wrote, or the one it
 //     was restored from), unix seconds; 0 = none. snapshots_written /
 //     snapshots_failed: snapshot writes by this process.

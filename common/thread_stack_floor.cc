@@ -1,4 +1,4 @@
-// Security and operations: a floor under the stack size that libraries ask
+// A floor under the stack size that libraries ask
 // pthread_attr_setstacksize for, because Debian's civetweb (inside
 // prometheus-cpp's /metrics endpoint, common/metrics_endpoint.h) starts its
 // threads with a fixed 100 KiB stack, and glibc 2.36 carves each thread's

@@ -25,4 +25,16 @@ const char* TrainModeName(TrainMode mode) {
   return "unknown";
 }
 
+bool AbslParseFlag(absl::string_view text, TrainMode* mode, std::string* error) {
+  absl::StatusOr<TrainMode> parsed = ParseTrainMode(text);
+  if (!parsed.ok()) {
+    *error = std::string(parsed.status().message());
+    return false;
+  }
+  *mode = *parsed;
+  return true;
+}
+
+std::string AbslUnparseFlag(TrainMode mode) { return TrainModeName(mode); }
+
 }  // namespace downpour

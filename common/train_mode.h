@@ -9,6 +9,8 @@
 #ifndef DOWNPOUR_COMMON_TRAIN_MODE_H_
 #define DOWNPOUR_COMMON_TRAIN_MODE_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -30,6 +32,11 @@ absl::StatusOr<TrainMode> ParseTrainMode(absl::string_view name);
 
 // The name ParseTrainMode accepts for `mode`.
 const char* TrainModeName(TrainMode mode);
+
+// TrainMode as a flag type (--mode): an unknown name is refused while the
+// command line is parsed.
+bool AbslParseFlag(absl::string_view text, TrainMode* mode, std::string* error);
+std::string AbslUnparseFlag(TrainMode mode);
 
 }  // namespace downpour
 

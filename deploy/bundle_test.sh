@@ -97,7 +97,7 @@ check "unpacked bundle has bin/launch" test -x "$B/bin/launch"
 echo "== 3. env -i"
 RUN=(env -i PATH=/usr/bin:/bin HOME="$T" TMPDIR="$T")
 "${RUN[@]}" "$B/bin/ps_server" --help > "$T/help.log" 2>&1
-check "bin/ps_server --help runs" contains "$T/help.log" 'ps_server_main.cc'
+check "bin/ps_server --help runs" contains "$T/help.log" 'server_flags.cc'
 "${RUN[@]}" "$B/bin/check_libs" > "$T/check_libs.log" 2>&1
 rc=$?
 check "bin/check_libs passes (exit $rc)" test "$rc" -eq 0
@@ -139,7 +139,7 @@ for f in "$B"/lib/* "$B"/lib/cxx/*; do
   done
 done
 # The CUDA libraries too: the CPU path needs none (static cudart, dlopened
-# cuBLAS/cuDNN; issue 17 item 1).
+# cuBLAS/cuDNN).
 for f in /usr/local/cuda/lib64/lib{cudart,cublas,cublasLt,cudnn}*.so*; do
   [[ -e "$f" ]] && readlink -f "$f" >> "$hide_list"
 done

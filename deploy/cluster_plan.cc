@@ -24,6 +24,26 @@ TaskSpec ClusterPlan::Task(TaskRole role, int index, std::string name) const {
   return t;
 }
 
+std::vector<std::string> ClusterPlan::JobArgs() const {
+  const LaunchOptions& o = options_;
+  std::vector<std::string> args = {
+      absl::StrCat("--epochs=", o.epochs),
+      absl::StrCat("--batch_size=", o.batch_size),
+      absl::StrCat("--n_push=", o.n_push),
+      absl::StrCat("--data_dir=", o.data_dir),
+      absl::StrCat("--replicas=", o.replicas),
+      absl::StrCat("--gpus=", o.gpus),
+      absl::StrCat("--local_aggregation=", o.local_aggregation),
+  };
+  if (o.max_train_examples > 0) {
+    args.push_back(absl::StrCat("--max_train_examples=", o.max_train_examples));
+  }
+  if (o.dataset != DatasetKind::kFashionMnist) {
+    args.push_back(absl::StrCat("--dataset=", DatasetName(o.dataset)));
+  }
+  return args;
+}
+
 std::vector<std::string> ClusterPlan::ServerArgv(
     int shard, const std::string& port_file) const {
   const LaunchOptions& o = options_;
@@ -44,18 +64,22 @@ std::vector<std::string> ClusterPlan::ServerArgv(
       absl::StrCat("--sync_timeout_s=", o.sync_timeout_s),
       absl::StrCat("--min_replicas=", o.min_replicas),
   };
-  // Security and operations.
+  // The job's shape, which sizes the servers' learning-rate schedule.
+  const std::vector<std::string> job = JobArgs();
+  argv.insert(argv.end(), job.begin(), job.end());
+  argv.push_back(absl::StrCat("--lr_schedule=", o.lr_schedule));
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
   if (o.metrics_base_port >= 0) {
     argv.push_back(absl::StrCat("--metrics_port=", o.metrics_base_port + shard));
   }
-  if (o.max_restarts > 0) {  // Recovery: a restarted shard restores.
+  if (o.max_restarts > 0) {  // A restarted shard restores.
     argv.push_back(absl::StrCat("--checkpoint_dir=", log_dir_, "/ckpt/shard",
                                 shard));
     argv.push_back(absl::StrCat("--checkpoint_every_s=",
                                 absl::ToDoubleSeconds(o.checkpoint_every)));
   }
-  argv.insert(argv.end(), o.lr_rule_args.begin(), o.lr_rule_args.end());
+  argv.insert(argv.end(), o.forwarded_server_args.begin(),
+              o.forwarded_server_args.end());
   argv.insert(argv.end(), o.server_args.begin(), o.server_args.end());
   return argv;
 }
@@ -97,24 +121,25 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
       absl::StrCat("--replicas=", o.replicas),
       absl::StrCat("--local_aggregation=", o.local_aggregation),
       absl::StrCat("--label_smoothing=", o.label_smoothing),
+      absl::StrCat("--augment=", o.augment),
   };
-  if (o.augment != "none") {  // ps_worker's --augment is crop and flip.
-    argv.push_back("--augment");
-    if (o.augment == "flip") argv.push_back("--augment_crop_padding=0");
-  }
   if (o.max_train_examples > 0) {
     argv.push_back(absl::StrCat("--max_train_examples=", o.max_train_examples));
   }
-  // Security and operations.
+  if (o.dataset != DatasetKind::kFashionMnist) {
+    argv.push_back(absl::StrCat("--dataset=", DatasetName(o.dataset)));
+  }
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
   if (o.metrics_base_port >= 0) {
     argv.push_back(absl::StrCat("--metrics_port=",
                                 o.metrics_base_port + o.servers + index));
   }
-  if (o.max_restarts > 0) {  // Recovery: a restarted worker resumes its data.
+  if (o.max_restarts > 0) {  // A restarted worker resumes its data.
     argv.push_back(absl::StrCat("--position_file=", log_dir_, "/ckpt/worker",
                                 index, ".position"));
   }
+  argv.insert(argv.end(), o.forwarded_worker_args.begin(),
+              o.forwarded_worker_args.end());
   argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
   return argv;
 }
@@ -142,6 +167,9 @@ std::vector<std::string> ClusterPlan::EvalArgv(const std::string& ps_hosts,
       absl::StrCat("--ps_hosts=", ps_hosts),
       absl::StrCat("--data_dir=", o.data_dir),
   };
+  if (o.dataset != DatasetKind::kFashionMnist) {
+    argv.push_back(absl::StrCat("--dataset=", DatasetName(o.dataset)));
+  }
   if (max_test_examples > 0) {
     argv.push_back(absl::StrCat("--max_test_examples=", max_test_examples));
   }
@@ -149,6 +177,8 @@ std::vector<std::string> ClusterPlan::EvalArgv(const std::string& ps_hosts,
     argv.push_back(absl::StrCat("--save_params=", o.save_params));
   }
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
+  argv.insert(argv.end(), o.forwarded_worker_args.begin(),
+              o.forwarded_worker_args.end());
   argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
   return argv;
 }

@@ -71,6 +71,9 @@ class ClusterPlan {
   const std::string& host() const { return host_; }
 
  private:
+  // The job's shape for the servers (common/job_flags.h): the workers get
+  // the same values in their own argv.
+  std::vector<std::string> JobArgs() const;
   TaskSpec Task(TaskRole role, int index, std::string name) const;
   std::vector<std::string> ServerArgv(int shard, const std::string& port_file) const;
   std::vector<std::string> WorkerArgv(int index,

@@ -53,7 +53,10 @@ TEST(ClusterPlanTest, ServersListenOnAnyPortAndReportIt) {
             "--shard_index=1 --num_shards=2 --optimizer=sgd --lr=0.05 "
             "--mode=async --num_workers=2 --replicas_to_aggregate=0 "
             "--staleness=2 --staleness_aware=false --drop_stale_threshold=0 "
-            "--sync_timeout_s=30 --min_replicas=1 --extra_server=1");
+            "--sync_timeout_s=30 --min_replicas=1 --epochs=2 --batch_size=32 "
+            "--n_push=1 --data_dir=/data --replicas=1 --gpus= "
+            "--local_aggregation=sum --max_train_examples=640 "
+            "--lr_schedule=auto --extra_server=1");
   EXPECT_EQ(plan.ServerAddress(7001), "127.0.0.1:7001");
 }
 
@@ -72,9 +75,8 @@ TEST(ClusterPlanTest, WorkersAndEvaluationsUseTheServerAddresses) {
             "--worker_index=1 --num_workers=2 --task=train --mode=sync "
             "--epochs=2 --batch_size=32 --seed=7 --data_dir=/data "
             "--n_fetch=1 --n_push=1 --device=auto --gpus= --replicas=1 "
-            "--local_aggregation=sum --label_smoothing=0 --augment "
-            "--augment_crop_padding=0 --max_train_examples=640 "
-            "--extra_worker=2");
+            "--local_aggregation=sum --label_smoothing=0 --augment=flip "
+            "--max_train_examples=640 --extra_worker=2");
   const TaskSpec eval = plan.FinalEval(ps);
   EXPECT_EQ(eval.role, TaskRole::kEval);
   EXPECT_EQ(eval.name, "eval");
@@ -104,26 +106,43 @@ TEST(ClusterPlanTest, ReplicasThatPushAloneCountAsServerWorkers) {
   EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--max_train_examples")));
 }
 
-// Compute and learning: --augment and --label_smoothing reach the workers as
-// ps_worker's flags (its --augment alone is crop and flip).
+// --augment and --label_smoothing reach the workers as ps_worker's flags.
 TEST(ClusterPlanTest, AugmentAndLabelSmoothingReachTheWorkers) {
   LaunchOptions o = Options();
   o.augment = "none";
   o.label_smoothing = 0.1;
   std::string w = Args(ClusterPlan(o, "/logs").Workers({"h:1"})[0]);
   EXPECT_THAT(w, ::testing::HasSubstr(" --label_smoothing=0.1"));
-  EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--augment")));
+  EXPECT_THAT(w, ::testing::HasSubstr(" --augment=none "));
   o.augment = "crop_flip";
   w = Args(ClusterPlan(o, "/logs").Workers({"h:1"})[0]);
-  EXPECT_THAT(w, ::testing::HasSubstr(" --augment "));
+  EXPECT_THAT(w, ::testing::HasSubstr(" --augment=crop_flip "));
   EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--augment_crop_padding")));
   o.augment = "flip";
   w = Args(ClusterPlan(o, "/logs").Workers({"h:1"})[0]);
-  EXPECT_THAT(w, ::testing::HasSubstr(" --augment --augment_crop_padding=0"));
+  EXPECT_THAT(w, ::testing::HasSubstr(" --augment=flip "));
 }
 
-// Security and operations: every child gets the security flags; servers
+// Every child gets the security flags; servers
 // and workers their own metrics port; evaluations none.
+// The job's shape reaches the servers, which size their schedule from it,
+// and the shared flags given to the launcher reach their children as given.
+TEST(ClusterPlanTest, JobShapeToServersAndGivenFlagsPassedOn) {
+  LaunchOptions o = Options();
+  o.dataset = DatasetKind::kCifar10;
+  o.forwarded_server_args = {"--momentum=0.5"};
+  o.forwarded_worker_args = {"--part_kb=64"};
+  const ClusterPlan plan(o, "/logs");
+  const std::string server = Args(plan.Servers()[0]);
+  EXPECT_THAT(server, ::testing::HasSubstr(" --dataset=cifar10 "));
+  EXPECT_THAT(server, ::testing::HasSubstr(" --momentum=0.5 --extra_server=1"));
+  const std::string worker = Args(plan.Workers({"h:1"})[0]);
+  EXPECT_THAT(worker, ::testing::HasSubstr(" --dataset=cifar10 "));
+  EXPECT_THAT(worker, ::testing::HasSubstr(" --part_kb=64 --extra_worker=2"));
+  EXPECT_THAT(Args(plan.FinalEval({"h:1"})),
+              ::testing::HasSubstr(" --dataset=cifar10 "));
+}
+
 TEST(ClusterPlanTest, SecurityFlagsToEveryChildAndOneMetricsPortEach) {
   LaunchOptions o = Options();
   o.security_args = {"--tls_ca=/c/ca.pem", "--auth_token_file=/c/token"};

@@ -130,13 +130,13 @@ absl::Status ValidateRun(const LaunchOptions& o) {
         "or point --data_dir at it)"));
   }
   if (o.max_restarts < 0 || o.checkpoint_every <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(  // Recovery.
+    return absl::InvalidArgumentError(
         "--max_restarts must be >= 0 and --checkpoint_every_s > 0");
   }
   if (o.startup_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--startup_timeout_s must be > 0");
   }
-  // Security and operations: one metrics port per server and worker.
+  // One metrics port per server and worker.
   if (o.metrics_base_port != -1 &&
       (o.metrics_base_port < 1 ||
        o.metrics_base_port + o.servers + o.workers - 1 > 65535)) {

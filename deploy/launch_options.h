@@ -21,21 +21,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/dataset_kind.h"
 #include "common/train_mode.h"
 
 namespace downpour {
 
-// The launcher's --label_smoothing (passed to every worker: training targets
-// (1 - eps) onehot + eps / classes) and --augment (flip: each training
-// image mirrored left-right with probability 1/2). Chosen from the 10-epoch
-// measurements in README ("Learning-rate rules"): with flips, sync reached
-// 0.92 at W = 2 and 4 and async stayed within a point of it; label
-// smoothing 0.1 helped sync at W = 2 and 8 but not at 4, so it is off.
-inline constexpr double kDefaultLabelSmoothing = 0.0;
-inline constexpr char kDefaultAugment[] = "flip";
-
-// Every tunable of the launcher. launch_main.cc maps one flag to each field
-// (flag name = field name unless noted).
+// Every tunable of the launcher. launch_main.cc fills it from its own flags
+// and from the flag libraries it shares with ps_server and ps_worker
+// (common/job_flags.h, server/store_flags.h, worker/training_flags.h,
+// worker/backend_flags.h, worker/transport_flags.h), whose defaults are the
+// children's own; the defaults below only serve code that builds the
+// struct itself (tests).
 struct LaunchOptions {
   int servers = 2;                 // Parameter-server shards, >= 1.
   int workers = 2;                 // Training worker processes, >= 1.
@@ -79,14 +75,14 @@ struct LaunchOptions {
   int batch_size = 64;             // Passed to workers, >= 1.
   double lr = 0.001;               // Passed to servers.
   std::string optimizer = "adam";  // Passed to servers.
-  // Compute and learning (issue 18): "auto" gives servers the learning-rate
-  // rules of deploy/lr_rules.h (lr_rule_args, computed by main), "none" none.
+  // "auto": the servers size the learning-rate rules from the job's shape
+  // (server/lr_rules.h); "none": a constant rate.
   std::string lr_schedule = "auto";
-  std::vector<std::string> lr_rule_args;  // Before server_args in each argv.
-  double label_smoothing = kDefaultLabelSmoothing;  // To workers; [0, 1).
+  double label_smoothing = 0;      // To workers; [0, 1).
   // Training-image augmentation of the workers: "none", "flip" (random
-  // horizontal flips) or "crop_flip" (also random crops, padding 4).
-  std::string augment = kDefaultAugment;
+  // horizontal flips) or "crop_flip" (also random crops).
+  std::string augment = "flip";
+  DatasetKind dataset = DatasetKind::kFashionMnist;  // To every child.
   int64_t seed = 1;                // Passed to workers.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  // Must exist.
   std::string save_params;         // Passed to the final eval when non-empty.
@@ -101,12 +97,17 @@ struct LaunchOptions {
   int n_fetch = 1;                 // Passed to workers.
   int n_push = 1;                  // Passed to workers.
   int64_t max_train_examples = 0;  // 0 = all; passed to workers only if > 0.
-  // Security and operations (deploy/launch_security.h): the TLS and token
+  // Security (deploy/launch_security.h): the TLS and token
   // flags every child gets (--tls_cert, ..., from the launcher's own flags or
   // --secure), and the Prometheus ports: server k gets metrics_base_port + k,
   // worker i metrics_base_port + servers + i; -1 = off.
   std::vector<std::string> security_args;
   int metrics_base_port = -1;
+  // The shared flags given to the launcher that it does not place itself
+  // (e.g. --momentum, --part_kb), passed on as given, before server_args /
+  // worker_args.
+  std::vector<std::string> forwarded_server_args;
+  std::vector<std::string> forwarded_worker_args;
   std::vector<std::string> server_args;  // Appended to each ps_server argv.
   std::vector<std::string> worker_args;  // Appended to each ps_worker argv
                                          // (training and eval).
@@ -117,10 +118,10 @@ struct LaunchOptions {
   absl::Duration startup_timeout = absl::Seconds(60);  // --startup_timeout_s.
   absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM→SIGKILL delay.
   absl::Duration rate_report_interval = absl::Seconds(5);  // "cluster:" lines.
-  // Recovery (issue 14): restart a server or worker that died, up to this
-  // many times per child (0: a death fails the job). With restarts each
-  // server snapshots to <log_dir>/ckpt/shard<k> every checkpoint_every and a
-  // restarted one restores from there on its old port.
+  // Restart a server or worker that died, up to this many times per child
+  // (0: a death fails the job). With restarts each server snapshots to
+  // <log_dir>/ckpt/shard<k> every checkpoint_every and a restarted one
+  // restores from there on its old port.
   int max_restarts = 0;                                 // --max_restarts.
   absl::Duration checkpoint_every = absl::Seconds(2);  // --checkpoint_every_s.
 };

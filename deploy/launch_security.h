@@ -1,6 +1,6 @@
 // File: deploy/launch_security.h
 //
-// The launcher's part of "Security and operations": the TLS and token flags
+// The launcher's part of transport security: the TLS and token flags
 // it passes to every child, either its own --tls_cert/--tls_key/--tls_ca/
 // --auth_token_file or, with --secure, a CA, certificates and a token made
 // for this job by deploy/make_certs.sh (openssl), so that the secure path of

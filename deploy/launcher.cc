@@ -11,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/strings/match.h"
-#include "common/exit_codes.h"  // Recovery.
+#include "common/exit_codes.h"
 #include "common/status_macros.h"
 #include "deploy/cluster_plan.h"
 #include "deploy/supervisor.h"
@@ -49,7 +49,7 @@ class ClusterRun {
     RecordChildLine(c.role(), line, &reports_[&c]);
   }
   absl::StatusOr<Child*> Start(const TaskSpec& spec);
-  // Recovery (issue 14): a server or training worker `c` exited `phase`
+  // A server or training worker `c` exited `phase`
   // (", while workers were running"); restarts it when --max_restarts
   // allows (a server on its old port, from its snapshot), else fails the
   // job naming it and why (FailedPrecondition for a fatal exit code 2).
@@ -222,7 +222,7 @@ absl::Status ClusterRun::RunTraining() {
         continue;
       }
       if (!st.success()) {
-        DP_RETURN_IF_ERROR(RestartOrFail(c, ""));  // Recovery.
+        DP_RETURN_IF_ERROR(RestartOrFail(c, ""));
         continue;
       }
       if (!reports_[c].done) {

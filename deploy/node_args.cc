@@ -1,21 +1,17 @@
 #include "deploy/node_args.h"
 
+#include <algorithm>
+
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cluster_spec_flags.h"
 
 namespace downpour {
 namespace {
-
-const std::set<std::string>& SpecFlags() {
-  static const auto* flags = new std::set<std::string>{
-      "ps_hosts", "worker_hosts", "task_type", "task_index", "num_ps",
-      "base_port"};
-  return *flags;
-}
 
 absl::Status SetSpecFlag(const std::string& name, const std::string& value,
                          ClusterSpecInputs* in) {
@@ -58,7 +54,11 @@ absl::StatusOr<NodeArgs> ParseNodeArgs(const std::vector<std::string>& args) {
     if (name.empty() || name == "undefok") continue;
     names.insert(name);
     if (absl::StartsWith(name, "no")) names.insert(name.substr(2));
-    if (SpecFlags().count(name) == 0) continue;
+    const std::vector<std::string>& spec_flags = ClusterSpecFlagNames();
+    if (std::find(spec_flags.begin(), spec_flags.end(), name) ==
+        spec_flags.end()) {
+      continue;
+    }
     std::string value;
     if (eq != std::string::npos) {
       value = body.substr(eq + 1);

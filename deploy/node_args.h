@@ -1,9 +1,9 @@
 // File: deploy/node_args.h
 //
 // The argument handling of `node` (deploy/node_main.cc), the one entry point
-// that runs as a parameter server or a worker according to the cluster spec
-// (issue "Across machines"): `srun -n 6 node --num_ps=2 --epochs=3 ...` and
-// a TFJob's identical containers pass every task the same command line.
+// that runs as a parameter server or a worker according to the cluster spec:
+// `srun -n 6 node --num_ps=2 --epochs=3 ...` and a TFJob's identical
+// containers pass every task the same command line.
 //
 // `node` reads only the spec flags (--ps_hosts, --worker_hosts, --task_type,
 // --task_index, --num_ps, --base_port; `--name=value` or `--name value`) and

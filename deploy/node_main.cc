@@ -14,9 +14,11 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cluster_spec.h"
+#include "common/process_setup.h"
 #include "deploy/fs.h"
 #include "deploy/node_args.h"
 
@@ -48,10 +50,12 @@ int main(int argc, char** argv) {
   }
   std::printf("node: %s\n", downpour::ClusterSpecToString(s).c_str());
   std::fflush(stdout);
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  // No other set-up: node replaces itself with its child, which does its
+  // own (common/process_setup.h).
   std::vector<std::string> exes;
-  if (n > 0) exes.push_back(std::string(self, n));
+  if (std::string self = downpour::SelfExePath(); !self.empty()) {
+    exes.push_back(std::move(self));
+  }
   exes.push_back(argv[0]);
   absl::StatusOr<std::string> binary =
       downpour::FindSiblingBinary(exes, downpour::ChildBinaryFor(s));

@@ -60,8 +60,8 @@ TEST(RunSummaryTest, SummarizesWorkersAndShards) {
   EXPECT_DOUBLE_EQ(*s.staleness_max, 5);
   EXPECT_DOUBLE_EQ(*s.staleness_p99, 4);
   EXPECT_EQ(*s.dropped_stale, 10);
-  EXPECT_DOUBLE_EQ(s.time_to_85, 2.0);
-  EXPECT_EQ(s.time_to_88, -1);
+  EXPECT_DOUBLE_EQ(s.time_to_85.value_or(0), 2.0);
+  EXPECT_EQ(s.time_to_88.value_or(0), -1);
   EXPECT_EQ(s.ToJson(),
             "{\"mode\":\"ssp\",\"servers\":2,\"workers\":2,\"epochs\":3,"
             "\"batch_size\":64,\"optimizer\":\"sgd\",\"lr\":0.05,"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile input (issue 16): the sanitizer and fuzzing stages of the CI run,
+# The sanitizer and fuzzing stages of the CI run,
 # called by deploy/test.sh. Each build has an output user root of its own
 # (~/.cache/bazel_<config>; bazel keys the output base inside it by the
 # workspace's path, so two clones never share runfiles), and no stage throws
@@ -16,7 +16,8 @@
 #      ps_host) and the check of the TSan annotations themselves.
 #      //third_party/tsan makes Debian's uninstrumented abseil locks and gRPC
 #      completion queue visible to TSan and ignores the libc calls of those
-#      libraries (README, "Hostile input"), so a report is a race in our code.
+#      libraries (docs/testing.md, "Sanitizers"), so a report is a race in our
+#      code.
 #      Two trainer tests that only train longer (one worker learning; the
 #      same sync run twice) are left out: 90 s under TSan, no concurrency the
 #      other trainer tests lack.
@@ -57,8 +58,10 @@ run_stage() {
   local logs
   logs="$(bazel --output_user_root="$root" info --config="$config" bazel-testlogs 2>/dev/null)"
   [[ -n "$logs" ]] && rm -rf "$logs"  # Only this run's results count.
+  # --symlink_prefix=/: the workspace's bazel-bin and friends keep pointing
+  # at the default build, so the docs' bazel-bin/... paths stay right.
   if ! bazel --output_user_root="$root" test --config="$config" \
-      "${flags[@]}" -- "$@"; then
+      --symlink_prefix=/ "${flags[@]}" -- "$@"; then
     echo "test: the ${name} run (--config=${config}) failed" >&2
     rc=1
   fi

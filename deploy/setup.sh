@@ -19,16 +19,16 @@ PACKAGES=(
   # The ASan+UBSan build (--config=asan), which also runs clang's lock
   # analysis (-Wthread-safety), and --config=thread_safety.
   clang-14
-  # Hostile input (issue 16): libFuzzer targets (--config=fuzz).
+  # libFuzzer targets (--config=fuzz).
   libfuzzer-14-dev
-  # Security and operations: certificates (make_certs.sh), the Prometheus
+  # Certificates (make_certs.sh), the Prometheus
   # client library and a real Prometheus server for the metrics test.
   openssl prometheus-cpp-dev libcivetweb-dev prometheus
-  # Compute and learning (issue 18): oneDNN, the default CPU backend.
+  # oneDNN, the default CPU backend.
   libdnnl-dev
   # The default training data: Fashion-MNIST under /usr/share/datasets/.
   dataset-fashion-mnist
-  # Across machines: emulated hosts (ip netns, tc tbf) for tests/netns/.
+  # Emulated hosts (ip netns, tc tbf) for tests/netns/.
   # (slurm-wlm and munge for tests/slurm/ are installed by
   # deploy/slurm/local_slurm.sh, which keeps their services from starting.)
   iproute2

@@ -56,7 +56,7 @@ class Supervisor {
     std::unique_ptr<Process> proc;
     absl::Time started;
     bool exit_handled = false;  // ReapExited has returned it.
-    int restarts = 0;           // Recovery: how often Restart ran it again.
+    int restarts = 0;           // How often Restart ran it again.
     const std::string& name() const { return spec.name; }
     TaskRole role() const { return spec.role; }
   };
@@ -74,7 +74,7 @@ class Supervisor {
   // Starts `spec`; "cannot start <name>: <why>" on failure (nothing else is
   // stopped). The pointer stays valid for the supervisor's lifetime.
   absl::StatusOr<Child*> Start(const TaskSpec& spec);
-  // Recovery (issue 14): starts c->spec again (the caller may have changed
+  // Starts c->spec again (the caller may have changed
   // it, e.g. a server's port) in place of the exited process; `c` stays valid
   // and keeps its name, c->restarts counts the restarts. Precondition:
   // ReapExited returned `c`. "cannot restart <name>: <why>" on failure.

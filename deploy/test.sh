@@ -11,8 +11,8 @@
 # the JUnit XML the tests leave (each fuzzer counts as one test).
 #
 # DOWNPOUR_CI_SUITE=plain runs the whole suite plainly with gcc instead, and
-# only the unit tests and fuzz seed replays under ASan+UBSan (the CI mode
-# before issue 16's last step; quicker to read a failure in).
+# only the unit tests and fuzz seed replays under ASan+UBSan (quicker to
+# read a failure in).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,11 @@ bash deploy/setup.sh || exit 1
 # The tests that run plainly only: an accuracy band in a fixed time (too slow
 # instrumented), and glibc's heap trimming (the sanitizers replace the heap).
 PLAIN_ONLY=(//tests:cluster_train_test //tests:heap_release_test)
+
+# The house rules (file sizes, layering on bazel's graph, one definition per
+# flag, no history tags): one test in the count.
+structure_failed=0
+bash tests/structure_check.sh || structure_failed=1
 
 start=$SECONDS
 plain_logs="$(bazel info bazel-testlogs 2>/dev/null)"
@@ -59,6 +64,8 @@ done < <(find -L "${plain_logs:-/nonexistent}" -name test.xml -print0 2>/dev/nul
 read -r san_p san_f san_s < "$san_counts" 2>/dev/null || { san_p=0; san_f=1; san_s=0; }
 passed=$((passed + san_p)); failed=$((failed + san_f)); skipped=$((skipped + san_s))
 rm -f "$san_counts"
+
+if ((structure_failed)); then failed=$((failed + 1)); rc=1; else passed=$((passed + 1)); fi
 
 if ((rc != 0 && failed == 0)); then
   # The build broke, or a test target failed without a readable result.

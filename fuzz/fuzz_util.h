@@ -1,6 +1,6 @@
 // File: fuzz/fuzz_util.h
 //
-// Helpers shared by the libFuzzer targets of fuzz/ (issue 16, hostile input):
+// Helpers shared by the libFuzzer targets of fuzz/:
 // a byte reader that splits the fuzzer's input into the pieces a target needs,
 // and a per-process scratch file for the readers that take a path.
 //

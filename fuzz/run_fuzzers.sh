@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile input (issue 16): builds the libFuzzer targets of fuzz/ with
+# Builds the libFuzzer targets of fuzz/ with
 # --config=fuzz (clang-14, ASan + UBSan, under an output user root of its
 # own, ~/.cache/bazel_fuzz) and
 # runs each for a bounded time, starting from a copy of its seed corpus
@@ -18,7 +18,7 @@ out="${FUZZ_OUT:-/tmp/downpour_fuzz}"
 targets="${FUZZ_TARGETS:-wire_fuzzer store_fuzzer layout_fuzzer safetensors_fuzzer data_fuzzer cluster_spec_fuzzer}"
 root="${HOME}/.cache/bazel_fuzz"
 
-if ! bazel --output_user_root="$root" build --config=fuzz //fuzz/...; then
+if ! bazel --output_user_root="$root" build --config=fuzz --symlink_prefix=/ //fuzz/...; then
   echo "fuzz: build (--config=fuzz) FAILED" >&2
   exit 1
 fi

@@ -1,4 +1,4 @@
-// libFuzzer target: every request type's parser (issue 16). The first byte
+// libFuzzer target: every request type's parser. The first byte
 // picks PushRequest / PullResponse (rpc/wire.h's hand-written readers, over
 // the input cut into up to three pieces, payloads decoded), or PullRequest,
 // DeclareModelRequest (then its layout validated) and StatsRequest through

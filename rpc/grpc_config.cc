@@ -7,7 +7,7 @@ namespace downpour {
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
-  // Hostile input (issue 16): gRPC sets SO_REUSEPORT by default, so a second
+  // gRPC sets SO_REUSEPORT by default, so a second
   // server on a port in use would start and take half the connections.
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }

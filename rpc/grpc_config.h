@@ -41,7 +41,7 @@ inline constexpr char kPushPullMethod[] =
 // tests/bench:transport_bench and were slower than gRPC's defaults here.)
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 
-// Hostile input (issue 16): what many clients sending large messages at once
+// What many clients sending large messages at once
 // may make a server hold. The defaults are every server's (ps_server's
 // --grpc_memory_quota_mb and --max_streams_per_connection); 0 leaves gRPC's
 // default (no limit).

@@ -1,7 +1,7 @@
 // File: rpc/net_probe.h
 //
 // Small socket-level checks that turn gRPC's silent failures into messages a
-// user can act on (issue "Across machines"):
+// user can act on:
 //
 //  * ProbeListen("198.18.0.7:2222"): why an address cannot be listened on
 //    (gRPC's BuildAndStart only says that it failed): "Cannot assign

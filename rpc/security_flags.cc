@@ -3,7 +3,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 
-// Security (issue "Security and operations"; README "Security").
+// Transport security (README "Security").
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate of this process (TLS). deploy/make_certs.sh makes one.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");

@@ -108,9 +108,8 @@ int64_t TotalBytes(const Pieces& pieces) {
 }
 
 // Reads a field's tag. Like protobuf's parser, refuses field number 0 (which
-// protobuf forbids; issue 16 found "00 01" accepted before a valid push) and a
-// tag that does not fit 32 bits (field numbers end at 2^29 - 1), so a huge
-// tag cannot be truncated into a known field number.
+// protobuf forbids) and a tag that does not fit 32 bits (field numbers end
+// at 2^29 - 1), so a huge tag cannot be truncated into a known field number.
 // A tag is at most 5 bytes long, as protobuf reads it: an over-long encoding
 // (say f9 ff ff ff 80 00, padded with a continuation byte) is refused there,
 // so it is refused here too (found by wire_fuzzer: the hand-written reader

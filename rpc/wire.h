@@ -85,7 +85,7 @@ struct PushMessage {
   int32_t num_parts = 0;
   // Raw value of pull_encoding (PushPull); the caller validates it.
   int64_t pull_encoding = 0;
-  // Recovery: PushRequest.incarnation (field 8).
+  // PushRequest.incarnation (field 8).
   uint64_t incarnation = 0;
   std::vector<WireChunk> chunks;
 };
@@ -115,7 +115,7 @@ struct PushHead {
 };
 void AppendPushHead(const PushHead& head, std::string* out);
 
-// Recovery: PullResponse.server_incarnation (field 10), the bytes a pull
+// PullResponse.server_incarnation (field 10), the bytes a pull
 // response may start with (empty for 0).
 inline constexpr int kPullServerIncarnationField = 10;
 std::string PullResponseHead(uint64_t server_incarnation);

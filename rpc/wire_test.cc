@@ -139,7 +139,7 @@ TEST(WireTest, WrittenPushRoundTripsThroughBothParsers) {
       head.part = 3;
       head.num_parts = 4;
       if (push_pull) head.pull_encoding = Encoding::kFp16;
-      // Recovery: the incarnation (field 8) uses all 64 bits.
+      // The incarnation (field 8) uses all 64 bits.
       head.incarnation = push_pull ? 0xfedcba9876543210ull : 0;
       std::string bytes;
       AppendPushHead(head, &bytes);
@@ -288,7 +288,7 @@ TEST(WireTest, RejectsMalformedMessagesWithoutReadingPastTheEnd) {
   EXPECT_FALSE(DecodeInto(pieces, (*chunks)[0], out, 2, &scratch).ok());
 }
 
-// Hostile input (issue 16): field number 0 is not protobuf; the bytes
+// Field number 0 is not protobuf; the bytes
 // "00 01" before a valid push were parsed and the push applied. Both parsers
 // now refuse it, as protobuf's generated parser does, at the top level and
 // inside a chunk; so is a tag above 32 bits (it used to be truncated into a
@@ -372,7 +372,7 @@ TEST(WireTest, StreamingCopyEqualsMemcpyAtEveryAlignmentAndSize) {
   }
 }
 
-// Recovery: PullResponse.server_incarnation, written before the chunks (and
+// PullResponse.server_incarnation, written before the chunks (and
 // read wherever it stands, the last one winning, as protobuf does).
 TEST(WireTest, PullResponseServerIncarnationRoundTripsWithProtobuf) {
   const uint64_t inc = 0xfedcba9876543210ULL;

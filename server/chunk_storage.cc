@@ -49,8 +49,8 @@ bool ChunkState::ApplyGradient(const ChunkBytes& grad,
                                const StalenessRule& rule, int64_t* staleness) {
   absl::MutexLock l(&mu_);
   const int64_t version = version_.load(std::memory_order_relaxed);
-  // Recovery: a restored shard accepts base versions ahead of its own (the
-  // workers saw updates the snapshot lost); such an update counts as fresh.
+  // A restored shard accepts base versions ahead of its own (the workers saw
+  // updates the snapshot lost); such an update counts as fresh.
   *staleness = std::max<int64_t>(0, version - grad.base_version);
   if (rule.drop_threshold > 0 && *staleness > rule.drop_threshold) {
     return false;
@@ -64,7 +64,7 @@ bool ChunkState::ApplyGradient(const ChunkBytes& grad,
   float* state = state_size > 0 ? opt_state_.data() : nullptr;
   // Elementwise rules: the update may go run by run over the pieces.
   ForEachRun(grad, [&](const char* g, int64_t n, int64_t first) {
-    // Update number version + 1 drives the lr schedule and Adam (issue 18).
+    // Update number version + 1 drives the lr schedule and Adam.
     optimizer.ApplyAt(version + 1, n, g, scale, params + first,
                       state != nullptr ? state + first * state_size : nullptr);
   });

@@ -85,10 +85,10 @@ class ChunkState {
   void ApplyDense(const float* grad, float scale, const Optimizer& optimizer,
                   int64_t new_version) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Recovery (server/shard_snapshot.h): everything the chunk needs to go on,
-  // taken under its lock. The values are the current copy-on-write buffer
-  // (shared, never written again: a later update writes a spare), so the
-  // lock is held for the optimizer state's copy only. Needs values.
+  // For a snapshot (server/shard_snapshot.h): everything the chunk needs to go
+  // on, taken under its lock. The values are the current copy-on-write buffer
+  // (shared, never written again: a later update writes a spare), so the lock
+  // is held for the optimizer state's copy only. Needs values.
   struct Saved {
     std::shared_ptr<const std::vector<float>> values;
     std::vector<float> opt_state;
@@ -99,8 +99,8 @@ class ChunkState {
   // caller: num_elements values, num_elements * StateSize() state).
   void Restore(std::vector<float> values, std::vector<float> opt_state,
                int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
-  // Recovery: moves the version forward to `version` (never back), values
-  // unchanged: a restored sync shard adopting the workers' step.
+  // Moves the version forward to `version` (never back), values unchanged: a
+  // restored sync shard adopting the workers' step.
   void AdvanceVersion(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

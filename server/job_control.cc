@@ -164,7 +164,7 @@ absl::Status ApplyClusterSpec(const ClusterSpec& spec, const std::string& bind,
 }
 
 JobEnd WaitForJobEnd(JobState* state, const ParameterStore& store,
-                     absl::Notification* stop) {
+                     const absl::Notification* stop) {
   while (true) {
     if (std::optional<JobEnd> end = state->WaitForEnd(absl::Seconds(1))) {
       return *end;

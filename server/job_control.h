@@ -1,11 +1,10 @@
 // File: server/job_control.h
 //
 // How a parameter server of a job started from a cluster spec (TF_CONFIG,
-// Slurm, --worker_hosts; common/cluster_spec.h) learns that the job is over
-// (issue "Across machines"): workers report WorkerDone, the chief sends
-// EndJob once it has evaluated and written its outputs (proto/
-// job_control.proto). A server started by hand (no spec) has none of this
-// and serves until signalled.
+// Slurm, --worker_hosts; common/cluster_spec.h) learns that the job is over:
+// workers report WorkerDone, the chief sends EndJob once it has evaluated and
+// written its outputs (proto/job_control.proto). A server started by hand (no
+// spec) has none of this and serves until signalled.
 //
 //   JobState job(spec.workers.size(), "adagrad", 0.05);
 //   auto service = NewJobControlService(&job, [&] { return aborted(); },
@@ -108,7 +107,7 @@ absl::Status ApplyClusterSpec(const ClusterSpec& spec, const std::string& bind,
 // Blocks until the job ends (JobState), the store aborts (exit 1 with its
 // reason) or `stop` is notified (a signal: exit 0, "stopped by a signal").
 JobEnd WaitForJobEnd(JobState* state, const ParameterStore& store,
-                     absl::Notification* stop);
+                     const absl::Notification* stop);
 
 }  // namespace downpour
 

@@ -1,14 +1,16 @@
 #include "server/job_control.h"
 
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/job_control.grpc.pb.h"
+#include "rpc/credentials.h"
 #include "server/ps_host.h"
-#include "worker/job_end.h"
 
 namespace downpour {
 namespace {
@@ -67,42 +69,61 @@ TEST(ApplyClusterSpecTest, ServerTakesItsEntry) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-// A real server with the JobControl service, and the workers' client.
-TEST(JobControlServiceTest, WorkersReportChiefEndsServerExits) {
+// A real server with the JobControl service, called through its generated
+// stub (the workers' client is tested in worker/job_end_test.cc).
+TEST(JobControlServiceTest, ReportsStateAndEndsTheJob) {
   JobState job(2, "adagrad", 0.05);
-  auto service =
-      NewJobControlService(&job, [] { return std::string(); }, nullptr);
+  auto service = NewJobControlService(
+      &job, [] { return std::string("too few workers"); }, nullptr);
   ParameterServerHostOptions o;
   o.extra_services.push_back(service.get());
   auto host = ParameterServerHost::Create(o);
   ASSERT_TRUE(host.ok()) << host.status();
   absl::Notification stop;
   JobEnd end;
-  std::thread server_main([&] { end = WaitForJobEnd(&job, *(*host)->store(), &stop); });
+  std::thread server_main(
+      [&] { end = WaitForJobEnd(&job, *(*host)->store(), &stop); });
+  auto credentials = BuildChannelCredentials(TransportSecurityOptions());
+  ASSERT_TRUE(credentials.ok());
+  auto stub = proto::JobControl::NewStub(
+      grpc::CreateChannel((*host)->address(), *credentials));
 
-  auto worker1 = JobEndClient::Create({(*host)->address()}, {}, absl::Seconds(5));
-  ASSERT_TRUE(worker1.ok());
-  auto chief = JobEndClient::Create({(*host)->address()}, {}, absl::Seconds(5));
-  ASSERT_TRUE(chief.ok());
-  // Nothing reported yet: the chief times out naming worker 1.
-  auto early = (*chief)->WaitForWorkers(0, absl::Milliseconds(100));
-  EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(early.status().message(), HasSubstr("workers 1"));
-  EXPECT_EQ((*worker1)->ReportWorkerDone(5, absl::OkStatus(), "").code(),
-            absl::StatusCode::kInvalidArgument);
-  DoneReport d;
-  d.worker = 1;
-  d.steps = 10;
-  d.examples = 640;
-  ASSERT_TRUE((*worker1)->ReportWorkerDone(1, absl::OkStatus(),
-                                           FormatDoneLine(d)).ok());
-  auto reports = (*chief)->WaitForWorkers(0, absl::Seconds(5));
-  ASSERT_TRUE(reports.ok()) << reports.status();
-  ASSERT_EQ(reports->done.size(), 1u);
-  EXPECT_EQ(reports->done[0].examples, 640);
-  EXPECT_EQ(reports->optimizer, "adagrad");
-  EXPECT_DOUBLE_EQ(reports->lr, 0.05);
-  ASSERT_TRUE((*chief)->EndJob(0, "").ok());
+  proto::WorkerDoneRequest bad;
+  bad.set_worker_id(5);
+  proto::WorkerDoneResponse done_response;
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->WorkerDone(&ctx, bad, &done_response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  proto::WorkerDoneRequest done;
+  done.set_worker_id(1);
+  done.set_done_line("DONE {}");
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->WorkerDone(&ctx, done, &done_response).ok());
+  }
+  proto::JobStateResponse state;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(
+        stub->GetJobState(&ctx, proto::JobStateRequest(), &state).ok());
+  }
+  EXPECT_EQ(state.num_workers(), 2);
+  ASSERT_EQ(state.done_size(), 1);
+  EXPECT_EQ(state.done(0).worker_id(), 1);
+  EXPECT_EQ(state.done(0).done_line(), "DONE {}");
+  EXPECT_EQ(state.optimizer(), "adagrad");
+  EXPECT_DOUBLE_EQ(state.lr(), 0.05);
+  EXPECT_EQ(state.aborted(), "too few workers");
+
+  proto::EndJobRequest end_job;
+  end_job.set_worker_id(0);
+  proto::EndJobResponse end_response;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->EndJob(&ctx, end_job, &end_response).ok());
+  }
   server_main.join();
   EXPECT_EQ(end.exit_code, 0);
   EXPECT_THAT(end.reason, HasSubstr("worker 0 ended the job"));

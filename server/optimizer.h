@@ -28,11 +28,11 @@
 
 namespace downpour {
 
-// Compute and learning (issue 18): the learning rate as a function of the
-// update number t = 1, 2, ... (a chunk's update count including the update
-// being applied: every chunk of a shard counts its own, and the count is the
-// chunk's version, which snapshots already keep). Linear warm-up from
-// lr / warmup to lr over the first `warmup_updates`, then `decay`:
+// The learning rate as a function of the update number t = 1, 2, ... (a chunk's
+// update count including the update being applied: every chunk of a shard
+// counts its own, and the count is the chunk's version, which snapshots already
+// keep). Linear warm-up from lr / warmup to lr over the first `warmup_updates`,
+// then `decay`:
 //   "none":   lr;
 //   "cosine": lr * (min + (1 - min) * (1 + cos(pi * p)) / 2), p the share of
 //             [warmup_updates, decay_updates) done (1 beyond it);
@@ -70,8 +70,7 @@ struct OptimizerOptions {
   // Initial Adagrad accumulator value; keeps the first steps bounded
   // (TensorFlow's initial_accumulator_value).
   float adagrad_initial_accumulator = 0.1f;
-  // Compute and learning (issue 18), kept last so that aggregate
-  // initializers of the fields above stay valid.
+  // Kept last so that aggregate initializers of the fields above stay valid.
   LrSchedule schedule;
   // Adam's moment decays and epsilon (adam only).
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-8f;

@@ -59,7 +59,7 @@ TEST(OptimizerTest, RejectsBadOptions) {
   EXPECT_FALSE(CreateOptimizer({"momentum", 0.1f, 1.5f}).ok());
 }
 
-// ---- Issue 18: schedules, worker scaling, Adam -----------------------------
+// ---- Schedules, worker scaling, Adam ---------------------------------------
 
 TEST(OptimizerTest, WarmupThenCosine) {
   LrSchedule s;

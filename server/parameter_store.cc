@@ -41,7 +41,7 @@ class ParameterStoreImpl final : public ParameterStore {
   absl::Status Leave(int32_t worker_id) override;
   void Shutdown() override ABSL_LOCKS_EXCLUDED(timer_mu_);
   ShardStats Stats() const override;
-  // Recovery: snapshots (server/shard_snapshot.h).
+  // Snapshots (server/shard_snapshot.h).
   absl::StatusOr<ShardSnapshot> Save() const override;
   absl::Status Restore(const ShardSnapshot& s) override
       ABSL_LOCKS_EXCLUDED(declare_mu_);
@@ -92,7 +92,7 @@ class ParameterStoreImpl final : public ParameterStore {
     }
   }
   void TimerLoop(absl::Duration tick) ABSL_LOCKS_EXCLUDED(timer_mu_);
-  // Recovery: the snapshot's chunks into the staged layout's chunks.
+  // The snapshot's chunks into the staged layout's chunks.
   absl::Status RestoreChunks(const ShardSnapshot& s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(declare_mu_);
 
@@ -107,9 +107,9 @@ class ParameterStoreImpl final : public ParameterStore {
   // requests read them without the lock only after checking initialized_.
   absl::Mutex declare_mu_;
   std::atomic<bool> initialized_{false};
-  // Recovery: set by Restore before initialized_. A restored shard accepts
-  // base versions ahead of its own: workers computed from updates the
-  // snapshot lost (async/ssp: staleness 0; sync: the shard adopts the step).
+  // Set by Restore before initialized_. A restored shard accepts base versions
+  // ahead of its own: workers computed from updates the snapshot lost
+  // (async/ssp: staleness 0; sync: the shard adopts the step).
   std::atomic<bool> restored_{false};
   bool layout_published_ ABSL_GUARDED_BY(declare_mu_) = false;
   int64_t chunks_without_values_ ABSL_GUARDED_BY(declare_mu_) = 0;
@@ -278,8 +278,8 @@ absl::StatusOr<bool> ParameterStoreImpl::Declare(
   return initialized_now;
 }
 
-// Hostile input (issue 16): a pull whose response the transport could not
-// send is refused before it is read or counted.
+// A pull whose response the transport could not send is refused before it is
+// read or counted.
 absl::Status ParameterStoreImpl::CheckPullSize(const PullSpec& spec) {
   if (spec.max_response_bytes <= 0) return absl::OkStatus();
   int64_t bytes = 0;
@@ -427,25 +427,22 @@ absl::StatusOr<ShardSnapshot> ParameterStoreImpl::Save() const {
   s.optimizer = optimizer_->name();
   s.mode = TrainModeName(options_.mode);
   s.created_unix_ms = absl::ToUnixMillis(absl::Now());
-  const bool sync = options_.mode == TrainMode::kSync;
+  std::vector<int64_t> versions;
   for (int attempt = 0;; ++attempt) {
     s.chunks.clear();
-    bool one_step = true;
+    versions.clear();
     for (size_t i = 0; i < chunks_.size(); ++i) {
       ChunkState::Saved v = chunks_.at(i).Save();
-      one_step = one_step && (s.chunks.empty() ||
-                              v.version == s.chunks.front().version);
+      versions.push_back(v.version);
       s.chunks.push_back({chunks_.at(i).info().id, v.version,
                           std::move(v.values), std::move(v.opt_state)});
     }
-    // Sync: a step applied while we copied; copy again.
-    if (!sync || one_step || attempt >= 1000) break;
+    // Updates applied while we copied may leave a copy the mode cannot
+    // restore from (sync: chunks of two steps); copy again.
+    if (policy_->IsSnapshotConsistent(versions) || attempt >= 1000) break;
     absl::SleepFor(absl::Milliseconds(1));
   }
-  s.step = 0;
-  for (const ChunkSnapshot& c : s.chunks) {
-    s.step = sync ? c.version : s.step + c.version;
-  }
+  s.step = policy_->SnapshotStep(versions);
   s.dedup = dedup_.Export();  // After the chunks (see the header).
   s.clocks = policy_->SaveClocks();
   return s;
@@ -498,18 +495,7 @@ absl::Status ParameterStoreImpl::Restore(const ShardSnapshot& s) {
   }
   DP_RETURN_IF_ERROR(StageLayout(s.layout));
   absl::Status st = RestoreChunks(s);
-  std::vector<DedupEntry> dedup = s.dedup;
-  if (options_.mode == TrainMode::kSync) {
-    // The step's partial sum is not in a snapshot: a worker's retry of its
-    // push for the restored step must be taken again (older steps are
-    // dropped as stale anyway).
-    for (DedupEntry& e : dedup) {
-      e.seq = 0;
-      e.parts.clear();
-      e.num_parts = 1;
-    }
-  }
-  if (st.ok()) st = dedup_.Import(dedup);
+  if (st.ok()) st = dedup_.Import(policy_->RestoredClaims(s.dedup));
   if (st.ok()) st = policy_->RestoreClocks(s.clocks);
   if (!st.ok()) {
     UnstageLayout();

@@ -139,23 +139,22 @@ class ParameterStore {
 
   virtual ShardStats Stats() const = 0;
 
-  // Recovery (server/shard_snapshot.h). Save: a snapshot of a declared
-  // shard, taken chunk by chunk while pushes go on (each chunk's lock held
-  // for one copy of its optimizer state); the dedup table is read after the
-  // chunks, so a push in the values is never applied again after a restore
-  // (one claimed but not yet in the values may be lost). In sync mode the
-  // copy is retried until every chunk is at the same step.
-  // FailedPrecondition before the declaration. Restore: on a shard not yet
-  // declared, takes the snapshot's layout, values, optimizer state,
-  // versions, dedup table and clocks, and serves from then on;
-  // FailedPrecondition for another shard, shard count, optimizer or mode,
-  // or an already declared shard; InvalidArgument for sizes that do not
-  // match the layout.
+  // Snapshots (server/shard_snapshot.h). Save: a snapshot of a declared shard,
+  // taken chunk by chunk while pushes go on (each chunk's lock held for one
+  // copy of its optimizer state); the dedup table is read after the chunks, so
+  // a push in the values is never applied again after a restore (one claimed
+  // but not yet in the values may be lost). In sync mode the copy is retried
+  // until every chunk is at the same step. FailedPrecondition before the
+  // declaration. Restore: on a shard not yet declared, takes the snapshot's
+  // layout, values, optimizer state, versions, dedup table and clocks, and
+  // serves from then on; FailedPrecondition for another shard, shard count,
+  // optimizer or mode, or an already declared shard; InvalidArgument for sizes
+  // that do not match the layout.
   virtual absl::StatusOr<ShardSnapshot> Save() const = 0;
   virtual absl::Status Restore(const ShardSnapshot& snapshot) = 0;
-  // Recovery: the snapshot writer reports each write (written at `when`, or
-  // failed) for Stats' last_snapshot_unix_s / snapshots_written /
-  // snapshots_failed; Restore sets last_snapshot_unix_s itself.
+  // The snapshot writer reports each write (written at `when`, or failed) for
+  // Stats' last_snapshot_unix_s / snapshots_written / snapshots_failed; Restore
+  // sets last_snapshot_unix_s itself.
   virtual void RecordSnapshotWrite(bool ok, absl::Time when) = 0;
 
   // The shard map of the declared layout; FailedPrecondition before.

@@ -68,12 +68,12 @@ absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create
     builder.RegisterService(extra);
   }
   ConfigureServerBuilder(&builder);
-  ConfigureServerLimits(options.limits, &builder);  // Hostile input.
+  ConfigureServerLimits(options.limits, &builder);
   host->ops_->ConfigureBuilder(&builder);
   grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1.Health
   host->server_ = builder.BuildAndStart();
   if (host->server_ != nullptr) {
-    host->SetServing(host->store_->shard_map().ok());  // Recovery: restored
+    host->SetServing(host->store_->shard_map().ok());  // Restored
   }
   for (size_t a = 0; a < options.listen_addresses.size(); ++a) {
     if (host->server_ == nullptr || host->ports_[a] == 0) {

@@ -60,16 +60,15 @@ struct ParameterServerHostOptions {
   // More services on the same server (e.g. server/job_control.h's). Not
   // owned; each must outlive the host.
   std::vector<grpc::Service*> extra_services;
-  // Security and operations: the Prometheus endpoint (-1 off, 0 a free
-  // port; README "Observability").
+  // The Prometheus endpoint (-1 off, 0 a free port; README "Observability").
   int metrics_port = -1;
   std::string metrics_bind = "127.0.0.1";
-  // Hostile input (issue 16): gRPC memory quota and streams per connection
-  // (rpc/grpc_config.h; 0: no limit).
+  // gRPC memory quota and streams per connection (rpc/grpc_config.h; 0: no
+  // limit).
   ServerLimits limits;
-  // Recovery: called with the new store before the server listens (a
-  // restore from a snapshot); an error fails Create. A store declared by it
-  // is SERVING from the start.
+  // Called with the new store before the server listens (a restore from a
+  // snapshot); an error fails Create. A store declared by it is SERVING from
+  // the start.
   std::function<absl::Status(ParameterStore*)> prepare_store;
 };
 
@@ -96,8 +95,8 @@ class ParameterServerHost {
 
   // The grpc.health.v1.Health status of every service of this server:
   // NOT_SERVING from the start until the first declaration (the host sets
-  // SERVING then), and from Shutdown on. Recovery calls it after a restore
-  // (SERVING) and when draining (NOT_SERVING).
+  // SERVING then), and from Shutdown on. Called after a restore (SERVING)
+  // and when draining (NOT_SERVING).
   void SetServing(bool serving);
   // The bound Prometheus port, or -1 when metrics are off.
   int metrics_port() const;

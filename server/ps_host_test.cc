@@ -137,8 +137,8 @@ TEST(ParameterServerHostTest, ShutdownAnswersAPullWaitingOnASyncStep) {
       << status.error_message();
 }
 
-// Hostile input (issue 16): gRPC's default SO_REUSEPORT let a second server
-// bind a port in use and take half its connections; now it fails.
+// gRPC's default SO_REUSEPORT would let a second server bind a port in use
+// and take half its connections; it fails instead.
 TEST(ParameterServerHostTest, SecondServerOnAPortInUseFails) {
   auto first = ParameterServerHost::Create(ParameterServerHostOptions());
   ASSERT_TRUE(first.ok()) << first.status();

@@ -12,7 +12,7 @@
 //     (the straggler signal), downpour_rejected_requests_total{reason} (the
 //     store's refusals and the token's), downpour_shard_initialized,
 //     downpour_snapshots_total{outcome}, downpour_snapshot_age_seconds and
-//     downpour_last_snapshot_timestamp_seconds (Recovery).
+//     downpour_last_snapshot_timestamp_seconds (snapshots).
 // Every series carries the label shard="<index>".
 //
 //   auto registry = std::make_shared<prometheus::Registry>();
@@ -67,7 +67,7 @@ class ServerMetrics final : public ServiceObserver, public prometheus::Collectab
              int64_t received_bytes, int64_t sent_bytes);
 
  private:
-  // Recovery: downpour_snapshots_total{outcome}, and once there is one,
+  // downpour_snapshots_total{outcome}, and once there is one,
   // downpour_last_snapshot_timestamp_seconds and downpour_snapshot_age_seconds.
   void AppendSnapshotFamilies(const ShardStats& stats,
                               std::vector<prometheus::MetricFamily>* out) const;

@@ -1,6 +1,6 @@
-// Recovery's series in a shard's Prometheus metrics: no snapshot age until
-// a snapshot exists, then downpour_snapshot_age_seconds and the write
-// counts from the store's stats.
+// The snapshot series in a shard's Prometheus metrics: no snapshot age until a
+// snapshot exists, then downpour_snapshot_age_seconds and the write counts from
+// the store's stats.
 #include "server/ps_metrics.h"
 
 #include <filesystem>

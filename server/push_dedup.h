@@ -9,13 +9,13 @@
 // Claiming a part and applying it are not one atomic step: a retry of a part
 // that is still being applied is reported as a duplicate at once.
 //
-// Incarnations (Recovery): seq counts within one worker process
-// (PushId::incarnation). A part with an incarnation other than the worker's
-// current one starts a new sequence for that worker id (a restarted
-// process): it is never a duplicate of the old process's pushes. The
-// replaced incarnation is remembered (the last kMaxRetired of them), and a
-// later part from it is FailedPrecondition, so two live processes with one
-// worker id fail loudly instead of dropping each other's pushes.
+// Incarnations: seq counts within one worker process (PushId::incarnation). A
+// part with an incarnation other than the worker's current one starts a new
+// sequence for that worker id (a restarted process): it is never a duplicate of
+// the old process's pushes. The replaced incarnation is remembered (the last
+// kMaxRetired of them), and a later part from it is FailedPrecondition, so two
+// live processes with one worker id fail loudly instead of dropping each
+// other's pushes.
 //
 //   DP_ASSIGN_OR_RETURN(PushClaim c, table.Claim(id));
 //   if (c.duplicate) return acknowledged;

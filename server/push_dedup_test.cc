@@ -84,8 +84,8 @@ TEST(PushDedupTableTest, ConcurrentRetriesClaimEachPartExactlyOnce) {
   EXPECT_GE(total_completes, 1);
 }
 
-// Recovery: a restarted worker (new incarnation, same id) starts a new
-// sequence; a retry from the same process stays a retry.
+// A restarted worker (new incarnation, same id) starts a new sequence; a retry
+// from the same process stays a retry.
 TEST(PushDedupTableTest, NewIncarnationStartsANewSequence) {
   PushDedupTable t;
   for (int64_t seq = 1; seq <= 100; ++seq) {

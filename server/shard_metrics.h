@@ -76,9 +76,9 @@ class ShardMetrics {
   // `times` applied chunk updates, each of staleness `staleness`.
   void RecordStaleness(int64_t staleness, int64_t times = 1);
 
-  // Recovery: a snapshot write by this process that succeeded (written at
-  // `unix_s`) or failed; Restored: the shard was restored from a snapshot
-  // written at `unix_s` (it is the one a crash would fall back to).
+  // A snapshot write by this process that succeeded (written at `unix_s`) or
+  // failed; Restored: the shard was restored from a snapshot written at
+  // `unix_s` (it is the one a crash would fall back to).
   void RecordSnapshotWritten(int64_t unix_s) {
     snapshots_written_.fetch_add(1, std::memory_order_relaxed);
     RecordSnapshotRestored(unix_s);

@@ -1,7 +1,7 @@
 // File: server/shard_snapshot.h
 //
-// Recovery (issue 14): a parameter-server shard's snapshot, everything it
-// needs to go on after a restart, and its file format.
+// A parameter-server shard's snapshot, everything it needs to go on after a
+// restart, and its file format.
 //
 // A snapshot holds, per owned chunk, the values, the optimizer state and the
 // version; the push dedup table with worker incarnations (at most once

@@ -1,7 +1,7 @@
-// Recovery: a shard's snapshot round-trips through its file into a fresh
-// store (values, optimizer state, versions, dedup, mode state); corrupt,
-// truncated and foreign files are refused and the previous one is used;
-// only the newest kKeepSnapshots stay.
+// A shard's snapshot round-trips through its file into a fresh store (values,
+// optimizer state, versions, dedup, mode state); corrupt, truncated and foreign
+// files are refused and the previous one is used; only the newest
+// kKeepSnapshots stay.
 #include "server/shard_snapshot.h"
 
 #include <filesystem>

@@ -1,11 +1,11 @@
 // File: server/snapshotter.h
 //
-// Recovery (issue 14): ps_server's checkpoint folder. RestoreLatestSnapshot
-// loads the newest usable snapshot of this shard into a fresh store before
-// it serves (ParameterServerHostOptions::prepare_store); a Snapshotter
-// thread writes one every `every` while the store is declared, and
-// WriteNow writes one on SIGTERM. Every write and restore is logged with its
-// path, step, size and time.
+// A shard's checkpoint folder. RestoreLatestSnapshot loads the newest usable
+// snapshot of this shard into a fresh store before it serves
+// (ParameterServerHostOptions::prepare_store); a Snapshotter thread writes one
+// every `every` while the store is declared, and WriteNow writes one on
+// SIGTERM. Every write and restore is logged with its path, step, size and
+// time.
 //
 //   auto snap = std::make_unique<Snapshotter>(opts, host->store());
 //   ... on SIGTERM: snap->Stop(); snap->WriteNow();

@@ -1,7 +1,7 @@
-// Recovery: the Snapshotter reports every write to the store's stats
-// (last_snapshot_unix_s, snapshots_written, snapshots_failed), a restore
-// sets the time of the snapshot it came from, and the periodic thread
-// writes on its own.
+// The Snapshotter reports every write to the store's stats
+// (last_snapshot_unix_s, snapshots_written, snapshots_failed), a restore sets
+// the time of the snapshot it came from, and the periodic thread writes on its
+// own.
 #include "server/snapshotter.h"
 
 #include <filesystem>

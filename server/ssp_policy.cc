@@ -46,7 +46,7 @@ class SspPolicy final : public WaitingPolicy {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     s->ssp_max_lead = max_lead_;
   }
-  // Recovery: the clocks survive a restart of the shard.
+  // The clocks survive a restart of the shard.
   std::vector<int64_t> SaveClocks() const override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     return clock_;

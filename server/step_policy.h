@@ -32,6 +32,7 @@
 #include "common/shard_stats.h"
 #include "server/chunk_storage.h"
 #include "server/optimizer.h"
+#include "server/push_dedup.h"
 #include "server/shard_metrics.h"
 #include "server/store_types.h"
 
@@ -87,12 +88,37 @@ class StepPolicy {
   // evicted_workers, aborted.
   virtual void FillStats(ShardStats* s) const = 0;
 
-  // Recovery (server/shard_snapshot.h): the mode's counters for a snapshot
-  // and their restore: ssp each worker's clock, sync {step}, async none.
+  // What the mode keeps across a snapshot (server/shard_snapshot.h). The
+  // defaults are async's and ssp's: any copy, the total of the updates, no
+  // counters, every claim.
+
+  // Whether chunk versions, copied one chunk after another while pushes go
+  // on, make a snapshot of the mode; false: the store copies again. Sync
+  // needs every chunk at one step.
+  virtual bool IsSnapshotConsistent(absl::Span<const int64_t> versions) const {
+    (void)versions;
+    return true;
+  }
+  // The snapshot's step from its chunks' versions: sync the step they
+  // share, the other modes the total of the chunks' updates.
+  virtual int64_t SnapshotStep(absl::Span<const int64_t> versions) const {
+    int64_t total = 0;
+    for (const int64_t v : versions) total += v;
+    return total;
+  }
+  // The mode's counters and their restore: ssp each worker's clock, sync
+  // {step}, async none.
   virtual std::vector<int64_t> SaveClocks() const { return {}; }
   virtual absl::Status RestoreClocks(const std::vector<int64_t>& clocks) {
     (void)clocks;
     return absl::OkStatus();
+  }
+  // The claimed pushes (server/push_dedup.h) a restored shard keeps of
+  // those in the snapshot. Sync forgets the claims of its step, whose
+  // partial sum is not in a snapshot.
+  virtual std::vector<DedupEntry> RestoredClaims(
+      std::vector<DedupEntry> saved) const {
+    return saved;
   }
 };
 

@@ -67,17 +67,16 @@ struct PullSpec {
   // Ssp: the pulling worker's clock; negative means do not wait (at most
   // sync_timeout; more than 16 beyond the furthest clock is refused).
   int64_t worker_clock = -1;
-  // Hostile input (issue 16): the largest response the transport can send
-  // (0: no limit), counting value_bytes per value (4 for float32, 2 for
-  // fp16/bf16) and kPullChunkOverheadBytes per chunk, repeats included. A
-  // larger pull is refused with RESOURCE_EXHAUSTED before anything is read
-  // or counted in bytes_pulled (rejected["too_large"]).
+  // The largest response the transport can send (0: no limit), counting
+  // value_bytes per value (4 for float32, 2 for fp16/bf16) and
+  // kPullChunkOverheadBytes per chunk, repeats included. A larger pull is
+  // refused with RESOURCE_EXHAUSTED before anything is read or counted in
+  // bytes_pulled (rejected["too_large"]).
   int64_t max_response_bytes = 0;
   int value_bytes = 4;
-  // Recovery (sync): the pulling worker (PullRequest.worker_id); -1 unknown.
-  // A shard just restored from a snapshot tells by it whether the worker's
-  // gradient for the step it waits on reached this process
-  // (server/sync_policy.h).
+  // Sync: the pulling worker (PullRequest.worker_id); -1 unknown. A shard just
+  // restored from a snapshot tells by it whether the worker's gradient for the
+  // step it waits on reached this process (server/sync_policy.h).
   int32_t worker_id = -1;
 };
 
@@ -124,8 +123,8 @@ struct PushId {
   int64_t seq = 0;
   int32_t part = 0;
   int32_t num_parts = 1;
-  // Recovery: the worker process's incarnation (PushRequest.incarnation);
-  // seq counts within it (server/push_dedup.h).
+  // The worker process's incarnation (PushRequest.incarnation); seq counts
+  // within it (server/push_dedup.h).
   uint64_t incarnation = 0;
 };
 

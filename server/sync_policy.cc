@@ -73,8 +73,31 @@ class SyncPolicy final : public WaitingPolicy {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     s->steps = step_;
   }
-  // Recovery: the step survives a restart of the shard (as {step}); the
-  // step's pending gradients do not (the workers' retries bring them).
+  // A snapshot is of one step: every chunk at the same version.
+  bool IsSnapshotConsistent(
+      absl::Span<const int64_t> versions) const override {
+    for (const int64_t v : versions) {
+      if (v != versions.front()) return false;
+    }
+    return true;
+  }
+  int64_t SnapshotStep(absl::Span<const int64_t> versions) const override {
+    return versions.empty() ? 0 : versions.back();
+  }
+  // The step's partial sum is not in a snapshot: a worker's retry of its
+  // push for the restored step must be taken again (older steps are
+  // dropped as stale anyway).
+  std::vector<DedupEntry> RestoredClaims(
+      std::vector<DedupEntry> saved) const override {
+    for (DedupEntry& e : saved) {
+      e.seq = 0;
+      e.parts.clear();
+      e.num_parts = 1;
+    }
+    return saved;
+  }
+  // The step survives a restart of the shard (as {step}); the step's
+  // pending gradients do not (the workers' retries bring them).
   std::vector<int64_t> SaveClocks() const override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     return {step_};
@@ -89,12 +112,12 @@ class SyncPolicy final : public WaitingPolicy {
     restored_ = true;
     return absl::OkStatus();
   }
-  // Recovery (see "Recovery" in sync_policy.h): until the first step
-  // completes after a restore, a request showing that the workers are past
-  // the shard's step moves the shard there (AdoptStepLocked): a push
-  // computed from a later step, a pull waiting for a step more than one
-  // ahead, or a pull for the next step from a worker whose whole gradient
-  // for this one is not here (it went to the previous process and is lost).
+  // After a restore (see "Snapshots and restore" in sync_policy.h): until the
+  // first step completes after a restore, a request showing that the workers
+  // are past the shard's step moves the shard there (AdoptStepLocked): a push
+  // computed from a later step, a pull waiting for a step more than one ahead,
+  // or a pull for the next step from a worker whose whole gradient for this one
+  // is not here (it went to the previous process and is lost).
   void PullWhenReady(PullSpec spec, PullSink sink, PullDone done) override
       ABSL_LOCKS_EXCLUDED(mu_) {
     Outbox out;
@@ -143,8 +166,8 @@ class SyncPolicy final : public WaitingPolicy {
   void CompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
-  // Recovery: restored from a snapshot and no step completed since; while
-  // set, requests from workers ahead move the step (AdoptStepLocked).
+  // Restored from a snapshot and no step completed since; while set, requests
+  // from workers ahead move the step (AdoptStepLocked).
   bool restored_ ABSL_GUARDED_BY(mu_) = false;
   // Gradients for step_ by worker id (ordered: deterministic sums).
   std::map<int32_t, PendingGrad> pending_ ABSL_GUARDED_BY(mu_);

@@ -18,12 +18,12 @@
 // min_replicas are. A pull for a step nobody has pushed for evicts nobody:
 // it ends DEADLINE_EXCEEDED after sync_timeout.
 //
-// Recovery (issue 14). The step survives a snapshot, the step's partial
-// gradients do not. A shard restored from a snapshot resumes at the
-// workers' step, it does not redo steps: until the first step completes
-// after the restore, a request showing that the workers are past the
-// shard's step moves the shard there, values unchanged, dropping (and
-// counting) the gradients pending for the old step:
+// Snapshots and restore. The step survives a snapshot, the step's partial
+// gradients do not. A shard restored from a snapshot resumes at the workers'
+// step, it does not redo steps: until the first step completes after the
+// restore, a request showing that the workers are past the shard's step moves
+// the shard there, values unchanged, dropping (and counting) the gradients
+// pending for the old step:
 //  * a push computed from a later step: to that step;
 //  * a pull waiting for step v > step + 1: to v;
 //  * a pull waiting for step + 1 from a worker (PullSpec::worker_id) whose

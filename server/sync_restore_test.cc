@@ -1,14 +1,14 @@
-// Recovery in sync mode (issue 14, item 3), in process: a shard restored
-// from a snapshot RESUMES at the workers' step (server/sync_policy.cc,
-// AdoptStepLocked); no step is redone. Two worker threads drive each run the
-// way ps_worker's sync loop does (worker/exchange.cc: push the gradient
-// computed from step v with base_version v, then pull min_version v + 1).
-// Checked: no pull or push hangs (each pull is answered within sync_timeout
-// plus slack, or the test fails instead of hanging), two runs restored from
-// the same snapshot file and fed the same pushes end bit-for-bit identical
-// in values and versions, and their exact relation to the run that was
-// never interrupted (sgd, learning rate 1, integer-valued gradients that
-// depend only on (worker, step), so every sum is exact in float32):
+// Restore in sync mode, in process: a shard restored from a snapshot RESUMES at
+// the workers' step (server/sync_policy.cc, AdoptStepLocked); no step is
+// redone. Two worker threads drive each run the way ps_worker's sync loop does
+// (worker/exchange.cc: push the gradient computed from step v with base_version
+// v, then pull min_version v + 1). Checked: no pull or push hangs (each pull is
+// answered within sync_timeout plus slack, or the test fails instead of
+// hanging), two runs restored from the same snapshot file and fed the same
+// pushes end bit-for-bit identical in values and versions, and their exact
+// relation to the run that was never interrupted (sgd, learning rate 1,
+// integer-valued gradients that depend only on (worker, step), so every sum is
+// exact in float32):
 //  * workers at the snapshot's step: identical to the undisturbed run;
 //  * workers ahead of it (their pushes computed from later steps): the same
 //    versions as the undisturbed run, and values that differ from it by
@@ -265,11 +265,11 @@ TEST(SyncRestoreTest, WorkersAheadOfTheSnapshotResumeAtTheirStep) {
 // gradient for T was acknowledged by the old process (so worker 0 only waits
 // for T + 1), worker 1's was not, or only its first part was (so it sends
 // its gradient, or the rest of it, to the restored shard). The defined
-// outcome (server/sync_policy.h, "Recovery"), whichever request reaches the
-// restored shard first and however worker 1's gradient arrives: step T is
-// lost for both workers, the shard goes on at T + 1 with the snapshot's
-// values, nobody is evicted and nothing waits for the sync timeout; the runs
-// then go on identically.
+// outcome (server/sync_policy.h, "Snapshots and restore"), whichever request
+// reaches the restored shard first and however worker 1's gradient arrives:
+// step T is lost for both workers, the shard goes on at T + 1 with the
+// snapshot's values, nobody is evicted and nothing waits for the sync timeout;
+// the runs then go on identically.
 TEST(SyncRestoreTest, StepHalfPushedAtTheCrashEndsAlikeInEveryOrder) {
   const Fixture f = IntegerModel();
   const int64_t half = kSnapStep + 1;

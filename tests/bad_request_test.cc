@@ -24,7 +24,7 @@ class BadRequestTest : public ::testing::Test {
   void SetUp() override {
     TestClusterOptions o;
     o.num_shards = 2;
-    o.server_flags = {"--optimizer=sgd", "--lr=0.5"};
+    o.server_flags = {"--optimizer=sgd", "--lr_schedule=none", "--lr=0.5"};
     auto c = TestCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = std::move(*c);

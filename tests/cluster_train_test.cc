@@ -18,6 +18,7 @@
 #include "worker/data/data.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/openblas_backend.h"
 #include "worker/trainer.h"
 
 namespace downpour {
@@ -84,7 +85,7 @@ TEST(ClusterTrainTest, TwoServersTwoWorkersLearnFashionMnistSubset) {
   // accuracy the cluster reported.
   auto file = ReadSafetensors(params);
   ASSERT_TRUE(file.ok()) << file.status();
-  auto backend = NewCpuBackend(1);
+  auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 500);
   ASSERT_TRUE(model.ok());
   ASSERT_EQ(file->tensors, (*model)->param_specs());
@@ -127,7 +128,7 @@ TEST(ClusterTrainTest, TwoReplicasInOneWorkerAggregateLocallyAndSave) {
   EXPECT_GE(summary->at("test_accuracy"), 0.70) << out;
   auto file = ReadSafetensors(params);
   ASSERT_TRUE(file.ok()) << file.status();
-  auto backend = NewCpuBackend(1);
+  auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 500);
   ASSERT_TRUE(model.ok());
   EXPECT_EQ(file->tensors, (*model)->param_specs());

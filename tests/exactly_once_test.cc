@@ -18,7 +18,7 @@ namespace {
 TEST(ExactlyOnceTest, ConcurrentPushesAndRetriesSumExactly) {
   TestClusterOptions o;
   o.num_shards = 2;
-  o.server_flags = {"--optimizer=sgd", "--lr=1"};
+  o.server_flags = {"--optimizer=sgd", "--lr_schedule=none", "--lr=1"};
   auto cluster = TestCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 
@@ -93,7 +93,7 @@ TEST(ExactlyOnceTest, ClientRetriesAfterLostRepliesStayExact) {
   for (int window : {1, 0}) {
     TestClusterOptions o;
     o.num_shards = 2;
-    o.server_flags = {"--optimizer=sgd", "--lr=1", "--debug_drop_reply_every=3"};
+    o.server_flags = {"--optimizer=sgd", "--lr_schedule=none", "--lr=1", "--debug_drop_reply_every=3"};
     auto cluster = TestCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     ModelLayout layout;

@@ -1,4 +1,4 @@
-// Hostile input (issue 16): a ps_server gives back the memory that refused
+// A ps_server gives back the memory that refused
 // oversize messages took. gRPC reads a message whole before refusing it as
 // larger than the limit (rpc/grpc_config.h); its slices were freed into
 // glibc's heap, which common/malloc_tuning.h keeps mapped, so one refused
@@ -35,7 +35,7 @@ namespace downpour {
 namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
-// A message three times the 64 MiB limit, as in the issue.
+// A message three times the 64 MiB limit.
 constexpr int64_t kOversizeBytes = 200 * kMiB;
 // How far above its idle baseline the server may stay (it was +200 to
 // +370 MiB before the trimmer; after it, within ~2 MiB here).

@@ -1,4 +1,4 @@
-// Hostile input (issue 16), over real ps_server processes: defects an outside
+// Over real ps_server processes: defects an outside
 // client found, each of which this test reproduced before its fix.
 //  * A second ps_server on a port in use started and took half the
 //    connections (gRPC's default SO_REUSEPORT); now it exits 1 naming the

@@ -1,4 +1,4 @@
-// Recovery (issue 14): the local launcher supervises instead of tearing
+// The local launcher supervises instead of tearing
 // down. A real `launch --max_restarts=2` runs 2 ps_server shards and 2
 // ps_worker processes on a Fashion-MNIST subset; mid-run the test SIGKILLs
 // shard 0 (it must come back on the same port from its snapshot), then

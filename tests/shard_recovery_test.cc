@@ -1,4 +1,4 @@
-// Recovery (issue 14) through real ps_server processes: a shard killed with
+// Through real ps_server processes: a shard killed with
 // SIGKILL comes back on the same port from its own snapshot (values,
 // versions, optimizer state, dedup table); SIGTERM drains, writes a final
 // snapshot and exits 0; a crash in the middle of writing a snapshot

@@ -1,4 +1,4 @@
-// Recovery (issue 14): workers ride through a shard restart. Two real
+// Workers ride through a shard restart. Two real
 // ps_server shards with snapshots and two real ps_worker processes train on
 // Fashion-MNIST; mid-run shard 0 is SIGKILLed and started again on the same
 // port from its own snapshot. Every worker must exit 0 (they retry the shard

@@ -1,4 +1,4 @@
-// Recovery (issue 14): a sync-mode worker SIGKILLed mid-run and started
+// A sync-mode worker SIGKILLed mid-run and started
 // again with the same index. Two real ps_server shards (--mode=sync,
 // --sync_timeout_s=3) and two real ps_worker processes train on
 // Fashion-MNIST; once worker 1 is at step 20 it is SIGKILLed and the same

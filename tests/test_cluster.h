@@ -35,7 +35,7 @@ namespace downpour {
 
 struct TestClusterOptions {
   int num_shards = 1;
-  std::vector<std::string> server_flags;  // e.g. {"--optimizer=sgd", "--lr=1"}
+  std::vector<std::string> server_flags;  // e.g. {"--optimizer=sgd", "--lr_schedule=none", "--lr=1"}
   // Path of the ps_server binary, relative to the test's runfiles root.
   std::string server_binary = "server/ps_server";
 };

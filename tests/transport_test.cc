@@ -60,7 +60,7 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
   const Case c = GetParam();
   TestClusterOptions co;
   co.num_shards = c.shards;
-  co.server_flags = {"--optimizer=sgd", "--lr=1"};
+  co.server_flags = {"--optimizer=sgd", "--lr_schedule=none", "--lr=1"};
   auto cluster = TestCluster::Start(co);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   GrpcClientOptions o;
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
   for (const char* name : {"fp16", "bf16"}) {
     TestClusterOptions co;
-    co.server_flags = {"--optimizer=sgd", "--lr=1"};
+    co.server_flags = {"--optimizer=sgd", "--lr_schedule=none", "--lr=1"};
     auto cluster = TestCluster::Start(co);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     GrpcClientOptions o;
@@ -194,7 +194,7 @@ TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
 TEST(TransportZeroCopyTest, PullsDuringPushesAreNeverTorn) {
   TestClusterOptions co;
   co.num_shards = 2;
-  co.server_flags = {"--optimizer=sgd", "--lr=1"};
+  co.server_flags = {"--optimizer=sgd", "--lr_schedule=none", "--lr=1"};
   auto cluster = TestCluster::Start(co);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ModelLayout layout;

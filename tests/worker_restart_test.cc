@@ -1,4 +1,4 @@
-// Recovery (issue 14): a worker restarted with the same index is a new
+// A worker restarted with the same index is a new
 // process, not a retry. One real ps_server; ps_worker --worker_index=0 runs
 // 100 steps, then the same command runs 60 more, then an eval reads the
 // server's stats: all 160 pushes must be applied and none counted as a

@@ -1,4 +1,4 @@
-// Recovery (issue 14): a restarted worker resumes its data position instead
+// A restarted worker resumes its data position instead
 // of beginning its epochs again. One real ps_server (async); a real
 // ps_worker with --position_file and --max_steps=80 is SIGKILLed once past
 // step 30 and the same command is run again: the new process says where it

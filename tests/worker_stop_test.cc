@@ -1,4 +1,4 @@
-// Recovery (issue 14): graceful stop of a worker. A real ps_worker training
+// Graceful stop of a worker. A real ps_worker training
 // against a real ps_server gets SIGTERM mid-run; it must finish the step under
 // way, push it, leave, print its DONE line and exit 0 within a few seconds,
 // and the server must have applied every step it reports (nothing dropped).

@@ -1,18 +1,18 @@
 // File: worker/adaptive_window.h
 //
-// Sizes the calls in flight per connection from what the connection shows
-// (issue "Across machines"): over loopback one call in flight keeps the
-// bytes in the CPU cache and is fastest (README, Transport), but over a link
-// with a larger bandwidth-delay product one call leaves the link idle for a
-// round trip per part. The gRPC client reports every whole-model exchange
-// (bytes moved, time taken); this hill-climber starts at one call and now
-// and then tries twice the window for two exchanges, keeping it only when
-// both were at least `gain` faster than the current window's average
-// throughput. Failed probes are retried exponentially less often, so on
-// loopback it stays at 1 and costs a probe round now and then.
+// Sizes the calls in flight per connection from what the connection shows:
+// over loopback one call in flight keeps the bytes in the CPU cache and is
+// fastest (README, Transport), but over a link with a larger
+// bandwidth-delay product one call leaves the link idle for a round trip
+// per part. The gRPC client (worker/shard_transport.h) reports every
+// whole-model exchange (bytes moved, time taken); this hill-climber starts
+// at one call and now and then tries twice the window for two exchanges,
+// keeping it only when both were at least `gain` faster than the current
+// window's average throughput. Failed probes are retried exponentially less
+// often, so on loopback it stays at 1 and costs a probe round now and then.
 //
 //   AdaptiveWindow w(AdaptiveWindowOptions{});
-//   RunWindowed(..., w.window(), ...);
+//   fan_out_options.window = w.window();  // rpc/fan_out.h
 //   w.OnRound(bytes_both_ways, elapsed);
 //
 // Thread-safe.

@@ -1,6 +1,6 @@
 // File: worker/data_position.h
 //
-// Recovery (issue 14): where a training worker is in its data, kept in a
+// Where a training worker is in its data, kept in a
 // small local file so that a restarted process of the same worker index
 // resumes there instead of beginning its epochs again. The position is the
 // number of steps taken (each step draws one batch per replica); the

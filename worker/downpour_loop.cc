@@ -65,7 +65,7 @@ absl::StatusOr<TrainResult> DownpourLoop::Run() {
   while (options_.max_steps == 0 || result_.steps < options_.max_steps) {
     if (options_.stop_requested != nullptr &&
         options_.stop_requested->load(std::memory_order_relaxed)) {
-      ended = false;  // Recovery: graceful stop; Finish pushes and leaves.
+      ended = false;  // Graceful stop; Finish pushes and leaves.
       break;
     }
     DP_ASSIGN_OR_RETURN(const bool stepped, Step());

@@ -68,11 +68,11 @@ struct TrainerOptions {
   // Host staging for pulled parameters and pushed gradients (pinned memory
   // for a CUDA backend); null means DefaultHostAllocator(). Not owned.
   HostAllocator* host_allocator = nullptr;
-  // Recovery (issue 14): graceful stop. When this becomes true the loop
+  // Graceful stop. When this becomes true the loop
   // finishes the step under way, pushes the accrued gradient and leaves, as
   // at max_steps. Polled once per step; not owned, may be null.
   const std::atomic<bool>* stop_requested = nullptr;
-  // Recovery (issue 14): resume the data position (worker/data_position.h).
+  // Resume the data position (worker/data_position.h).
   // When set, Run() reads the steps a previous process of this worker took,
   // draws and discards that many batches first (no compute, no push; they
   // count towards max_steps and in the step numbers), records the position
@@ -115,9 +115,9 @@ class DownpourLoop {
                std::unique_ptr<ReplicaGroup> group,
                std::unique_ptr<Exchange> exchange);
 
-  // Recovery: skips the batches of the steps options_.position records.
+  // Skips the batches of the steps options_.position records.
   void Resume();
-  // Recovery: records the position after a push.
+  // Records the position after a push.
   void RecordPosition();
   // One step: false (and OK) when the input is exhausted.
   absl::StatusOr<bool> Step();

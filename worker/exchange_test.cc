@@ -10,6 +10,7 @@
 #include "worker/local_ps_client.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/openblas_backend.h"
 #include "worker/replica_group.h"
 #include "worker/worker_test_util.h"
 
@@ -18,7 +19,7 @@ namespace {
 
 // One shard with SGD, one worker, one replica.
 struct Fixture {
-  std::unique_ptr<Backend> backend = NewCpuBackend(1);
+  std::unique_ptr<Backend> backend = NewOpenblasBackend(1);
   Dataset data = TinyDataset(32);
   std::unique_ptr<Model> model;
   std::unique_ptr<Batcher> batcher;

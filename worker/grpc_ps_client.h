@@ -5,11 +5,17 @@
 // served at once; on each of a shard's `connections_per_shard` TCP
 // connections, at most `max_calls_in_flight_per_connection` calls are in
 // flight. PushPull sends each part as one PushPull call, whose reply carries
-// the part's values after the push. Payloads go out as slices pointing at the caller's memory (no
-// copy for float32) and are read from the received slices straight into the
-// caller's flat vector (rpc/wire.h). Per-call deadlines; transient
-// failures are retried with the same (seq, part), which the servers apply at
-// most once.
+// the part's values after the push. Payloads go out as slices pointing at
+// the caller's memory (no copy for float32) and are read from the received
+// slices straight into the caller's flat vector (rpc/wire.h). Per-call
+// deadlines; transient failures are retried with the same (seq, part), which
+// the servers apply at most once. A shard whose server restarted gets again
+// the parts of a push that its previous process acknowledged.
+//
+// The pieces: worker/part_plan.h (cutting chunks into parts),
+// worker/part_messages.h (each part's messages), rpc/fan_out.h (calls at
+// once, with retries, backoff and calls in flight per connection),
+// worker/shard_incarnations.h (shard restarts).
 //
 //   GrpcClientOptions o;
 //   o.hosts = {"127.0.0.1:5000", "127.0.0.1:5001"};
@@ -35,7 +41,7 @@ struct GrpcClientOptions {
   // Must match the servers' (rpc/credentials.h).
   TransportSecurityOptions security;
   int32_t worker_id = 0;
-  // Recovery: this process's incarnation, sent with every push so that a
+  // This process's incarnation, sent with every push so that a
   // restarted worker's pushes start a new sequence (server/push_dedup.h).
   // NewGrpcParameterClient draws a random nonzero one when it is 0.
   uint64_t incarnation = 0;
@@ -43,9 +49,10 @@ struct GrpcClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(60);
   // How long Declare waits for servers that are not up yet.
   absl::Duration connect_timeout = absl::Seconds(60);
-  // Attempts for calls failing with UNAVAILABLE or DEADLINE_EXCEEDED.
+  // Attempts for calls failing with UNAVAILABLE, DEADLINE_EXCEEDED or
+  // RESOURCE_EXHAUSTED (RetryPolicy, rpc/fan_out.h).
   int max_attempts = 5;
-  // Recovery: beyond max_attempts, keep retrying such calls (backoff up to
+  // Beyond max_attempts, keep retrying such calls (backoff up to
   // 2 s) until this long after the first failure, so that a worker rides
   // through a shard's restart (ps_worker --reconnect_timeout_s). 0: only
   // max_attempts.

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "deploy/run_summary.h"
+#include "common/run_summary.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/job_control.grpc.pb.h"
 #include "rpc/grpc_config.h"
@@ -140,7 +140,7 @@ absl::Status JobEndClient::EndJob(int worker_id, const std::string& error) {
 }
 
 std::string ChiefSummaryJson(const ChiefRecord& record) {
-  LaunchOptions options;
+  SummaryJob options;
   options.mode = record.mode;
   options.servers = record.servers;
   options.workers = record.workers;

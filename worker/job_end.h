@@ -1,8 +1,8 @@
 // File: worker/job_end.h
 //
-// The worker's side of a job that ends by itself (issue "Across machines";
-// proto/job_control.proto, server/job_control.h). Used only when the job
-// comes from a cluster spec (TF_CONFIG, Slurm, --worker_hosts):
+// The worker's side of a job that ends by itself (proto/job_control.proto,
+// server/job_control.h). Used only when the job comes from a cluster spec
+// (TF_CONFIG, Slurm, --worker_hosts):
 //
 //  * a worker other than the chief reports WorkerDone (its DONE line, or its
 //    error) to every server and exits;
@@ -94,7 +94,7 @@ struct ChiefRecord {
   double wall_seconds = 0;
 };
 
-// The launcher's SUMMARY JSON (deploy/run_summary.h) from the chief's
+// The launcher's SUMMARY JSON (common/run_summary.h) from the chief's
 // record: training_seconds is the longest worker's, examples_per_sec the
 // sum of examples over it.
 std::string ChiefSummaryJson(const ChiefRecord& record);

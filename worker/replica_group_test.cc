@@ -9,6 +9,7 @@
 #include "worker/data/data.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/openblas_backend.h"
 #include "worker/worker_test_util.h"
 
 namespace downpour {
@@ -25,7 +26,7 @@ struct Fixture {
   // `count` replicas over the same batches (same seed, one worker each).
   explicit Fixture(int count, int epochs = 1) {
     for (int r = 0; r < count; ++r) {
-      backends.push_back(NewCpuBackend(1));
+      backends.push_back(NewOpenblasBackend(1));
       models.push_back(
           std::move(*BuildModel("fashion_cnn", backends.back().get(), 8)));
       BatcherOptions o;

@@ -9,6 +9,7 @@
 #include "server/parameter_store.h"
 #include "worker/local_ps_client.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/openblas_backend.h"
 
 namespace downpour {
 namespace {
@@ -63,7 +64,7 @@ Cluster MakeCluster(int shards, const std::string& opt, float lr,
 }
 
 TEST(TrainerTest, SingleWorkerLearnsThroughTheStore) {
-  auto backend = NewCpuBackend(1);
+  auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 32);
   ASSERT_TRUE(model.ok()) << model.status();
   Cluster cluster = MakeCluster(2, "adagrad", 0.05f);
@@ -108,7 +109,7 @@ TEST(TrainerTest, SingleWorkerLearnsThroughTheStore) {
 }
 
 TEST(TrainerTest, NPushAccruesAndPushesRemainder) {
-  auto backend = NewCpuBackend(1);
+  auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 16);
   ASSERT_TRUE(model.ok());
   Cluster cluster = MakeCluster(1, "sgd", 0.01f);
@@ -131,7 +132,7 @@ TEST(TrainerTest, NPushAccruesAndPushesRemainder) {
 }
 
 TEST(TrainerTest, ConcurrentWorkersShareTheServers) {
-  auto b0 = NewCpuBackend(1), b1 = NewCpuBackend(1);
+  auto b0 = NewOpenblasBackend(1), b1 = NewOpenblasBackend(1);
   auto m0 = BuildModel("fashion_cnn", b0.get(), 16);
   auto m1 = BuildModel("fashion_cnn", b1.get(), 16);
   Cluster cluster = MakeCluster(2, "adagrad", 0.05f);
@@ -163,7 +164,7 @@ TEST(TrainerTest, ConcurrentWorkersShareTheServers) {
 }
 
 TEST(TrainerTest, RejectsBadOptionsAndUndeclaredClient) {
-  auto backend = NewCpuBackend(1);
+  auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 16);
   Cluster cluster = MakeCluster(1, "sgd", 0.01f);
   auto client = NewLocalParameterClient(cluster.raw, 0);
@@ -189,7 +190,7 @@ std::vector<float> TrainTogether(TrainMode mode, TrainMode tmode, int workers,
   std::vector<std::unique_ptr<ParameterClient>> clients;
   std::vector<std::unique_ptr<Batcher>> batchers;
   for (int w = 0; w < workers; ++w) {
-    backends.push_back(NewCpuBackend(1));
+    backends.push_back(NewOpenblasBackend(1));
     models.push_back(std::move(*BuildModel("fashion_cnn", backends.back().get(), 16)));
     clients.push_back(NewLocalParameterClient(cluster.raw, w));
     EXPECT_TRUE(DeclareModel(clients.back().get(), *models.back(), 5, 2, 1 << 20).ok());
@@ -265,7 +266,7 @@ TEST(TrainerTest, ReplicasAggregateLocallyIntoOnePush) {
     std::vector<std::unique_ptr<Batcher>> batchers;
     std::vector<Replica> group;
     for (int r = 0; r < replicas; ++r) {
-      backends.push_back(NewCpuBackend(1));
+      backends.push_back(NewOpenblasBackend(1));
       models.push_back(std::move(*BuildModel("fashion_cnn", backends.back().get(), 16)));
       BatcherOptions bo;
       bo.batch_size = 16;
@@ -312,7 +313,7 @@ TEST(TrainerTest, SspModeFinishesWithEveryPushApplied) {
 }
 
 TEST(TrainerTest, SyncModeNeedsFetchAndPushEveryStep) {
-  auto backend = NewCpuBackend(1);
+  auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 16);
   Cluster cluster = MakeCluster(1, "sgd", 0.01f, TrainMode::kSync, 1);
   auto client = NewLocalParameterClient(cluster.raw, 0);
@@ -330,7 +331,7 @@ TEST(TrainerTest, SyncModeNeedsFetchAndPushEveryStep) {
 // std::bad_alloc that would end the worker through std::terminate.
 TEST(TrainerTest, FailedHostAllocationIsResourceExhausted) {
   FailingHostAllocator failing;
-  auto backend = NewCpuBackend(1);
+  auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 32);
   ASSERT_TRUE(model.ok()) << model.status();
   Cluster cluster = MakeCluster(1, "sgd", 0.05f);

@@ -20,13 +20,14 @@
 #include "common/status_macros.h"
 #include "worker/data/data.h"
 #include "worker/trainer.h"
+#include "worker/data/dataset_info.h"
 
 namespace downpour {
 namespace {
 
 absl::StatusOr<Dataset> LoadSplit(const WorkerOptions& f, bool train) {
   const int64_t max = train ? f.max_train_examples : f.max_test_examples;
-  if (f.dataset == "cifar10") return LoadCifar10Split(f.data_dir, train, max);
+  if (f.dataset == DatasetKind::kCifar10) return LoadCifar10Split(f.data_dir, train, max);
   return LoadMnistSplit(f.data_dir, train, max);
 }
 
@@ -57,23 +58,20 @@ absl::StatusOr<std::vector<std::unique_ptr<Batcher>>> MakeBatchers(
     const WorkerOptions& f, const Dataset* train, int R,
     HostAllocator* allocator) {
   const int w = f.client.worker_id;
-  // Replica r of worker w reads data shard w*R + r of num_workers*R.
   std::vector<std::unique_ptr<Batcher>> batchers;
   for (int r = 0; r < R; ++r) {
     BatcherOptions bo;
-    bo.worker_index = w * R + r;
-    bo.num_workers = f.num_workers * R;
+    const DataShard shard = ReplicaShard(w, f.num_workers, r, R);
+    bo.worker_index = shard.index;
+    bo.num_workers = shard.count;
     bo.batch_size = f.batch_size;
     bo.epochs = f.epochs;
     bo.seed = f.seed;
     bo.prefetch = f.prefetch;
     bo.num_threads = f.data_threads;
     bo.allocator = allocator;
-    if (f.augment) {
-      bo.augment.random_crop_padding = f.augment_crop_padding;
-      bo.augment.horizontal_flip = true;
-    }
-    if (f.dataset == "cifar10") {
+    bo.augment = AugmentFor(f.augment, f.augment_crop_padding);
+    if (f.dataset == DatasetKind::kCifar10) {
       bo.normalize_mean.assign(kCifar10Mean, kCifar10Mean + 3);
       bo.normalize_std.assign(kCifar10Std, kCifar10Std + 3);
     }
@@ -206,7 +204,7 @@ absl::Status Eval(const WorkerOptions& f, Model* model, ParameterClient* client,
   return absl::OkStatus();
 }
 
-// Across machines: the end of a job from a cluster spec (worker/job_end.h).
+// The end of a job from a cluster spec (worker/job_end.h).
 absl::Status EndSpecJob(const WorkerOptions& f, const absl::Status& trained,
                         const DoneReport& done, Model* model,
                         ParameterClient* client) {

@@ -16,7 +16,7 @@
 //
 //   DP_ASSIGN_OR_RETURN(WorkerOptions f, ReadFlags());   // in main
 //   ... ReplicaSet set; clients ...
-//   if (f.task != "train") return Eval(f, set.models[0].get(), clients[0].get());
+//   if (f.task == WorkerTask::kEval) return Eval(f, set.models[0].get(), clients[0].get());
 //   DoneReport done;
 //   const absl::Status trained = Train(f, set, clients, &done);
 //   if (f.spec.has_value()) return EndSpecJob(f, trained, done, ...);
@@ -35,11 +35,15 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/dataset_kind.h"
+#include "common/enum_names.h"
 #include "common/host_allocator.h"
 #include "common/report.h"
+#include "worker/data/augment.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/job_end.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/device_kind.h"
 #include "worker/nn/model.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
@@ -49,30 +53,52 @@ namespace downpour {
 
 // Everything ps_worker's flags say, already parsed and checked (main's
 // ReadFlags). trainer.stop_requested, when set, is the graceful-stop flag
-// the Downpour loop polls (Recovery, issue 14).
+// the Downpour loop polls.
+// What ps_worker does: train (the Downpour loop) or evaluate the servers'
+// parameters (--task).
+enum class WorkerTask { kTrain, kEval };
+
+inline constexpr EnumName<WorkerTask> kWorkerTaskNames[] = {
+    {WorkerTask::kTrain, "train"},
+    {WorkerTask::kEval, "eval"},
+};
+
+// WorkerTask as a flag type.
+inline bool AbslParseFlag(absl::string_view text, WorkerTask* t,
+                          std::string* error) {
+  return ParseEnumFlag(kWorkerTaskNames, text, t, error);
+}
+inline std::string AbslUnparseFlag(WorkerTask t) {
+  return EnumNameOf(kWorkerTaskNames, t);
+}
+
 struct WorkerOptions {
   GrpcClientOptions client;
   int num_workers = 1;
-  std::string task, data_dir, model, device, save_params, dataset;
+  WorkerTask task = WorkerTask::kTrain;
+  std::string data_dir, model, save_params;
+  DeviceKind device = DeviceKind::kAuto;
+  DatasetKind dataset = DatasetKind::kFashionMnist;
   std::vector<int> gpus;
   int replicas = 1, data_threads = 2, augment_crop_padding = 4;
+  AugmentPolicy augment = AugmentPolicy::kFlip;
   float label_smoothing = 0.0f;  // Of the training loss.
-  bool local_sum = true, augment = false;
-  int batch_size = 64, epochs = 1, cpu_threads = 1, prefetch = 4;
+  bool local_sum = true;
+  int batch_size = 64, epochs = 3, cpu_threads = 1, prefetch = 4;
   uint64_t seed = 1;
   int64_t max_train_examples = 0, max_test_examples = 0, max_chunk_bytes = 0;
   TrainerOptions trainer;
-  // Across machines: set when the job comes from a cluster spec.
+  // Set when the job comes from a cluster spec.
   std::optional<ClusterSpec> spec;
   std::string summary_json;
   absl::Duration job_wait_timeout;
   absl::Time started = absl::Now();
-  // Security and operations: null when --metrics_port is -1.
+  // Null when --metrics_port is -1.
   std::shared_ptr<WorkerMetrics> metrics;
   int metrics_port = -1;
   std::string metrics_bind;
-  std::string cpu_backend;          // Compute and learning (issue 18).
-  bool cuda_blocking_sync = false;  // GPU bring-up (issue 17).
+  CpuBackendKind cpu_backend = CpuBackendKind::kOnednn;
+  bool cuda_blocking_sync = false;
 };
 
 // The replicas of this process: a backend and a model each, on the devices
@@ -99,7 +125,7 @@ absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
 absl::Status Eval(const WorkerOptions& f, Model* model, ParameterClient* client,
                   ChiefRecord* record = nullptr);
 
-// Across machines: ends a job from a cluster spec (f.spec set) after Train
+// Ends a job from a cluster spec (f.spec set) after Train
 // returned `trained` (see the file comment). Returns the first error.
 absl::Status EndSpecJob(const WorkerOptions& f, const absl::Status& trained,
                         const DoneReport& done, Model* model,

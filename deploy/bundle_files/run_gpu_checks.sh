@@ -25,8 +25,8 @@
 #
 # Options:
 #   --gpu=N               device ordinal (default 0)
-#   --epochs=N            training epochs per worker (default 3, as README's
-#                         measured table)
+#   --epochs=N            training epochs per worker (default 3, as the
+#                         README's train command)
 #   --min_accuracy=X      (default 0.85 for >= 3 epochs, else 0.75)
 #   --no_cpu_baseline     --skip_bench    --skip_train    --skip_tests
 #   --results=DIR         default ./gpu_checks_<UTC time>

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Recovery (issue 14): chaos soak. Runs `launch --max_restarts` (2 shards, 2
+# Chaos soak. Runs `launch --max_restarts` (2 shards, 2
 # async workers, Fashion-MNIST) and, for about SOAK_S seconds, SIGKILLs a
 # random server or worker every 10-20 s. The job must complete (exit 0).
 # Prints each kill, its recovery time (kill -> the shard listening again from

@@ -9,10 +9,10 @@
 #
 # Modes: async (Downpour), async_sa (async + --staleness_aware),
 # ssp (--mode=ssp --staleness=$STALENESS), sync (--mode=sync), each with the
-# launcher's default learning-rate rules (issue 18, deploy/lr_rules.h: Adam,
+# default learning-rate rules (deploy/lr_rules.h: Adam,
 # sync's rate x W, async's beta1 lowered for W, 5% warm-up, cosine decay to 0
 # at the job's end, random horizontal flips of the training images);
-# async_const and sync_const (the rules before issue 18: Adagrad at a
+# async_const and sync_const (no rules: Adagrad at a
 # constant 0.05 / 0.1, --lr_schedule=none); and pytorch_ddp (PyTorch
 # DistributedDataParallel, gloo, W processes of one thread, jemalloc
 # preloaded: same model, split, batch 64 and epochs, and by default the same
@@ -114,7 +114,7 @@ for W in $WORKERS; do
     prefix=()
     ((TRAIN_EXAMPLES < 60000)) && prefix=(--max_train_examples="$TRAIN_EXAMPLES")
     cmd+=("${prefix[@]}")
-    if [[ $m == pytorch_ddp ]]; then  # Issue 18: the tool users would pick.
+    if [[ $m == pytorch_ddp ]]; then  # The tool users would pick.
       cmd=(env ${JEMALLOC:+LD_PRELOAD=$JEMALLOC} /usr/bin/python3
            tests/bench/pytorch_ddp_fashion.py --workers="$W" --epochs="$EPOCHS"
            --seed=7 --optimizer="$DDP_OPTIMIZER" --lr="$DDP_LR"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU compute comparison (issue 18): fashion_cnn forward + backward per step,
+# CPU compute comparison: fashion_cnn forward + backward per step,
 # Downpour's oneDNN and OpenBLAS backends against PyTorch (Debian's
 # python3-torch, eager, float32) out of the box, with jemalloc preloaded,
 # with jemalloc + channels_last, and with jemalloc tuned to keep its memory
@@ -18,7 +18,7 @@
 # MIN_SECONDS (timed seconds per cell, 1.5), OUT_DIR (a temp folder; each
 # run's JSON line is kept there). PyTorch runs under /usr/bin/python3 (the
 # Debian interpreter, which has torch); jemalloc is libjemalloc2.
-# The goal (issue 18): downpour(onednn) >= 1.2 x PyTorch at its best, per
+# The goal: downpour(onednn) >= 1.2 x PyTorch at its best, per
 # core, at batch 64 and 256.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

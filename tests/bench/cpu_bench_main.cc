@@ -1,6 +1,6 @@
 // File: tests/bench/cpu_bench_main.cc
 //
-// CPU compute benchmark (issue 18): examples/sec of fashion_cnn's forward +
+// CPU compute benchmark: examples/sec of fashion_cnn's forward +
 // backward on one CPU backend, the per-step work of tests/bench/
 // pytorch_fashion_cnn.py's "compute" row (batch into backend memory,
 // forward, backward, loss). tests/bench/cpu_bench.sh runs it beside PyTorch
@@ -40,6 +40,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
 #include "worker/nn/onednn_backend.h"
+#include "worker/nn/openblas_backend.h"
 
 ABSL_FLAG(std::string, cpu_backend, "onednn", "onednn or openblas.");
 ABSL_FLAG(int, threads, 1, "Backend threads.");
@@ -134,7 +135,7 @@ absl::Status Run(int* exit_code) {
     options.winograd = absl::GetFlag(FLAGS_onednn_winograd);
     DP_ASSIGN_OR_RETURN(backend, NewOnednnBackend(options));
   } else if (kind == "openblas") {
-    backend = NewCpuBackend(threads);
+    backend = NewOpenblasBackend(threads);
   } else {
     *exit_code = 2;
     return absl::InvalidArgumentError(absl::StrCat(

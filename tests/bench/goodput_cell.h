@@ -45,8 +45,9 @@ struct GoodputCell {
 // Runs `trials` timed trials of cell.rounds rounds each on one cluster;
 // `between_trials` (if set) runs before each trial while the workers wait, so
 // another measurement can be interleaved with this cell's. `on_cluster` (if
-// set; Recovery's snapshot cost) is called with the cluster once its stores
-// are declared and warm, and with nullptr before the cluster shuts down.
+// set; used by the snapshot cost mode) is called with the cluster once its
+// stores are declared and warm, and with nullptr before the cluster shuts
+// down.
 GoodputCell RunGoodputCell(const BenchOptions& o, int64_t model_bytes,
                            int shards, int workers, int trials = 1,
                            const std::function<void()>& between_trials = {},

@@ -43,7 +43,7 @@ struct InProcessClusterOptions {
   // Loopback addresses 127.0.0.1 .. 127.0.0.<num_addresses> each shard
   // listens on (one port per address); 1 <= num_addresses <= 200.
   int num_addresses = 1;
-  // Security and operations: TLS / token of every shard (the certificate
+  // TLS / token of every shard (the certificate
   // must cover 127.0.0.1..num_addresses; make_certs.sh's covers 127.0.0.1).
   TransportSecurityOptions security;
 };

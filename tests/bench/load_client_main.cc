@@ -1,6 +1,6 @@
 // File: tests/bench/load_client_main.cc
 //
-// Hostile input (issue 16): many clients pushing large messages at one
+// Many clients pushing large messages at one
 // ps_server as fast as it answers, to show what bounds the server's memory
 // (tests/bench/load_memory.sh starts the server, runs this and reads the
 // server's peak resident memory).

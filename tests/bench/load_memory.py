@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hostile input (issue 16): peak resident memory of a ps_server while many
+"""Peak resident memory of a ps_server while many
 clients send large pushes at once, with and without the server's limits
 (--grpc_memory_quota_mb, --max_streams_per_connection).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile input (issue 16): peak resident memory and push throughput of a
+# Peak resident memory and push throughput of a
 # real ps_server while many clients push large messages at once
 # (tests/bench/load_client_main.cc), with the server's default limits and
 # with every limit off, each run once, alternating, in one invocation:

@@ -1,6 +1,6 @@
 // net_exchange_bench: push+pull goodput against remote servers, and raw TCP
-// both ways at once between the same hosts (issue "Across machines", item 9;
-// driven by tests/bench/netns_transport_bench.sh over emulated hosts).
+// both ways at once between the same hosts (driven by
+// tests/bench/netns_transport_bench.sh over emulated hosts).
 //
 //   net_exchange_bench --mode=tcp_sink --port=7000          # on host A
 //   net_exchange_bench --mode=tcp --host=A --port=7000      # on host B

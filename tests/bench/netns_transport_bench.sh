@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/bench/netns_transport_bench.sh -- transport over emulated hosts
-# (issue "Across machines", item 9). Not part of the test suite; as root:
+# tests/bench/netns_transport_bench.sh -- transport over emulated hosts.
+# Not part of the test suite; as root:
 #
 #   bazel build -c opt //tests/bench:net_exchange_bench //server:ps_server
 #   bash tests/bench/netns_transport_bench.sh [net_exchange_bench ps_server]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch DistributedDataParallel beside Downpour (issue 18, item 5).
+"""PyTorch DistributedDataParallel beside Downpour.
 
 Trains the same fashion_cnn (worker/nn/model.h; tests/bench/
 pytorch_fashion_cnn.py) on Fashion-MNIST with W processes on this machine

@@ -5,9 +5,10 @@ per-step work, the same table and JSON line.
     python3 tests/bench/pytorch_fashion_cnn.py --device=cuda --gpu=0
     python3 tests/bench/pytorch_fashion_cnn.py --device=cpu --batch_sizes=64
 
-Model (README "Saved parameters"; worker/nn/model.h): conv 3x3x32 valid +
-ReLU + 2x2 max-pool, conv 3x3x64 valid + ReLU + 2x2 max-pool, flatten 1600,
-dense 128 + ReLU, dense 10, softmax cross-entropy (mean). 225,034 float32
+Model (docs/design.md, "Saved parameters"; worker/nn/model.h): conv 3x3x32
+valid + ReLU + 2x2 max-pool, conv 3x3x64 valid + ReLU + 2x2 max-pool,
+flatten 1600, dense 128 + ReLU, dense 10, softmax cross-entropy (mean).
+225,034 float32
 parameters in the order conv1.weight, conv1.bias, conv2.weight, conv2.bias,
 fc1.weight, fc1.bias, fc2.weight, fc2.bias, which is Downpour's flat layout.
 
@@ -64,7 +65,7 @@ def parse_args(argv):
     p.add_argument("--pool_batches", type=int, default=8)
     p.add_argument("--cpu_threads", type=int, default=0,
                    help="--device=cpu: torch.set_num_threads; 0 = default")
-    # Issue 18: PyTorch's best CPU setting (channels_last activations).
+    # PyTorch's best CPU setting (channels_last activations).
     p.add_argument("--channels_last", action="store_true",
                    help="feed the model NHWC (torch.channels_last) input")
     p.add_argument("--tf32", action="store_true",

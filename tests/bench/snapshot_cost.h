@@ -1,6 +1,6 @@
 // File: tests/bench/snapshot_cost.h
 //
-// transport_bench's snapshot mode (--snapshot_cost; Recovery, issue 14): the
+// transport_bench's snapshot mode (--snapshot_cost): the
 // goodput cell run with shard snapshots off and on (a Snapshotter per
 // in-process shard writing every `every` into a temporary folder, as
 // `ps_server --checkpoint_dir --checkpoint_every_s` does), trials

@@ -51,8 +51,8 @@
 #include "common/malloc_tuning.h"
 #include "rpc/wire.h"
 #include "tests/bench/goodput_cell.h"
-#include "tests/bench/security_cost.h"  // Security and operations.
-#include "tests/bench/snapshot_cost.h"  // Recovery.
+#include "tests/bench/security_cost.h"
+#include "tests/bench/snapshot_cost.h"
 #include "tests/bench/transport_bench_util.h"
 #include "tests/bench/transport_sections.h"
 #include "worker/grpc_ps_client.h"
@@ -106,14 +106,14 @@ ABSL_FLAG(int64_t, headline_mb, 0,
           "MiB moved per headline trial. Full: 512. Quick: 256.");
 ABSL_FLAG(int64_t, apply_mb, 64, "Gradient size for (c) and (d), MiB.");
 ABSL_FLAG(int, apply_rounds, 0, "Timed repetitions in (c) and (d). Full: 10. Quick: 3.");
-// Security and operations (tests/bench/security_cost.h): the TLS mode.
+// The TLS mode (tests/bench/security_cost.h).
 ABSL_FLAG(bool, security_cost, false,
           "Only the 64 MiB, 2-shard, 1-worker goodput cell with plaintext, "
           "token, mTLS and mTLS + token, side by side (--headline_trials each).");
 ABSL_FLAG(std::string, certs_dir, "",
           "--security_cost: make_certs.sh's files (default: made now in a "
           "temporary directory with deploy/make_certs.sh).");
-// Recovery (tests/bench/snapshot_cost.h): the snapshot cost mode.
+// The snapshot cost mode (tests/bench/snapshot_cost.h).
 ABSL_FLAG(bool, snapshot_cost, false,
           "Only the 64 MiB, 2-shard, 1-worker goodput cell with shard "
           "snapshots off and on (every --checkpoint_every_s, into a temporary "
@@ -142,7 +142,7 @@ T Pick(T flag_value, T full, T quick_value, bool quick) {
   return flag_value != 0 ? flag_value : (quick ? quick_value : full);
 }
 
-// Security and operations: --security_cost. The 64 MiB, 2-shard, 1-worker
+// --security_cost. The 64 MiB, 2-shard, 1-worker
 // cell (section (h)'s) with each security setting, trials interleaved.
 int RunSecurityCostMode(BenchOptions o, std::string dir) {
   if (dir.empty()) {
@@ -173,7 +173,7 @@ int RunSecurityCostMode(BenchOptions o, std::string dir) {
   return 0;
 }
 
-// Recovery: --snapshot_cost. The 64 MiB, 2-shard, 1-worker cell with
+// --snapshot_cost. The 64 MiB, 2-shard, 1-worker cell with
 // snapshots off and on, trials interleaved.
 int RunSnapshotCostMode(const BenchOptions& o, double every_s) {
   auto cost = RunSnapshotCost(
@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
     return downpour::transport_bench::RunSecurityCostMode(
         o, absl::GetFlag(FLAGS_certs_dir));
   }
-  if (absl::GetFlag(FLAGS_snapshot_cost)) {  // Recovery.
+  if (absl::GetFlag(FLAGS_snapshot_cost)) {
     return downpour::transport_bench::RunSnapshotCostMode(
         o, absl::GetFlag(FLAGS_checkpoint_every_s));
   }

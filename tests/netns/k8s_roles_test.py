@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kubernetes without a cluster (issue "Across machines", item 8).
+"""Kubernetes without a cluster: the manifests' roles, checked offline.
 
     python3 tests/netns/k8s_roles_test.py <node> <k8s_tf_config.py> <tfjob.yaml> <statefulset.yaml>
 

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# tests/netns/netns_cluster_test.sh -- a Downpour job across 4 emulated hosts
-# (issue "Across machines", item 6).
+# tests/netns/netns_cluster_test.sh -- a Downpour job across 4 emulated hosts.
 #
 #   bash tests/netns/netns_cluster_test.sh [node ps_server ps_worker]  # as root
 #   (defaults: bazel-bin/deploy/node, bazel-bin/server/ps_server,

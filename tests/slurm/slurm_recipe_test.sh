@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/slurm/slurm_recipe_test.sh -- the README's Slurm recipe on a real,
-# throwaway Slurm (issue "Across machines", item 7).
+# tests/slurm/slurm_recipe_test.sh -- the Slurm recipe (deploy/slurm/
+# downpour.sbatch, docs/operations.md) on a real, throwaway Slurm.
 #
 #   sudo bash tests/slurm/slurm_recipe_test.sh [node ps_server ps_worker]
 #

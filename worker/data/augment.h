@@ -18,7 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/enum_names.h"
 
 namespace downpour {
 
@@ -33,6 +37,38 @@ struct AugmentOptions {
   // Mirror left-right with probability 1/2.
   bool horizontal_flip = false;
 };
+
+// The training-image augmentation a job asks for (--augment): none, random
+// horizontal flips, or random crops (padding --augment_crop_padding) and
+// flips.
+enum class AugmentPolicy { kNone, kFlip, kCropFlip };
+
+inline constexpr EnumName<AugmentPolicy> kAugmentPolicyNames[] = {
+    {AugmentPolicy::kNone, "none"},
+    {AugmentPolicy::kFlip, "flip"},
+    {AugmentPolicy::kCropFlip, "crop_flip"},
+};
+
+inline const char* AugmentPolicyName(AugmentPolicy a) {
+  return EnumNameOf(kAugmentPolicyNames, a);
+}
+
+// The AugmentOptions of `policy`, cropping with `crop_padding` pixels.
+inline AugmentOptions AugmentFor(AugmentPolicy policy, int crop_padding) {
+  AugmentOptions o;
+  o.horizontal_flip = policy != AugmentPolicy::kNone;
+  if (policy == AugmentPolicy::kCropFlip) o.random_crop_padding = crop_padding;
+  return o;
+}
+
+// AugmentPolicy as a flag type.
+inline bool AbslParseFlag(absl::string_view text, AugmentPolicy* a,
+                          std::string* error) {
+  return ParseEnumFlag(kAugmentPolicyNames, text, a, error);
+}
+inline std::string AbslUnparseFlag(AugmentPolicy a) {
+  return AugmentPolicyName(a);
+}
 
 // Largest accepted AugmentOptions::random_crop_padding.
 inline constexpr int kMaxCropPadding = 1 << 16;
@@ -73,3 +109,4 @@ struct ExampleTransform {
 }  // namespace downpour
 
 #endif  // DOWNPOUR_WORKER_DATA_AUGMENT_H_
+

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "worker/data/dataset_info.h"
 
 namespace downpour {
 namespace {
@@ -284,10 +285,8 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
   BatcherOptions o = options;
   if (o.allocator == nullptr) o.allocator = DefaultHostAllocator();
   DP_RETURN_IF_ERROR(ValidateOptions(data, o));
-  std::vector<int64_t> shard;
-  for (int64_t i = o.worker_index; i < data->size; i += o.num_workers) {
-    shard.push_back(i);
-  }
+  std::vector<int64_t> shard = ShardExampleIndices(
+      data->size, DataShard{o.worker_index, o.num_workers});
   if (shard.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", o.worker_index, " of ", o.num_workers,

@@ -1,9 +1,14 @@
 // File: worker/nn/backend.h
 //
 // The compute-backend interface: every numerical operation a layer needs,
-// over memory that the backend owns (host RAM for the CPU backend, device
+// over memory that the backend owns (host RAM for the CPU backends, device
 // memory for a CUDA backend). Layers and the model are written only against
 // this interface, so a new backend slots in without touching them.
+//
+// Implementations, each with its factory in a header of its own:
+// openblas_backend.h (im2col + OpenBLAS GEMM), onednn_backend.h (oneDNN
+// primitives, the default CPU backend) and cuda_backend.h (cuDNN, cuBLAS).
+// backend_conformance_test.cc runs one test suite over all of them.
 //
 // Conventions:
 //  * All tensors are float32, row-major. Images are NCHW; convolution
@@ -172,10 +177,6 @@ absl::Status ValidateLabelSmoothing(float label_smoothing);
 // An Allocate of n floats: InvalidArgument when negative, ResourceExhausted
 // when too large to count in bytes.
 absl::Status ValidateAllocation(int64_t n);
-
-// The CPU backend: OpenBLAS GEMM (im2col for convolutions), vectorizable
-// loops for the rest. `num_threads` <= 0 keeps OpenBLAS's default.
-std::unique_ptr<Backend> NewCpuBackend(int num_threads);
 
 // RAII owner of one Allocate()d buffer.
 class DeviceBuffer {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/nn/onednn_backend.h"
+#include "worker/nn/openblas_backend.h"
 
 namespace downpour {
 namespace {
@@ -20,12 +21,12 @@ absl::StatusOr<SelectedBackends> CpuBackends(const BackendRequest& r,
   SelectedBackends s;
   const int n = r.single ? 1 : std::max(1, r.cpu_replicas);
   for (int i = 0; i < n; ++i) {
-    absl::StatusOr<std::unique_ptr<Backend>> b = NewCpuBackendByName(
-        r.cpu_backend, r.cpu_threads);
+    absl::StatusOr<std::unique_ptr<Backend>> b =
+        NewCpuBackend(r.cpu_backend, r.cpu_threads);
     if (!b.ok()) return b.status();
     s.backends.push_back(std::move(*b));
   }
-  s.note = absl::StrCat(note, "; CPU backend: ", r.cpu_backend);
+  s.note = std::move(note);
   return s;
 }
 
@@ -56,39 +57,36 @@ CudaFactory RealCudaFactory() {
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> NewCpuBackendByName(
-    const std::string& name, int threads) {
-  if (name == "onednn") return NewOnednnBackend(threads);
-  if (name == "openblas") return NewCpuBackend(threads);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--cpu_backend must be onednn or openblas, got '", name, "'"));
+absl::StatusOr<std::unique_ptr<Backend>> NewCpuBackend(CpuBackendKind kind,
+                                                       int threads) {
+  if (kind == CpuBackendKind::kOpenblas) return NewOpenblasBackend(threads);
+  return NewOnednnBackend(threads);
 }
 
 absl::StatusOr<SelectedBackends> SelectBackends(const BackendRequest& r,
                                                 const CudaFactory& f) {
-  if (r.cpu_backend != "onednn" && r.cpu_backend != "openblas") {
-    return NewCpuBackendByName(r.cpu_backend, 1).status();
-  }
-  if (r.device != "auto" && r.device != "cpu" && r.device != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device must be auto, cpu or cuda, got '", r.device, "'"));
-  }
-  if (r.device == "cpu") {
+  if (r.device == DeviceKind::kCpu) {
     if (!r.gpus.empty()) {
       return absl::InvalidArgumentError("--gpus needs --device=cuda or auto");
     }
-    return CpuBackends(r, "using the CPU backend (--device=cpu)");
+    return CpuBackends(r, absl::StrCat("using the CPU backend (--device=cpu)",
+                                       "; CPU backend: ", CpuBackendName(r.cpu_backend)));
   }
   const CudaProbe probe = f.probe();
   if (probe.device_count == 0) {
-    if (r.device == "cuda" || !r.gpus.empty()) {
+    if (r.device == DeviceKind::kCuda || !r.gpus.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          r.device == "cuda" ? "--device=cuda" : "--gpus",
+          r.device == DeviceKind::kCuda ? "--device=cuda" : "--gpus",
           " was requested but no CUDA device is usable: ", probe.reason));
     }
-    return CpuBackends(r, absl::StrCat("--device=auto: using the CPU backend "
-                                       "(no usable CUDA device: ",
-                                       probe.reason, ")"));
+    // The usual case on a machine without a GPU, not a fault: one plain
+    // line. The runtime's reason (e.g. "CUDA driver version is
+    // insufficient") stays in `detail`.
+    absl::StatusOr<SelectedBackends> cpu = CpuBackends(
+        r, absl::StrCat("no GPU found: training on the CPU (",
+                        CpuLibraryName(r.cpu_backend), ")"));
+    if (cpu.ok()) cpu->detail = probe.reason;
+    return cpu;
   }
   for (int g : r.gpus) {
     if (g < 0 || g >= probe.device_count) {
@@ -102,18 +100,19 @@ absl::StatusOr<SelectedBackends> SelectBackends(const BackendRequest& r,
   absl::StatusOr<SelectedBackends> cuda = OpenCuda(r, f, devices);
   if (cuda.ok()) {
     cuda->note = absl::StrCat(
-        "--device=", r.device, ": using CUDA (", probe.device_count, " GPU",
+        "--device=", DeviceKindName(r.device), ": using CUDA (", probe.device_count, " GPU",
         probe.device_count == 1 ? "" : "s", ": ",
         absl::StrJoin(probe.names, ", "), "; replicas on GPU ",
         absl::StrJoin(devices, ","), ")");
     return cuda;
   }
-  if (r.device == "cuda") return cuda.status();
+  if (r.device == DeviceKind::kCuda) return cuda.status();
   return CpuBackends(
       r, absl::StrCat("--device=auto: a GPU is visible (",
                       absl::StrJoin(probe.names, ", "),
                       ") but the CUDA backend failed to start: ",
-                      cuda.status().message(), "; using the CPU backend"));
+                      cuda.status().message(), "; using the CPU backend",
+                      "; CPU backend: ", CpuBackendName(r.cpu_backend)));
 }
 
 }  // namespace downpour

@@ -5,14 +5,17 @@
 // GPUs, or the CPU backend. Called from main (the device is chosen there and
 // passed down, never inside library code).
 //
-// --device=auto uses CUDA when a GPU is visible AND the CUDA backend starts;
-// when it fails to start (exclusive-process mode, out of memory, cuBLAS or
+// --device=auto uses CUDA when a GPU is visible AND the CUDA backend starts.
+// Without a usable GPU it uses the CPU backend and says so in one plain line
+// ("no GPU found: training on the CPU (oneDNN)"); when a visible GPU's
+// backend fails to start (exclusive-process mode, out of memory, cuBLAS or
 // cuDNN missing, a cuDNN for another CUDA) the reason is logged and the CPU
 // backend is used. --device=cuda (or --gpus) without a usable GPU, and
-// --device=cuda when the backend fails, are errors.
+// --device=cuda when the backend fails, are errors whose message carries the
+// CUDA runtime's reason.
 //
 // Usage:
-//   BackendRequest req;  req.device = "auto";  req.cpu_replicas = 2;
+//   BackendRequest req;  req.device = DeviceKind::kAuto;  req.cpu_replicas = 2;
 //   DP_ASSIGN_OR_RETURN(SelectedBackends sel,
 //                       SelectBackends(req, RealCudaFactory()));
 //   std::printf("worker 0: %s\n", sel.note.c_str());
@@ -31,18 +34,17 @@
 #include "common/host_allocator.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda_backend.h"
+#include "worker/nn/device_kind.h"
 
 namespace downpour {
 
 struct BackendRequest {
-  std::string device = "auto";  // auto, cpu or cuda
+  DeviceKind device = DeviceKind::kAuto;
   std::vector<int> gpus;        // One replica per entry; empty: GPU 0.
   int cpu_replicas = 1;         // Replicas on the CPU backend.
   bool single = false;          // One replica whatever the above (eval).
   int cpu_threads = 1;
-  // Compute and learning (issue 18): the CPU backend, onednn (default) or
-  // openblas.
-  std::string cpu_backend = "onednn";
+  CpuBackendKind cpu_backend = CpuBackendKind::kOnednn;
   CudaBackendOptions cuda;
 };
 
@@ -60,19 +62,23 @@ struct SelectedBackends {
   std::vector<std::unique_ptr<Backend>> backends;  // One per replica.
   std::unique_ptr<HostAllocator> pinned;  // Null on the CPU.
   bool cuda = false;
-  // What was chosen and why, for the log (auto's fallback reason included).
+  // What was chosen and why, one line for the log: e.g. "no GPU found:
+  // training on the CPU (oneDNN)", or a visible GPU's start-up failure.
   std::string note;
+  // With --device=auto and no usable GPU: the CUDA runtime's reason (e.g.
+  // "cudaGetDeviceCount failed: cudaErrorInsufficientDriver (...)"), for a
+  // verbose log; empty otherwise.
+  std::string detail;
 };
 
-// The CPU backend named by --cpu_backend: "onednn" or "openblas";
-// InvalidArgument for anything else.
-absl::StatusOr<std::unique_ptr<Backend>> NewCpuBackendByName(
-    const std::string& name, int threads);
+// The CPU backend `kind` with `threads` threads.
+absl::StatusOr<std::unique_ptr<Backend>> NewCpuBackend(CpuBackendKind kind,
+                                                       int threads);
 
-// Errors: InvalidArgument for a bad request (--cpu_backend included) or a
-// GPU ordinal beyond the
-// visible ones; FailedPrecondition for --device=cuda/--gpus without a GPU;
-// the backend's error for --device=cuda when it fails to start.
+// Errors: InvalidArgument for a bad request (--gpus with --device=cpu) or a
+// GPU ordinal beyond the visible ones; FailedPrecondition for
+// --device=cuda/--gpus without a GPU (naming the CUDA runtime's reason); the
+// backend's error for --device=cuda when it fails to start.
 absl::StatusOr<SelectedBackends> SelectBackends(const BackendRequest& request,
                                                 const CudaFactory& factory);
 

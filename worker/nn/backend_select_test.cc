@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/nn/openblas_backend.h"
 
 namespace downpour {
 namespace {
@@ -23,17 +24,17 @@ CudaFactory OneGpu(absl::Status open_status, std::vector<int>* opened) {
       -> absl::StatusOr<std::unique_ptr<Backend>> {
     opened->push_back(ordinal);
     if (!open_status.ok()) return open_status;
-    return NewCpuBackend(1);
+    return NewOpenblasBackend(1);
   };
   f.pinned = [] { return std::unique_ptr<HostAllocator>(); };
   return f;
 }
 
-// Item 7 of issue 17: a visible GPU whose backend fails to start.
+// A visible GPU whose backend fails to start.
 TEST(BackendSelectTest, AutoFallsBackToTheCpuWhenTheCudaBackendFails) {
   std::vector<int> opened;
   BackendRequest r;
-  r.device = "auto";
+  r.device = DeviceKind::kAuto;
   r.cpu_replicas = 2;
   auto s = SelectBackends(
       r, OneGpu(absl::FailedPreconditionError("cannot load libcudnn.so.9"),
@@ -51,7 +52,7 @@ TEST(BackendSelectTest, AutoFallsBackToTheCpuWhenTheCudaBackendFails) {
 TEST(BackendSelectTest, CudaRequestedAndFailingIsAnError) {
   std::vector<int> opened;
   BackendRequest r;
-  r.device = "cuda";
+  r.device = DeviceKind::kCuda;
   auto s = SelectBackends(
       r, OneGpu(absl::ResourceExhaustedError("out of memory"), &opened));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
@@ -78,12 +79,12 @@ TEST(BackendSelectTest, AutoUsesAWorkingGpuOnePerListedOrdinal) {
 TEST(BackendSelectTest, BadRequests) {
   std::vector<int> opened;
   BackendRequest r;
-  r.device = "tpu";
-  EXPECT_EQ(SelectBackends(r, OneGpu(absl::OkStatus(), &opened))
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  r.device = "cpu";
+  // An unknown device is refused where the flag is parsed.
+  DeviceKind d;
+  std::string error;
+  EXPECT_FALSE(AbslParseFlag("tpu", &d, &error));
+  EXPECT_NE(error.find("auto, cpu or cuda"), std::string::npos) << error;
+  r.device = DeviceKind::kCpu;
   r.gpus = {0};
   EXPECT_EQ(SelectBackends(r, OneGpu(absl::OkStatus(), &opened))
                 .status()
@@ -92,39 +93,95 @@ TEST(BackendSelectTest, BadRequests) {
   EXPECT_TRUE(opened.empty());
 }
 
+// A host without a usable GPU, as the CUDA runtime reports it on a machine
+// without a driver.
+CudaFactory NoGpu(std::vector<int>* opened) {
+  CudaFactory f = OneGpu(absl::OkStatus(), opened);
+  f.probe = [] {
+    CudaProbe p;
+    p.reason =
+        "cudaGetDeviceCount failed: cudaErrorInsufficientDriver (CUDA driver "
+        "version is insufficient for CUDA runtime version)";
+    return p;
+  };
+  return f;
+}
+
+// --device=auto without a GPU says so in one plain line naming the CPU
+// backend; the runtime's reason is kept aside, and is in the errors of
+// --device=cuda and --gpus.
+TEST(BackendSelectTest, AutoWithoutAGpuSaysSoPlainly) {
+  std::vector<int> opened;
+  BackendRequest r;
+  auto s = SelectBackends(r, NoGpu(&opened));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->cuda);
+  EXPECT_EQ(s->backends[0]->Name(), "cpu (onednn)");
+  EXPECT_EQ(s->note, "no GPU found: training on the CPU (oneDNN)");
+  EXPECT_NE(s->detail.find("cudaErrorInsufficientDriver"), std::string::npos);
+  r.cpu_backend = CpuBackendKind::kOpenblas;
+  s = SelectBackends(r, NoGpu(&opened));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->backends[0]->Name(), "cpu");
+  EXPECT_EQ(s->note, "no GPU found: training on the CPU (OpenBLAS)");
+
+  r.device = DeviceKind::kCuda;
+  s = SelectBackends(r, NoGpu(&opened));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--device=cuda"), std::string::npos)
+      << s.status();
+  EXPECT_NE(s.status().message().find("CUDA driver version is insufficient"),
+            std::string::npos)
+      << s.status();
+  r.device = DeviceKind::kAuto;
+  r.gpus = {0};
+  s = SelectBackends(r, NoGpu(&opened));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--gpus"), std::string::npos);
+  EXPECT_TRUE(opened.empty());
+}
+
 // The real factory on this machine. Without a GPU (the development box):
-// auto gives the CPU with the runtime's reason, cuda is refused.
+// auto gives the CPU with one plain line, cuda is refused with the runtime's
+// reason.
 TEST(BackendSelectTest, RealFactoryWithoutAGpu) {
-  if (ProbeCuda().device_count > 0) GTEST_SKIP() << "this machine has a GPU";
+  const CudaProbe probe = ProbeCuda();
+  if (probe.device_count > 0) GTEST_SKIP() << "this machine has a GPU";
   BackendRequest r;
   auto s = SelectBackends(r, RealCudaFactory());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_FALSE(s->cuda);
-  EXPECT_NE(s->note.find("no usable CUDA device"), std::string::npos);
-  r.device = "cuda";
-  EXPECT_EQ(SelectBackends(r, RealCudaFactory()).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->note, "no GPU found: training on the CPU (oneDNN)");
+  EXPECT_EQ(s->detail, probe.reason);
+  r.device = DeviceKind::kCuda;
+  s = SelectBackends(r, RealCudaFactory());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("no CUDA device is usable"),
+            std::string::npos)
+      << s.status();
+  EXPECT_NE(s.status().message().find(probe.reason), std::string::npos)
+      << s.status();
 }
 
-// Issue 18: --cpu_backend picks oneDNN (default) or OpenBLAS; anything else
+// --cpu_backend picks oneDNN (default) or OpenBLAS; anything else
 // is refused before any backend opens.
 TEST(BackendSelectTest, CpuBackendFlag) {
   std::vector<int> opened;
   BackendRequest r;
-  r.device = "cpu";
+  r.device = DeviceKind::kCpu;
   auto s = SelectBackends(r, OneGpu(absl::OkStatus(), &opened));
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->backends[0]->Name(), "cpu (onednn)");
   EXPECT_NE(s->note.find("CPU backend: onednn"), std::string::npos) << s->note;
-  r.cpu_backend = "openblas";
+  r.cpu_backend = CpuBackendKind::kOpenblas;
   s = SelectBackends(r, OneGpu(absl::OkStatus(), &opened));
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->backends[0]->Name(), "cpu");
-  r.cpu_backend = "mkl";
-  r.device = "auto";
-  s = SelectBackends(r, OneGpu(absl::OkStatus(), &opened));
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("--cpu_backend"), std::string::npos);
+  // Anything else is refused where the flag is parsed.
+  CpuBackendKind kind;
+  std::string error;
+  EXPECT_FALSE(AbslParseFlag("mkl", &kind, &error));
+  EXPECT_NE(error.find("onednn or openblas"), std::string::npos) << error;
   EXPECT_TRUE(opened.empty());
 }
 

@@ -79,7 +79,7 @@ TEST(ConvAlgoChoiceTest, SkipsTransformsUnlessAllowedAndRespectsTheLimit) {
   EXPECT_EQ(c->algo, 6);
 }
 
-// Item 4 of issue 17: entries ranked for tensor-op math are not FMA kernels.
+// Entries ranked for tensor-op math are not FMA kernels.
 TEST(ConvAlgoChoiceTest, KeepsOnlyFmaEntriesUnlessTf32IsAllowed) {
   Env e;
   e.workspace = {{1, 0}, {2, 0}};

@@ -6,25 +6,25 @@
 // in cudnn_descriptors.h, the cuDNN algorithm queries in cudnn_conv_algos.h
 // and the error-to-Status macros in cuda_status.h.
 //
-// BRING-UP STATUS (no GPU was available while this was written):
-//  * Verified: compiles with g++ 12 against CUDA 13.0 / cuDNN 9.19 / cuBLAS
-//    13 headers, the kernels compile with nvcc for sm_80, sm_90 and
+// Verification:
+//  * Without a GPU: compiles with g++ 12 against CUDA 13.0 / cuDNN 9.19 /
+//    cuBLAS 13 headers, the kernels compile with nvcc for sm_80, sm_90 and
 //    compute_90 PTX (58 registers for the 512-thread softmax kernel, under
 //    its __launch_bounds__), everything links, and on a machine without a
 //    driver ProbeCuda() reports device_count 0 with the cudaGetDeviceCount
 //    error, NewCudaBackend returns FailedPrecondition and the pinned
 //    allocator returns nullptr (cuda_backend_test's NoGpu tests); every GPU
-//    test skips. cuDNN descriptors need no device, so a scratch program
-//    checked them against libcudnn 9.19 here: the tensor, filter,
-//    convolution (with CUDNN_FMA_MATH) and pooling descriptors that
-//    cudnn_descriptors.cc builds are accepted, and cudnnGetConvolution2dForwardOutputDim /
+//    test skips. cuDNN descriptors need no device: libcudnn 9.19 accepts the
+//    tensor, filter, convolution (with CUDNN_FMA_MATH) and pooling
+//    descriptors that cudnn_descriptors.cc builds, and
+//    cudnnGetConvolution2dForwardOutputDim /
 //    cudnnGetPooling2dForwardOutputDim give ConvDesc/PoolDesc's output sizes
 //    for the test shapes (pooling drops trailing rows/columns). The GPU
-//    tests' own logic was exercised by running them with a second CPU
-//    backend standing in for the GPU.
-//  * Not verified (needs the first GPU run of cuda_backend_test and
-//    cuda_train_test): every numerical result and kernel launch; that the
-//    v7 heuristics (cudnnGetConvolution*Algorithm_v7) offer usable
+//    tests' own logic runs on the CPU backends: backend_conformance_test
+//    instantiates the same suite for OpenBLAS, oneDNN and CUDA.
+//  * Needing a GPU run of backend_conformance_test, cuda_backend_test and
+//    cuda_train_test: every numerical result and kernel launch; that the v7
+//    heuristics (cudnnGetConvolution*Algorithm_v7) offer usable
 //    non-FFT/non-Winograd algorithms whose FMA-math workspace queries
 //    succeed for every shape (if none does, the fixed fallbacks are tried,
 //    else the call fails with Unimplemented); cudnnAddTensor's (1, O, 1, 1)

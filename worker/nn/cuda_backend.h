@@ -7,7 +7,7 @@
 //
 // Usage (in main; library code never picks a device):
 //   CudaProbe probe = ProbeCuda();
-//   if (probe.device_count == 0) { /* use NewCpuBackend, log probe.reason */ }
+//   if (probe.device_count == 0) { /* use a CPU backend, log probe.reason */ }
 //   DP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gpu,
 //                       NewCudaBackend(/*device_ordinal=*/0,
 //                       CudaBackendOptions()));

@@ -24,6 +24,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/openblas_backend.h"
 
 namespace downpour {
 namespace {
@@ -119,7 +120,7 @@ TEST(CudaTrainTest, FashionCnnSgdMatchesCpu) {
 
   const int steps = 600, batch = 64;
   const float lr = 0.1f;
-  std::unique_ptr<Backend> cpu = NewCpuBackend(4);
+  std::unique_ptr<Backend> cpu = NewOpenblasBackend(4);
   absl::StatusOr<std::unique_ptr<Backend>> gpu =
       NewCudaBackend(0, CudaBackendOptions());
   ASSERT_TRUE(gpu.ok()) << gpu.status();

@@ -14,11 +14,11 @@
 //   cudnnConvolutionForward(..., static_cast<cudnnConvolutionFwdAlgo_t>(
 //       fwd.algo), workspace, fwd.workspace, ...);
 //
-// Math types (issue 17, item 4): without TF32 only ranking entries whose
-// mathType is CUDNN_FMA_MATH are considered; the convolution descriptor is
-// set to CUDNN_FMA_MATH too (cudnn_descriptors.h), so the kernels that run
-// are FMA kernels (PyTorch's rule when TF32 is disallowed). With TF32 the
-// descriptor is CUDNN_DEFAULT_MATH and entries of every math type count.
+// Math types: without TF32 only ranking entries whose mathType is
+// CUDNN_FMA_MATH are considered; the convolution descriptor is set to
+// CUDNN_FMA_MATH too (cudnn_descriptors.h), so the kernels that run are FMA
+// kernels (PyTorch's rule when TF32 is disallowed). With TF32 the descriptor
+// is CUDNN_DEFAULT_MATH and entries of every math type count.
 // An algorithm whose workspace query fails is skipped; `bad` algorithms
 // (they failed to run) are never chosen.
 //

@@ -7,7 +7,7 @@
 // (common/sharding.h).
 //
 // Usage:
-//   std::unique_ptr<Backend> cpu = NewCpuBackend(0);
+//   std::unique_ptr<Backend> cpu = NewOpenblasBackend(0);
 //   DP_ASSIGN_OR_RETURN(auto model, BuildModel("fashion_cnn", cpu.get(), 64));
 //   std::vector<float> init = model->InitialParameters(/*seed=*/1);
 //   DP_RETURN_IF_ERROR(model->SetParameters(init));

@@ -1,6 +1,8 @@
 // Tests of the layers and Model: gradients against central finite
 // differences, the fashion_cnn and cifar_vgg layouts, determinism, training
-// and errors.
+// and errors, on each CPU backend (test_backends.h). The CUDA backend's
+// layers and model are checked against the CPU in
+// backend_conformance_test.cc.
 #include "worker/nn/model.h"
 
 #include <algorithm>
@@ -11,11 +13,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/test_cpu_backend.h"
+#include "worker/nn/test_backends.h"
 #include "worker/nn/test_util.h"
 
 namespace downpour {
@@ -117,52 +120,58 @@ std::vector<float> SpreadInput(int64_t n, uint64_t seed, float gap) {
   return v;
 }
 
-class LayerGradTest : public ::testing::Test {
+// The tests below run on each CPU backend (test_backends.h): the harness
+// above uses host vectors as backend memory.
+class LayerGradTest : public ::testing::TestWithParam<BackendImpl> {
  protected:
-  std::unique_ptr<Backend> be_ = NewTestCpuBackend(1);
+  std::unique_ptr<Backend> be_ = MakeBackendOrDie(GetParam(), 1);
 };
 
-TEST_F(LayerGradTest, Conv2dPad0) {
+TEST_P(LayerGradTest, Conv2dPad0) {
   const Dims in{2, 5, 6};
   LayerHarness h(be_.get(), NewConv2d("c", 3, 3, 0), in, 2);
   EXPECT_EQ(h.out(), (Dims{3, 3, 4}));
   h.Check(RandomVec(2 * in.Size(), 1), 1e-2, 2e-3);
 }
 
-TEST_F(LayerGradTest, Conv2dPad1OddSize) {
+TEST_P(LayerGradTest, Conv2dPad1OddSize) {
   const Dims in{3, 5, 7};
   LayerHarness h(be_.get(), NewConv2d("c", 2, 3, 1), in, 3);
   EXPECT_EQ(h.out(), (Dims{2, 5, 7}));
   h.Check(RandomVec(3 * in.Size(), 2), 1e-2, 2e-3);
 }
 
-TEST_F(LayerGradTest, Relu) {
+TEST_P(LayerGradTest, Relu) {
   const Dims in{2, 3, 3};
   LayerHarness h(be_.get(), NewRelu("r"), in, 2);
   EXPECT_EQ(h.out(), in);
   h.Check(SpreadInput(2 * in.Size(), 3, 0.1f), 1e-2, 2e-3);
 }
 
-TEST_F(LayerGradTest, MaxPoolOddSize) {
+TEST_P(LayerGradTest, MaxPoolOddSize) {
   const Dims in{2, 5, 7};
   LayerHarness h(be_.get(), NewMaxPool("p", 2), in, 2);
   EXPECT_EQ(h.out(), (Dims{2, 2, 3}));
   h.Check(SpreadInput(2 * in.Size(), 4, 0.05f), 1e-2, 2e-3);
 }
 
-TEST_F(LayerGradTest, Flatten) {
+TEST_P(LayerGradTest, Flatten) {
   const Dims in{3, 2, 4};
   LayerHarness h(be_.get(), NewFlatten("f"), in, 2);
   EXPECT_EQ(h.out(), (Dims{24, 1, 1}));
   h.Check(RandomVec(2 * in.Size(), 5), 1e-2, 2e-3);
 }
 
-TEST_F(LayerGradTest, Dense) {
+TEST_P(LayerGradTest, Dense) {
   const Dims in{2, 3, 2};  // Dense also accepts unflattened input.
   LayerHarness h(be_.get(), NewDense("d", 5), in, 4);
   EXPECT_EQ(h.out(), (Dims{5, 1, 1}));
   h.Check(RandomVec(4 * in.Size(), 6), 1e-2, 2e-3);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cpu, LayerGradTest,
+                         ::testing::ValuesIn(CpuBackendImpls()),
+                         BackendImplName());
 
 // ---- Conv2d + ReLU fusion --------------------------------------------------
 
@@ -202,12 +211,14 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
+class ConvReluFusionTest : public ::testing::TestWithParam<BackendImpl> {};
+
 // NewConv2dRelu against NewConv2d + NewRelu on the same parameters: the same
 // parameter specs, forward output and gradients, at the bound batch and then
 // a smaller one. 16/32 channels: the oneDNN backend's blocked layouts (and
 // Winograd kernels, where the CPU has them) with the ReLU as post-op.
-TEST(ConvReluFusionTest, LayerMatchesConvThenRelu) {
-  auto be = NewTestCpuBackend(1);
+TEST_P(ConvReluFusionTest, LayerMatchesConvThenRelu) {
+  auto be = MakeBackendOrDie(GetParam(), 1);
   const Dims in{16, 6, 7};
   const int max_batch = 3;
   std::unique_ptr<Layer> conv = NewConv2d("c", 32, 3, 1);
@@ -271,7 +282,7 @@ TEST(ConvReluFusionTest, LayerMatchesConvThenRelu) {
 
 // The layer names FuseConvRelu leaves: each conv directly followed by a relu
 // absorbs it; nothing else changes.
-TEST(ConvReluFusionTest, FuseConvReluFoldsOnlyConvThenRelu) {
+TEST(FuseConvReluTest, FoldsOnlyConvThenRelu) {
   std::vector<std::unique_ptr<Layer>> layers;
   layers.push_back(NewConv2d("c1", 4, 3, 1));
   layers.push_back(NewRelu("r1"));
@@ -297,10 +308,10 @@ TEST(ConvReluFusionTest, FuseConvReluFoldsOnlyConvThenRelu) {
 // layouts depend on them) and, on the same parameters and batch, the same
 // loss, accuracy and gradients up to float rounding; twice, the second time
 // at a smaller batch.
-TEST(ConvReluFusionTest, BuiltModelsMatchUnfused) {
+TEST_P(ConvReluFusionTest, BuiltModelsMatchUnfused) {
   for (const char* name : {"fashion_cnn", "cifar_vgg"}) {
     SCOPED_TRACE(name);
-    auto be = NewTestCpuBackend(1);
+    auto be = MakeBackendOrDie(GetParam(), 1);
     const int max_batch = 3;
     BuildModelOptions unfused_options;
     unfused_options.fuse_conv_relu = false;
@@ -347,6 +358,10 @@ TEST(ConvReluFusionTest, BuiltModelsMatchUnfused) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Cpu, ConvReluFusionTest,
+                         ::testing::ValuesIn(CpuBackendImpls()),
+                         BackendImplName());
+
 // ---- Models -----------------------------------------------------------------
 
 // A small model exercising every layer type; with `fuse`, its conv and ReLU
@@ -366,11 +381,13 @@ absl::StatusOr<std::unique_ptr<Model>> SmallModel(Backend* be, int max_batch,
   return Model::Create(be, std::move(layers), Dims{2, 6, 5}, max_batch);
 }
 
-class SoftmaxGradientTest : public ::testing::TestWithParam<bool> {};
+// Parameters: the backend, and whether the model's conv and ReLU are fused.
+class SoftmaxGradientTest
+    : public ::testing::TestWithParam<std::tuple<BackendImpl, bool>> {};
 
 TEST_P(SoftmaxGradientTest, MatchFiniteDifferences) {
-  auto be = NewTestCpuBackend(1);
-  auto model = SmallModel(be.get(), 8, 4, /*fuse=*/GetParam());
+  auto be = MakeBackendOrDie(std::get<0>(GetParam()), 1);
+  auto model = SmallModel(be.get(), 8, 4, /*fuse=*/std::get<1>(GetParam()));
   ASSERT_TRUE(model.ok()) << model.status();
   Model& m = **model;
   EXPECT_EQ(m.num_classes(), 4);
@@ -416,18 +433,23 @@ TEST_P(SoftmaxGradientTest, MatchFiniteDifferences) {
   EXPECT_EQ(checked, static_cast<int>(params.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(ConvRelu, SoftmaxGradientTest,
-                         ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Fused" : "Unfused";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    ConvRelu, SoftmaxGradientTest,
+    ::testing::Combine(::testing::ValuesIn(CpuBackendImpls()),
+                       ::testing::Values(false, true)),
+    [](const ::testing::TestParamInfo<std::tuple<BackendImpl, bool>>& info) {
+      return std::get<0>(info.param).name +
+             (std::get<1>(info.param) ? "_Fused" : "_Unfused");
+    });
+
+class ModelTest : public ::testing::TestWithParam<BackendImpl> {};
 
 // Label smoothing changes the training loss and its gradients only: the
 // same batch gives a different ComputeGradients loss and gradient, the same
 // Evaluate loss, and its logits' gradient rows still sum to zero (so the
 // last layer's bias gradient sums to zero too: q and softmax both sum to 1).
-TEST(ModelTest, LabelSmoothingChangesOnlyTheTrainingLoss) {
-  auto be = NewTestCpuBackend(1);
+TEST_P(ModelTest, LabelSmoothingChangesOnlyTheTrainingLoss) {
+  auto be = MakeBackendOrDie(GetParam(), 1);
   BuildModelOptions smooth;
   smooth.label_smoothing = 0.1f;
   auto plain = BuildModel("fashion_cnn", be.get(), 4);
@@ -460,8 +482,8 @@ TEST(ModelTest, LabelSmoothingChangesOnlyTheTrainingLoss) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ModelTest, FashionCnnLayout) {
-  auto be = NewTestCpuBackend(1);
+TEST_P(ModelTest, FashionCnnLayout) {
+  auto be = MakeBackendOrDie(GetParam(), 1);
   auto model = BuildModel("fashion_cnn", be.get(), 16);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<TensorSpec> want = {
@@ -482,8 +504,8 @@ TEST(ModelTest, FashionCnnLayout) {
   EXPECT_NE(bad.status().message().find("fashion_cnn"), std::string::npos);
 }
 
-TEST(ModelTest, CifarVggLayout) {
-  auto be = NewTestCpuBackend(1);
+TEST_P(ModelTest, CifarVggLayout) {
+  auto be = MakeBackendOrDie(GetParam(), 1);
   auto model = BuildModel("cifar_vgg", be.get(), 8);
   ASSERT_TRUE(model.ok()) << model.status();
   // Parameters, weights + biases (3x3 convs: out * in * 9 + out):
@@ -520,8 +542,8 @@ TEST(ModelTest, CifarVggLayout) {
 // check is not lost in float32 rounding of the loss). The step is small
 // enough not to cross ReLU / max-pool kinks here (3e-3 already does for
 // conv4), large enough for float32 losses.
-TEST(ModelTest, CifarVggGradientsMatchFiniteDifferences) {
-  auto be = NewTestCpuBackend(2);
+TEST_P(ModelTest, CifarVggGradientsMatchFiniteDifferences) {
+  auto be = MakeBackendOrDie(GetParam(), 2);
   auto model = BuildModel("cifar_vgg", be.get(), 2);
   ASSERT_TRUE(model.ok()) << model.status();
   Model& m = **model;
@@ -571,8 +593,8 @@ TEST(ModelTest, CifarVggGradientsMatchFiniteDifferences) {
   EXPECT_EQ(checked, 6);
 }
 
-TEST(ModelTest, InitialParametersDeterministic) {
-  auto be = NewTestCpuBackend(1);
+TEST_P(ModelTest, InitialParametersDeterministic) {
+  auto be = MakeBackendOrDie(GetParam(), 1);
   auto model = BuildModel("fashion_cnn", be.get(), 4);
   ASSERT_TRUE(model.ok());
   Model& m = **model;
@@ -616,8 +638,8 @@ TEST(ModelTest, InitialParametersDeterministic) {
   EXPECT_EQ(back, a);
 }
 
-TEST(ModelTest, SgdReducesLossOnSeparableData) {
-  auto be = NewTestCpuBackend(1);
+TEST_P(ModelTest, SgdReducesLossOnSeparableData) {
+  auto be = MakeBackendOrDie(GetParam(), 1);
   const int classes = 3, n = 24;
   auto model = SmallModel(be.get(), n, classes);
   ASSERT_TRUE(model.ok());
@@ -658,8 +680,8 @@ TEST(ModelTest, SgdReducesLossOnSeparableData) {
   EXPECT_EQ(final_eval->correct, n);
 }
 
-TEST(ModelTest, RejectsBadBatchesAndLabels) {
-  auto be = NewTestCpuBackend(1);
+TEST_P(ModelTest, RejectsBadBatchesAndLabels) {
+  auto be = MakeBackendOrDie(GetParam(), 1);
   auto model = SmallModel(be.get(), 4);
   ASSERT_TRUE(model.ok());
   Model& m = **model;
@@ -704,11 +726,11 @@ TEST(ModelTest, RejectsBadBatchesAndLabels) {
       absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ModelTest, ThreadCountDoesNotChangeResults) {
+TEST_P(ModelTest, ThreadCountDoesNotChangeResults) {
   std::vector<std::vector<float>> grads;
   std::vector<float> losses;
   for (int threads : {0, 1, 2, 3}) {
-    auto be = NewTestCpuBackend(threads);
+    auto be = MakeBackendOrDie(GetParam(), threads);
     auto model = BuildModel("fashion_cnn", be.get(), 8);
     ASSERT_TRUE(model.ok());
     Model& m = **model;
@@ -734,9 +756,9 @@ TEST(ModelTest, ThreadCountDoesNotChangeResults) {
 }
 
 // Information only: fashion_cnn forward + backward time at batch 64.
-TEST(ModelTest, FashionCnnTiming) {
+TEST_P(ModelTest, FashionCnnTiming) {
   for (int threads : {1, 2}) {
-    auto be = NewTestCpuBackend(threads);
+    auto be = MakeBackendOrDie(GetParam(), threads);
     auto model = BuildModel("fashion_cnn", be.get(), 64);
     ASSERT_TRUE(model.ok());
     Model& m = **model;
@@ -756,10 +778,15 @@ TEST(ModelTest, FashionCnnTiming) {
                           std::chrono::steady_clock::now() - t0)
                           .count() /
                       iters;
-    std::printf("fashion_cnn fwd+bwd batch 64, %d backend thread(s): %.2f ms\n",
-                threads, ms);
+    std::printf(
+        "fashion_cnn fwd+bwd batch 64, %s, %d backend thread(s): %.2f ms\n",
+        GetParam().name.c_str(), threads, ms);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Cpu, ModelTest,
+                         ::testing::ValuesIn(CpuBackendImpls()),
+                         BackendImplName());
 
 }  // namespace
 }  // namespace downpour

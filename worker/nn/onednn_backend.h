@@ -1,29 +1,30 @@
 // File: worker/nn/onednn_backend.h
 //
-// The oneDNN CPU backend (Debian's libdnnl 2.6, issue 18): convolutions
-// (forward with fused bias, backward-data, backward-weights with fused bias
-// gradient), max pooling and ReLU run as oneDNN primitives; matrix products
-// go through oneDNN's sgemm; bias, loss and the rest reuse the OpenBLAS
-// backend's loops (single-threaded: they are small, and a second pool of
-// threads would fight oneDNN's spinning OpenMP threads). Conv2dReluForward
-// runs the ReLU as the convolution's eltwise post-op (one primitive, the
-// output written once) where oneDNN has that kernel for the shape, the same
-// one as without the post-op; else convolution, then ReLU. It is the default
-// CPU backend; the OpenBLAS one stays selectable (`--cpu_backend=openblas`).
+// The oneDNN CPU backend (Debian's libdnnl 2.6): convolutions (forward with
+// fused bias, backward-data, backward-weights with fused bias gradient), max
+// pooling and ReLU run as oneDNN primitives; matrix products go through
+// oneDNN's sgemm; bias, loss and the rest reuse the OpenBLAS backend's loops
+// (single-threaded: they are small, and a second pool of threads would fight
+// oneDNN's spinning OpenMP threads). Conv2dReluForward runs the ReLU as the
+// convolution's eltwise post-op (one primitive, the output written once)
+// where oneDNN has that kernel for the shape, the same one as without the
+// post-op; else convolution, then ReLU. It is the default CPU backend; the
+// OpenBLAS one stays selectable (`--cpu_backend=openblas`).
 //
 // Layouts: the interface is NCHW / OIHW, but backend memory is opaque (read
 // and written through the Backend calls only, as on a GPU), so this backend
 // owns the layout of the activations it writes. A convolution, pooling or
 // ReLU writes its output in the layout oneDNN prefers (e.g. nChw16c) when
-// that layout has no padding, and records it for that buffer; the next op
-// reads it as it is. The reorders to and from NCHW happen at the model's
-// edges only: CopyToHost and Copy (the flatten before the dense layers)
-// return NCHW, and any other op that reads or partly writes a buffer in a
-// blocked layout first converts it in place. Weights and their gradients are
-// always OIHW (reordered into the primitive's layout each call: they are
-// small). Primitives are created once per shape and cached (the fused
-// convolution + ReLU forward on its first use); one scratchpad, owned by the
-// backend and only grown, serves all of them (user scratchpad mode), so
+// that layout has no padding, and records it for that buffer
+// (onednn_layouts.h); the next op reads it as it is. The reorders to and
+// from NCHW happen at the model's edges only: CopyToHost and Copy (the
+// flatten before the dense layers) return NCHW, and any other op that reads
+// or partly writes a buffer in a blocked layout first converts it in place.
+// Weights and their gradients are always OIHW (reordered into the
+// primitive's layout each call: they are small). Primitives are created once
+// per shape and cached (onednn_primitives.h; the fused convolution + ReLU
+// forward on its first use); one scratchpad, owned by the backend and only
+// grown, serves all of them (user scratchpad mode; onednn_context.h), so
 // steady-state training allocates nothing.
 //
 // Algorithms: with `winograd` (default), 3x3 stride-1 convolutions whose

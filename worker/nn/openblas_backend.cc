@@ -1,18 +1,16 @@
-// File: worker/nn/cpu_backend.cc
-//
-// The CPU implementation of Backend. Matrix products (dense layers and
-// convolutions lowered with im2col) go through OpenBLAS sgemm; everything
-// else is a simple loop the compiler can vectorize.
+// File: worker/nn/openblas_backend.cc (see openblas_backend.h).
 //
 // Convolutions run one image at a time: the image's im2col matrix
 // [C*KH*KW, OH*OW] stays in cache and the GEMM reads and writes NCHW memory
 // directly (no transposes). The im2col scratch is kept by the backend and
 // reused (it only grows), so steady-state training does no heap allocation.
 //
-// Parallelism: the backend owns a small worker pool (NewCpuBackend's
+// Parallelism: the backend owns a small worker pool (NewOpenblasBackend's
 // num_threads) and splits convolutions and pooling by image, elementwise ops
 // by range and large GEMMs by output rows; each piece calls single-threaded
 // OpenBLAS.
+#include "worker/nn/openblas_backend.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -241,9 +239,9 @@ class WorkerPool {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-class CpuBackend : public Backend {
+class OpenblasBackend : public Backend {
  public:
-  explicit CpuBackend(int num_threads)
+  explicit OpenblasBackend(int num_threads)
       : pool_(num_threads), cols_(pool_.size()), parts_(pool_.size()) {}
 
   std::string Name() const override { return "cpu"; }
@@ -675,18 +673,11 @@ class CpuBackend : public Backend {
 
 }  // namespace
 
-// With num_threads > 0 the backend parallelizes over images (convolutions,
-// pooling), over elements (ReLU) and over output rows (GEMM) with its own
-// num_threads - 1 helper threads, and every OpenBLAS call is single-threaded:
-// per-image GEMMs are too small for OpenBLAS's own threading to pay off, and
-// OpenBLAS threads would oversubscribe the cores when our workers call it
-// concurrently. openblas_set_num_threads is process-wide, so all backends of
-// a process should be created with the same setting.
-// With num_threads <= 0 the backend runs on the caller's thread only and
-// OpenBLAS keeps its default threading.
-std::unique_ptr<Backend> NewCpuBackend(int num_threads) {
+std::unique_ptr<Backend> NewOpenblasBackend(int num_threads) {
+  // OpenBLAS's own threads stay off while the backend's pool splits the work
+  // (see openblas_backend.h).
   if (num_threads > 0) openblas_set_num_threads(1);
-  return std::make_unique<CpuBackend>(std::max(1, num_threads));
+  return std::make_unique<OpenblasBackend>(std::max(1, num_threads));
 }
 
 }  // namespace downpour

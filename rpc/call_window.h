@@ -1,10 +1,11 @@
-// File: worker/call_window.h
+// File: rpc/call_window.h
 //
 // Runs a batch of asynchronous calls with at most `window` of them in flight
 // per lane (a lane is one connection) at a time. The rest wait in their
 // lane's queue; each starts, on the thread that completed the call before
-// it, as soon as that call releases its slot. The gRPC client uses it so
-// that what a connection has in flight stays small enough for the CPU cache.
+// it, as soon as that call releases its slot. rpc/fan_out.h runs its calls
+// through it, so that what a connection has in flight stays bounded (small
+// enough, say, for the bytes to stay in the CPU cache).
 //
 //   std::atomic<bool> stop{false};
 //   std::vector<int> skipped = RunWindowed(
@@ -16,8 +17,8 @@
 //           slot.Done();     // RunWindowed returns after every call's Done.
 //         });
 //       });
-#ifndef DOWNPOUR_WORKER_CALL_WINDOW_H_
-#define DOWNPOUR_WORKER_CALL_WINDOW_H_
+#ifndef DOWNPOUR_RPC_CALL_WINDOW_H_
+#define DOWNPOUR_RPC_CALL_WINDOW_H_
 
 #include <atomic>
 #include <functional>
@@ -69,4 +70,4 @@ std::vector<int> RunWindowed(absl::Span<const int> calls,
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_WORKER_CALL_WINDOW_H_
+#endif  // DOWNPOUR_RPC_CALL_WINDOW_H_

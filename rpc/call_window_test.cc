@@ -1,4 +1,4 @@
-#include "worker/call_window.h"
+#include "rpc/call_window.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,0 +1,190 @@
+#include "server/shard_server.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/atomic_file.h"
+#include "common/shard_stats.h"
+#include "common/status_macros.h"
+#include "common/train_mode.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/auth_token.h"
+#include "rpc/net_probe.h"
+
+namespace downpour {
+namespace {
+
+// A restore's, snapshot's or job end's line for shard `shard_index`.
+std::function<void(const std::string&)> ShardLog(int shard_index) {
+  return [shard_index](const std::string& m) {
+    std::printf("ps_server: shard %d: %s\n", shard_index, m.c_str());
+    std::fflush(stdout);
+  };
+}
+
+// ", warm-up N updates, cosine to F x at M updates, weight decay D" as far
+// as the optimizer has them; empty for a constant rate.
+std::string DescribeSchedule(const OptimizerOptions& o) {
+  const LrSchedule& sched = o.schedule;
+  std::string schedule;
+  if (sched.warmup_updates > 0) {
+    schedule += absl::StrCat(", warm-up ", sched.warmup_updates, " updates");
+  }
+  if (sched.decay == "cosine") {
+    schedule += absl::StrCat(", cosine to ", sched.min_factor, "x at ",
+                             sched.decay_updates, " updates");
+  } else if (sched.decay == "step") {
+    schedule += absl::StrCat(", x", sched.step_gamma, " every ",
+                             sched.step_every, " updates");
+  }
+  if (o.weight_decay > 0) {
+    schedule += absl::StrCat(", weight decay ", o.weight_decay);
+  }
+  return schedule;
+}
+
+}  // namespace
+
+ShardServer::ShardServer(ShardServerOptions options)
+    : options_(std::move(options)) {}
+
+ShardServer::~ShardServer() = default;
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
+    ShardServerOptions options) {
+  std::unique_ptr<ShardServer> server(new ShardServer(std::move(options)));
+  DP_RETURN_IF_ERROR(server->Start());
+  return server;
+}
+
+absl::Status ShardServer::Start() {
+  ParameterServerHostOptions& host_options = options_.host;
+  const ParameterStoreOptions& store_options = host_options.store;
+  if (options_.spec.has_value()) {
+    // One token check for the host's services and job control.
+    if (host_options.authenticator == nullptr) {
+      DP_ASSIGN_OR_RETURN(host_options.authenticator,
+                          TokenAuthenticator::Create(host_options.security));
+    }
+    AttachJobControl();
+  }
+  // Restore before serving; snapshots while serving.
+  const std::function<void(const std::string&)> log =
+      ShardLog(store_options.shard_index);
+  const std::string checkpoint_dir = options_.snapshots.dir;
+  if (!checkpoint_dir.empty()) {
+    host_options.prepare_store = [checkpoint_dir,
+                                  shard = store_options.shard_index,
+                                  shards = store_options.num_shards,
+                                  log](ParameterStore* store) {
+      return RestoreLatestSnapshot(checkpoint_dir, shard, shards, store, log);
+    };
+  }
+  absl::StatusOr<std::unique_ptr<ParameterServerHost>> host =
+      ParameterServerHost::Create(host_options);
+  if (!host.ok()) {
+    if (host.status().code() == absl::StatusCode::kUnavailable &&
+        !host_options.listen_addresses.empty()) {
+      // Say why the address cannot be listened on (gRPC does not).
+      const absl::Status why = ProbeListen(host_options.listen_addresses[0]);
+      if (!why.ok()) return absl::UnavailableError(why.message());
+    }
+    return host.status();
+  }
+  host_ = *std::move(host);
+  serving_store_.store(host_->store());
+  // Memory a burst took (refused oversize messages, a load spike) goes
+  // back once the shard is idle.
+  HeapTrimmerOptions trim;
+  trim.min_free_bytes = options_.heap_trim_min_mb << 20;
+  trim.activity = [store = host_->store()] {
+    const ShardStats s = store->Stats();
+    return s.pulls + s.pushes_applied + s.pushes_duplicate;
+  };
+  trimmer_ = std::make_unique<HeapTrimmer>(std::move(trim));
+  if (!checkpoint_dir.empty()) {
+    SnapshotterOptions so = options_.snapshots;
+    so.log = log;
+    snapshotter_ = std::make_unique<Snapshotter>(std::move(so), host_->store());
+  }
+  return Announce();
+}
+
+void ShardServer::AttachJobControl() {
+  ParameterServerHostOptions& host_options = options_.host;
+  std::printf("ps_server: %s\n", ClusterSpecToString(*options_.spec).c_str());
+  job_ = std::make_unique<JobState>(host_options.store.num_workers,
+                                    host_options.store.optimizer.name,
+                                    options_.lr);
+  job_service_ = NewJobControlService(
+      job_.get(),
+      [store = &serving_store_] {
+        const ParameterStore* s = store->load();
+        return s == nullptr ? std::string() : s->Stats().aborted;
+      },
+      host_options.authenticator.get());
+  host_options.extra_services.push_back(job_service_.get());
+}
+
+absl::Status ShardServer::Announce() {
+  const ParameterServerHostOptions& host_options = options_.host;
+  const ParameterStoreOptions& o = host_options.store;
+  if (host_->metrics_port() >= 0) {
+    std::printf("ps_server: metrics on http://%s:%d/metrics\n",
+                host_options.metrics_bind.c_str(), host_->metrics_port());
+  }
+  std::printf(
+      "ps_server: shard %d of %d (%s mode, %s, lr %g%s) listening on %s\n",
+      o.shard_index, o.num_shards, TrainModeName(o.mode),
+      o.optimizer.name.c_str(), o.optimizer.learning_rate,
+      DescribeSchedule(o.optimizer).c_str(), host_->address().c_str());
+  std::fflush(stdout);
+  if (options_.port_file.empty()) return absl::OkStatus();
+  // Atomically, so a reader polling the file never sees a partial port.
+  const absl::Status written = AtomicWriteFile(
+      options_.port_file, absl::StrCat(host_->port(), "\n"));
+  if (written.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("could not write --port_file ",
+                                             options_.port_file, ": ",
+                                             written.message()));
+}
+
+JobEnd ShardServer::WaitUntilDone(const absl::Notification& stop) {
+  JobEnd end;
+  if (job_ == nullptr) {
+    stop.WaitForNotification();
+    return end;
+  }
+  end = WaitForJobEnd(job_.get(), *host_->store(), &stop);
+  Log(end.reason);
+  return end;
+}
+
+int ShardServer::Run(const absl::Notification& stop) {
+  const JobEnd end = WaitUntilDone(stop);
+  // Waiting pulls are answered first, then the server stops.
+  host_->Shutdown(absl::Seconds(2));
+  host_->Wait();
+  if (snapshotter_ != nullptr) {  // The final snapshot, of a drained shard.
+    snapshotter_->Stop();
+    const absl::Status s = snapshotter_->WriteNow();
+    if (!s.ok()) Log(absl::StrCat("final snapshot failed: ", s.message()));
+  }
+  const int shard_index = options_.host.store.shard_index;
+  std::printf("ps_server: shard %d stopped: %s\n", shard_index,
+              ShardStatsToJson(host_->store()->Stats()).c_str());
+  std::fflush(stdout);
+  if (end.exit_code != 0) {
+    std::fprintf(stderr, "ps_server: shard %d: exiting with status %d: %s\n",
+                 shard_index, end.exit_code, end.reason.c_str());
+  }
+  return end.exit_code;
+}
+
+void ShardServer::Log(const std::string& message) const {
+  ShardLog(options_.host.store.shard_index)(message);
+}
+
+}  // namespace downpour

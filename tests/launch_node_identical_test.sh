@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The same job started two ways trains identically: a sync job with a fixed
+# seed through `launch`, and as separate `node` processes given the same
+# command line but for their role (the cluster-spec flags plus the job's
+# own: epochs, examples, seed), as the Slurm recipe starts them. The
+# learning defaults (optimizer, rate, schedule, augmentation) are the
+# servers' and workers' own, so both runs must save byte-identical
+# parameters.
+#
+# Usage: launch_node_identical_test.sh <launch> <node>
+set -euo pipefail
+launch="$(realpath "$1")"
+node="$(realpath "$2")"
+data=/usr/share/datasets/fashion-mnist
+if [[ ! -e "$data/train-labels-idx1-ubyte.gz" ]]; then
+  echo "SKIP: dataset-fashion-mnist is not installed"
+  exit 0
+fi
+work="${TEST_TMPDIR:-$(mktemp -d)}/identical"
+rm -rf "$work"; mkdir -p "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# The job: 1 shard, 2 sync workers, 1 epoch over 1,280 examples, seed 7.
+job=(--mode=sync --epochs=1 --max_train_examples=1280 --seed=7)
+
+"$launch" --servers=1 --workers=2 "${job[@]}" --log_dir="$work/launch" \
+  --save_params="$work/launch.safetensors" > "$work/launch.out" 2>&1 || {
+  echo "FAIL: launch exited $?"; tail -30 "$work/launch.out"; exit 1; }
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+    echo $((20000 + RANDOM % 20000))
+}
+ps="127.0.0.1:$(free_port)"
+workers="127.0.0.1:$(free_port),127.0.0.1:$(free_port)"
+spec=(--ps_hosts="$ps" --worker_hosts="$workers")
+common=("${spec[@]}" "${job[@]}" --save_params="$work/node.safetensors"
+        --summary_json="$work/node.summary.json")
+"$node" "${common[@]}" --task_type=ps --task_index=0 > "$work/ps0.out" 2>&1 &
+pids+=($!)
+"$node" "${common[@]}" --task_type=worker --task_index=1 > "$work/w1.out" 2>&1 &
+pids+=($!)
+"$node" "${common[@]}" --task_type=worker --task_index=0 > "$work/w0.out" 2>&1 &
+chief=$!
+pids+=($chief)
+rc=0
+wait "$chief" || rc=$?
+if ((rc != 0)); then
+  echo "FAIL: the chief exited $rc"
+  for f in ps0 w0 w1; do echo "--- $f"; tail -20 "$work/$f.out"; done
+  exit 1
+fi
+for p in "${pids[@]}"; do wait "$p" || { echo "FAIL: a node task failed"; exit 1; }; done
+pids=()
+
+grep -h 'listening on' "$work/launch/ps_0.log" "$work/ps0.out" || true
+if ! cmp "$work/launch.safetensors" "$work/node.safetensors"; then
+  echo "FAIL: launch and node saved different parameters"
+  grep -h 'listening on\|SUMMARY' "$work/launch.out" "$work/ps0.out" "$work/w0.out"
+  exit 1
+fi
+echo "PASS: launch and node saved identical parameters ($(stat -c %s "$work/node.safetensors") bytes)"

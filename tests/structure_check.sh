@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The house rules, checked on the tree as it is (run by deploy/test.sh from
+# the workspace root, outside `bazel test`, because it runs `bazel query`):
+#   1. no non-test source file (.cc, .h, .cu) over 700 lines;
+#   2. no worker/, server/, rpc/ or common/ target depends on deploy/, and
+#      no worker/ target on server/, on the real dependency graph;
+#   3. no flag name defined by two ABSL_FLAGs outside tests/ and *_test.cc;
+#   4. no history tag (an issue or stop number, or a milestone label) in
+#      code, scripts or docs: comments say what is true now.
+# Prints one line per violation and "structure: N problems"; exits 1 if any.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+problems=0
+fail() { echo "structure: $*"; problems=$((problems + 1)); }
+
+# 1. File length.
+while IFS= read -r f; do
+  n=$(wc -l < "$f")
+  ((n > 700)) && fail "$f has $n lines (at most 700 for non-test sources)"
+done < <(git ls-files --cached --others --exclude-standard -- '*.cc' '*.h' '*.cu' |
+         grep -vE '(_test\.cc|_test_util\.h|/test_[a-z_]*\.h|test_util\.h)$' |
+         while read -r f; do [[ -f "$f" ]] && echo "$f"; done)
+
+# 2. Layering, from bazel's own graph.
+if command -v bazel >/dev/null; then
+  for pkg in worker server rpc common; do
+    bad=$(bazel query --noshow_progress \
+      "kind(rule, deps(//$pkg/...)) intersect //deploy/..." 2>/dev/null)
+    [[ -n "$bad" ]] && fail "//$pkg/... depends on deploy/: $(echo $bad)"
+  done
+  bad=$(bazel query --noshow_progress \
+    "kind(rule, deps(//worker/...)) intersect //server/..." 2>/dev/null)
+  [[ -n "$bad" ]] && fail "//worker/... depends on server/: $(echo $bad)"
+else
+  fail "bazel not found: cannot check the dependency graph"
+fi
+
+# 3. One definition per flag.
+dups=$(git ls-files --cached --others --exclude-standard -- '*.cc' |
+       grep -vE '(^tests/|_test\.cc$)' |
+       while read -r f; do [[ -f "$f" ]] && cat "$f"; done |
+       tr '\n' ' ' | grep -oE 'ABSL_FLAG\( *[^,]+, *[a-z0-9_]+' |
+       sed -E 's/.*, *//' | sort | uniq -d)
+for d in $dups; do
+  fail "flag --$d is defined more than once: $(git grep -lE "ABSL_FLAG\\([^,]+, *$d," -- '*.cc' | grep -vE '(^tests/|_test\.cc$)' | tr '\n' ' ')"
+done
+
+# 4. History tags.
+tags='([Ii]ssue [0-9]+|\([Ii]ssue|[Ss]top [0-9]+|Recovery \(|Hostile input[:(]|Compute and learning|Security and operations|Across machines:|GPU bring-up)'
+while IFS= read -r hit; do
+  fail "history tag: $hit"
+done < <(git grep -nE "$tags" -- . ':!tests/structure_check.sh' ':!third_party' \
+           ':!*.safetensors' 2>/dev/null | cut -c1-160)
+
+echo "structure: $problems problems"
+((problems == 0))

@@ -1,0 +1,49 @@
+// File: worker/part_plan.h
+//
+// How the gRPC parameter client cuts a transfer of the whole model into
+// calls: each shard's chunks, in order, are grouped into parts of at most
+// `part_bytes` (a larger chunk is a part of its own), and a shard's parts
+// are dealt round-robin over its connections. Every Declare, Pull, Push and
+// PushPull sends one call per part.
+//
+//   std::vector<Part> parts = PlanParts(map, /*part_bytes=*/1 << 20,
+//                                       /*connections=*/2);
+//   for (const Part& p : parts) Send(p.shard, p.conn, p.chunk_ids);
+//
+// Thread-safety: a pure function.
+#ifndef DOWNPOUR_WORKER_PART_PLAN_H_
+#define DOWNPOUR_WORKER_PART_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/sharding.h"
+
+namespace downpour {
+
+// A group of one shard's chunks moved by one call.
+struct Part {
+  int shard = 0;
+  int conn = 0;   // Which of the shard's connections carries it.
+  int index = 0;  // Part number within the shard.
+  int count = 1;  // Parts of the shard.
+  std::vector<int32_t> chunk_ids;
+};
+
+// Groups each shard's chunks (4 bytes per value), in shard order and in
+// their order within the shard, into parts of at most part_bytes (a larger
+// chunk alone); a shard without chunks gets one empty part, so that it still
+// sees every push and pull. Part i of a shard goes on connection
+// i % connections (connections >= 1).
+std::vector<Part> PlanParts(const ShardMap& map, int64_t part_bytes,
+                            int connections);
+
+// The lane (connection across all shards) of part p: shard * connections +
+// conn.
+inline int LaneOf(const Part& p, int connections) {
+  return p.shard * connections + p.conn;
+}
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_PART_PLAN_H_

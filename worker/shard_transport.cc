@@ -1,0 +1,117 @@
+#include "worker/shard_transport.h"
+
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/grpc_config.h"
+
+namespace downpour {
+
+ShardTransport::ShardTransport(const ShardTransportOptions& options,
+                               const ClientSecurity& security)
+    : options_(options),
+      adaptive_(options.max_calls_in_flight_per_connection < 0
+                    ? std::make_unique<AdaptiveWindow>(AdaptiveWindowOptions())
+                    : nullptr) {
+  for (const std::string& host : options_.hosts) {
+    std::vector<std::unique_ptr<grpc::GenericStub>> conns;
+    for (int c = 0; c < options_.connections_per_shard; ++c) {
+      grpc::ChannelArguments args;
+      ConfigureChannelArguments(&args);
+      // A private subchannel pool and a distinct argument give each
+      // channel its own TCP connection.
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetInt("downpour.connection_index", c);
+      std::shared_ptr<grpc::Channel> ch = *CreateChannel(host, security, args);
+      if (c == 0) stubs_.push_back(proto::ParameterServer::NewStub(ch));
+      conns.push_back(std::make_unique<grpc::GenericStub>(ch));
+    }
+    generic_.push_back(std::move(conns));
+  }
+}
+
+std::string ShardTransport::ShardName(int shard) const {
+  return absl::StrCat("shard ", shard, " (", options_.hosts[shard], ")");
+}
+
+absl::Status ShardTransport::Run(const FanOutCalls& calls,
+                                 absl::Duration timeout,
+                                 bool wait_for_ready) const {
+  FanOutOptions o;
+  o.timeout = timeout;
+  o.wait_for_ready = wait_for_ready;
+  o.window = adaptive_ != nullptr ? adaptive_->window()
+                                  : options_.max_calls_in_flight_per_connection;
+  o.retry = options_.retry;
+  return FanOut(calls, o);
+}
+
+FanOutCalls ShardTransport::PartCalls(const char* what,
+                                      absl::Span<const Part> parts,
+                                      absl::Span<const int> which) const {
+  FanOutCalls calls;
+  calls.what = what;
+  calls.count = static_cast<int>(which.size());
+  calls.peer_of = [this, parts, which](int k) {
+    return ShardName(parts[which[k]].shard);
+  };
+  const int connections = options_.connections_per_shard;
+  calls.lane_of = [parts, which, connections](int k) {
+    return LaneOf(parts[which[k]], connections);
+  };
+  return calls;
+}
+
+absl::Status ShardTransport::CallEachShard(
+    const char* what, const StartCallFn& start,
+    const std::function<void(int)>& reset) const {
+  FanOutCalls calls;
+  calls.what = what;
+  calls.count = num_shards();
+  calls.peer_of = [this](int s) { return ShardName(s); };
+  calls.lane_of = [](int s) { return s; };
+  calls.start = start;
+  calls.reset = reset;
+  return Run(calls, options_.rpc_timeout, /*wait_for_ready=*/false);
+}
+
+absl::Status ShardTransport::CallParts(
+    const char* what, const char* method, absl::Span<const Part> parts,
+    absl::Span<const int> which, const std::vector<grpc::ByteBuffer>& req,
+    std::vector<grpc::ByteBuffer>* resp, const OnReply& on_ok) const {
+  FanOutCalls calls = PartCalls(what, parts, which);
+  calls.start = [&](int k, grpc::ClientContext* ctx, auto done) {
+    const int i = which[k];
+    const Part& p = parts[i];
+    generic_[p.shard][p.conn]->UnaryCall(ctx, method, grpc::StubOptions(),
+                                         &req[i], &(*resp)[i], std::move(done));
+  };
+  calls.reset = [&](int k) { (*resp)[which[k]].Clear(); };
+  if (on_ok) calls.on_ok = [&](int k) { return on_ok(which[k]); };
+  return Run(calls, options_.rpc_timeout, /*wait_for_ready=*/false);
+}
+
+absl::Status ShardTransport::CallAllParts(
+    const char* what, const char* method, absl::Span<const Part> parts,
+    const std::vector<grpc::ByteBuffer>& req,
+    std::vector<grpc::ByteBuffer>* resp, const OnReply& on_ok) {
+  const absl::Time start = absl::Now();
+  std::atomic<int64_t> bytes{0};
+  for (const grpc::ByteBuffer& r : req) bytes += static_cast<int64_t>(r.Length());
+  const OnReply count_reply = [&](int i) {
+    bytes += static_cast<int64_t>((*resp)[i].Length());
+    return on_ok ? on_ok(i) : absl::OkStatus();
+  };
+  std::vector<int> all(parts.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  absl::Status s = CallParts(what, method, parts, all, req, resp, count_reply);
+  if (s.ok() && adaptive_ != nullptr) {
+    adaptive_->OnRound(bytes.load(), absl::Now() - start);
+  }
+  return s;
+}
+
+}  // namespace downpour

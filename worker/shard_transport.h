@@ -1,0 +1,111 @@
+// File: worker/shard_transport.h
+//
+// The gRPC parameter client's connections to its shards, and the calls it
+// fans out over them. Each shard gets `connections_per_shard` channels, each
+// its own TCP connection, with a generic stub for the bulk methods (raw
+// byte buffers, rpc/wire.h) and, on the first, the typed ParameterServer
+// stub for the small ones. Calls go out through rpc/fan_out.h with the
+// client's deadline, retry policy and calls in flight per connection:
+// fixed, or sized from the measured throughput of whole-model exchanges
+// (worker/adaptive_window.h).
+//
+//   ShardTransport transport(options, security);
+//   DP_RETURN_IF_ERROR(transport.CallAllParts("Pull", kPullMethod, parts,
+//                                             req, &resp, read_reply));
+//
+// Thread-safety: one thread at a time calls a ShardTransport; the callbacks
+// of its calls run on gRPC's threads.
+#ifndef DOWNPOUR_WORKER_SHARD_TRANSPORT_H_
+#define DOWNPOUR_WORKER_SHARD_TRANSPORT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "rpc/credentials.h"
+#include "rpc/fan_out.h"
+#include "worker/adaptive_window.h"
+#include "worker/part_plan.h"
+
+namespace downpour {
+
+struct ShardTransportOptions {
+  // host:port of shard 0, 1, ... in order.
+  std::vector<std::string> hosts;
+  // Channels (TCP connections) per shard, >= 1.
+  int connections_per_shard = 1;
+  // Calls in flight per connection; 0: no limit; -1: sized from measured
+  // throughput.
+  int max_calls_in_flight_per_connection = 1;
+  // Deadline of each call but those given their own.
+  absl::Duration rpc_timeout = absl::Seconds(60);
+  RetryPolicy retry;
+};
+
+// Consumes the reply of part (or shard) i.
+using OnReply = std::function<absl::Status(int)>;
+
+class ShardTransport {
+ public:
+  // Creates the channels (they connect on first use). `security` must have
+  // passed CheckTargetIsSafe for every host.
+  ShardTransport(const ShardTransportOptions& options,
+                 const ClientSecurity& security);
+
+  int num_shards() const { return static_cast<int>(stubs_.size()); }
+  int connections_per_shard() const { return options_.connections_per_shard; }
+  // The typed stub of `shard` (its first channel).
+  proto::ParameterServer::Stub* stub(int shard) const {
+    return stubs_[shard].get();
+  }
+  // How errors name `shard`: "shard 1 (10.0.0.2:5000)".
+  std::string ShardName(int shard) const;
+
+  // Runs `calls` with this transport's window and retry policy, each
+  // attempt with `timeout`; wait_for_ready waits for servers still starting.
+  absl::Status Run(const FanOutCalls& calls, absl::Duration timeout,
+                   bool wait_for_ready) const;
+  // FanOutCalls for parts[which[k]], k = 0 .. which.size() - 1: what,
+  // count, peer_of and lane_of set; `which` must outlive them.
+  FanOutCalls PartCalls(const char* what, absl::Span<const Part> parts,
+                        absl::Span<const int> which) const;
+
+  // Calls `what` once per shard (call s to shard s, started by `start` on
+  // stub(s)) with rpc_timeout; reset(s) clears reply s before a retry.
+  absl::Status CallEachShard(const char* what, const StartCallFn& start,
+                             const std::function<void(int)>& reset) const;
+  // Sends req[i] as bulk method `method` (rpc/grpc_config.h) over part i's
+  // connection, resp[i] receiving the reply, for each i in `which`;
+  // on_ok(i) consumes it (FanOutCalls::on_ok; may be null).
+  absl::Status CallParts(const char* what, const char* method,
+                         absl::Span<const Part> parts,
+                         absl::Span<const int> which,
+                         const std::vector<grpc::ByteBuffer>& req,
+                         std::vector<grpc::ByteBuffer>* resp,
+                         const OnReply& on_ok) const;
+  // CallParts for every part: one whole-model exchange, whose bytes (both
+  // ways) and time size the window when it is adaptive.
+  absl::Status CallAllParts(const char* what, const char* method,
+                            absl::Span<const Part> parts,
+                            const std::vector<grpc::ByteBuffer>& req,
+                            std::vector<grpc::ByteBuffer>* resp,
+                            const OnReply& on_ok);
+
+ private:
+  const ShardTransportOptions options_;
+  // Null unless max_calls_in_flight_per_connection is -1.
+  const std::unique_ptr<AdaptiveWindow> adaptive_;
+  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+  // generic_[shard][connection].
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> generic_;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_SHARD_TRANSPORT_H_

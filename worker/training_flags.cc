@@ -1,0 +1,87 @@
+#include "worker/training_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/flag_args.h"
+
+ABSL_FLAG(std::string, model, downpour::TrainingFlags{}.model,
+          "Model architecture: fashion_cnn or cifar_vgg.");
+ABSL_FLAG(uint64_t, seed, downpour::TrainingFlags{}.seed,
+          "Seed of the initial parameters and of the workers' shuffling and "
+          "augmentation.");
+ABSL_FLAG(int, n_fetch, downpour::TrainingFlags{}.n_fetch,
+          "Workers pull parameters every n_fetch steps (>= 1).");
+ABSL_FLAG(double, local_lr, downpour::TrainingFlags{}.local_lr,
+          "Learning rate of the local step between fetches (n_fetch > 1).");
+ABSL_FLAG(downpour::AugmentPolicy, augment, downpour::TrainingFlags{}.augment,
+          "Training-image augmentation: none, flip (random horizontal flips) "
+          "or crop_flip (also random crops, padding --augment_crop_padding).");
+ABSL_FLAG(int, augment_crop_padding, downpour::TrainingFlags{}.augment_crop_padding,
+          "--augment=crop_flip: pixels of zero padding around the random "
+          "crop.");
+ABSL_FLAG(double, label_smoothing, downpour::TrainingFlags{}.label_smoothing,
+          "Label smoothing of the training loss, in [0, 1): targets "
+          "(1 - eps) onehot + eps / classes.");
+ABSL_FLAG(int, data_threads, downpour::TrainingFlags{}.data_threads,
+          "CPU threads decoding/augmenting batches.");
+ABSL_FLAG(int, prefetch, downpour::TrainingFlags{}.prefetch,
+          "Batches prepared ahead by the input threads.");
+ABSL_FLAG(bool, overlap, downpour::TrainingFlags{}.overlap,
+          "Push and pull in the background while computing the next step.");
+ABSL_FLAG(int, log_every, downpour::TrainingFlags{}.log_every,
+          "Print progress every N steps.");
+ABSL_FLAG(int64_t, max_steps, downpour::TrainingFlags{}.max_steps,
+          "Stop after N steps (0: after --epochs).");
+ABSL_FLAG(int64_t, max_test_examples, downpour::TrainingFlags{}.max_test_examples,
+          "Evaluate only the first N test examples (0: all).");
+ABSL_FLAG(std::string, save_params, "",
+          "Write the trained parameters to this safetensors file (the "
+          "evaluation, or the chief of a job from a cluster spec).");
+ABSL_FLAG(std::string, summary_json, "",
+          "Write the run's SUMMARY JSON to this file (the launcher, or the "
+          "chief of a job from a cluster spec).");
+
+namespace downpour {
+
+absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
+  TrainingFlags t;
+  t.model = absl::GetFlag(FLAGS_model);
+  t.seed = absl::GetFlag(FLAGS_seed);
+  t.n_fetch = absl::GetFlag(FLAGS_n_fetch);
+  t.local_lr = absl::GetFlag(FLAGS_local_lr);
+  t.augment = absl::GetFlag(FLAGS_augment);
+  t.augment_crop_padding = absl::GetFlag(FLAGS_augment_crop_padding);
+  t.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
+  t.data_threads = absl::GetFlag(FLAGS_data_threads);
+  t.prefetch = absl::GetFlag(FLAGS_prefetch);
+  t.overlap = absl::GetFlag(FLAGS_overlap);
+  t.log_every = absl::GetFlag(FLAGS_log_every);
+  t.max_steps = absl::GetFlag(FLAGS_max_steps);
+  t.max_test_examples = absl::GetFlag(FLAGS_max_test_examples);
+  t.save_params = absl::GetFlag(FLAGS_save_params);
+  t.summary_json = absl::GetFlag(FLAGS_summary_json);
+  if (!(t.label_smoothing >= 0 && t.label_smoothing < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--label_smoothing must be in [0, 1), got ", t.label_smoothing));
+  }
+  if (t.augment_crop_padding < 0 || t.augment_crop_padding > kMaxCropPadding) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--augment_crop_padding must be in [0, ", kMaxCropPadding, "], got ",
+        t.augment_crop_padding));
+  }
+  if (t.n_fetch < 1 || t.prefetch < 1 || t.data_threads < 1) {
+    return absl::InvalidArgumentError(
+        "--n_fetch, --prefetch and --data_threads must be >= 1");
+  }
+  return t;
+}
+
+std::vector<std::string> GivenTrainingFlagArgs() {
+  return GivenFlagArgs({"model", "seed", "n_fetch", "local_lr", "augment",
+                        "augment_crop_padding", "label_smoothing",
+                        "data_threads", "prefetch", "overlap", "log_every",
+                        "max_steps"});
+}
+
+}  // namespace downpour
