@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds ps_server, ps_worker, launch and the GPU benchmark with Bazel
-# (-c opt) and packs them, with the shared libraries a bare GPU host lacks,
+# Builds ps_server, ps_worker, launch and the compute benchmark
+# (//tests/bench:compute_bench) with Bazel (-c opt) and packs them, with the shared libraries a bare GPU host lacks,
 # the Fashion-MNIST files and run_gpu_checks.sh, into one folder and a
 # tarball (deploy/make_bundle.sh does the packing; its comment describes the
 # layout). GPU test programs (cc_tests named *cuda* or *gpu*, or tagged cuda
@@ -42,7 +42,7 @@ bazel_cmd=(bazel)
 build_flags=(-c opt)
 [[ -n "$jobs" ]] && build_flags+=(--jobs="$jobs")
 
-programs=(//server:ps_server //worker:ps_worker //deploy:launch //tests/bench:gpu_bench)
+programs=(//server:ps_server //worker:ps_worker //deploy:launch //tests/bench:compute_bench)
 # GPU tests. A failed query is an error (not "no tests"), and the bundle
 # must carry at least the two CUDA test programs: run_gpu_checks.sh treats a
 # bundle without GPU tests as a failure, so find that out here.
@@ -89,7 +89,7 @@ for t in "${required_gpu_tests[@]}"; do
   [[ -x "$bin_dir/$p" ]] ||
     { echo "bundle.sh: $t did not build to $bin_dir/$p" >&2; exit 1; }
 done
-args+=(--file=bench/gpu_bench.sh=tests/bench/gpu_bench.sh
+args+=(--file=bench/compute_bench.sh=tests/bench/compute_bench.sh
        --file=bench/pytorch_fashion_cnn.py=tests/bench/pytorch_fashion_cnn.py)
 version="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then

@@ -5,7 +5,7 @@
 #   1. pack a bundle and its tarball; the layout and what is (not) packed;
 #   2. unpack the tarball elsewhere and delete the original (relocatable);
 #   3. with `env -i PATH=/usr/bin:/bin` (no LD_LIBRARY_PATH from outside):
-#      bin/ps_server --help, bin/check_libs (every library resolves, the
+#      bin/ps_server --helpfull, bin/check_libs (every library resolves, the
 #      packed ones from the bundle), ldd of ps_worker shows libgrpc++,
 #      libprotobuf, libabsl_*, libopenblas and libz inside the bundle, and
 #      LD_DEBUG of a real start shows them loaded from there;
@@ -20,8 +20,9 @@
 #      nvidia wheels (cuDNN as a namespace and as a regular package, cuBLAS in
 #      nvidia/cu13/lib), DOWNPOUR_CUDA_LIB_DIRS first, a clear message and
 #      status 127 for a missing library;
-#   6. bin/gpu_bench --device=cuda on a machine without a GPU: exit 3 and a
-#      message (the benchmark itself is not run here);
+#   6. bin/compute_bench --device=cuda on a machine without a GPU: exit 3
+#      and a message; --device=cpu runs one tiny measurement and prints its
+#      JSON line;
 #   7. ps_worker links no CUDA library (ldd), and run_gpu_checks.sh on a
 #      bundle without GPU test programs fails its gpu_tests step (zero tests
 #      is not a pass).
@@ -29,10 +30,10 @@
 #   path must run without any CUDA library.
 #
 # Usage (deploy/BUILD passes runfiles paths):
-#   bundle_test.sh MAKE_BUNDLE PS_SERVER PS_WORKER LAUNCH GPU_BENCH
+#   bundle_test.sh MAKE_BUNDLE PS_SERVER PS_WORKER LAUNCH COMPUTE_BENCH
 set -uo pipefail
 
-MAKE_BUNDLE="$1" PS_SERVER="$2" PS_WORKER="$3" LAUNCH="$4" GPU_BENCH="$5"
+MAKE_BUNDLE="$1" PS_SERVER="$2" PS_WORKER="$3" LAUNCH="$4" COMPUTE_BENCH="$5"
 T="${TEST_TMPDIR:-$(mktemp -d)}/bundle_test"
 rm -rf "$T"
 mkdir -p "$T"
@@ -58,7 +59,7 @@ if ! "$MAKE_BUNDLE" --out="$T/build/downpour-bundle" \
     --binary=server/ps_server="$(abs "$PS_SERVER")" \
     --binary=worker/ps_worker="$(abs "$PS_WORKER")" \
     --binary=deploy/launch="$(abs "$LAUNCH")" \
-    --binary=tests/bench/gpu_bench="$(abs "$GPU_BENCH")" \
+    --binary=tests/bench/compute_bench="$(abs "$COMPUTE_BENCH")" \
     --data_dir="$DATA" --version=test --quiet > "$T/make_bundle.log" 2>&1; then
   cat "$T/make_bundle.log"
   echo "FAIL: make_bundle.sh"
@@ -66,9 +67,9 @@ if ! "$MAKE_BUNDLE" --out="$T/build/downpour-bundle" \
 fi
 cat "$T/make_bundle.log"
 S="$T/build/downpour-bundle"
-for f in bin/ps_server bin/ps_worker bin/launch bin/gpu_bench bin/check_libs \
+for f in bin/ps_server bin/ps_worker bin/launch bin/compute_bench bin/check_libs \
          libexec/server/ps_server libexec/worker/ps_worker \
-         libexec/deploy/launch libexec/tests/bench/gpu_bench run_gpu_checks.sh; do
+         libexec/deploy/launch libexec/tests/bench/compute_bench run_gpu_checks.sh; do
   check "$f is executable" test -x "$S/$f"
 done
 for pat in 'libgrpc\+\+\.so\.' 'libprotobuf\.so\.' 'libabsl_flags_parse\.so\.' \
@@ -96,8 +97,8 @@ check "unpacked bundle has bin/launch" test -x "$B/bin/launch"
 # ---- 3. Clean environment -----------------------------------------------------
 echo "== 3. env -i"
 RUN=(env -i PATH=/usr/bin:/bin HOME="$T" TMPDIR="$T")
-"${RUN[@]}" "$B/bin/ps_server" --help > "$T/help.log" 2>&1
-check "bin/ps_server --help runs" contains "$T/help.log" 'server_flags.cc'
+"${RUN[@]}" "$B/bin/ps_server" --helpfull > "$T/help.log" 2>&1
+check "bin/ps_server --helpfull runs" contains "$T/help.log" 'server/server_flags\.cc:'
 "${RUN[@]}" "$B/bin/check_libs" > "$T/check_libs.log" 2>&1
 rc=$?
 check "bin/check_libs passes (exit $rc)" test "$rc" -eq 0
@@ -223,17 +224,25 @@ check "a missing library: message and status 127" \
 out="$(resolve DOWNPOUR_WANTS="libfakemissing.so.1")"
 check "a missing optional library is skipped: $out" test "$out" == "LD=$B/lib"
 
-# ---- 6. GPU bench without a GPU --------------------------------------------------
-echo "== 6. gpu_bench without a GPU"
+# ---- 6. Compute bench: no GPU, and a tiny CPU run ---------------------------------
+echo "== 6. compute_bench"
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
   echo "NOTE: this machine has a GPU; the no-GPU message is not checked"
 else
-  "${RUN[@]}" "$B/bin/gpu_bench" --device=cuda > "$T/bench.log" 2>&1
+  "${RUN[@]}" "$B/bin/compute_bench" --device=cuda > "$T/bench.log" 2>&1
   rc=$?
   cat "$T/bench.log"
-  check "gpu_bench --device=cuda exits 3 without a GPU (exit $rc)" test "$rc" -eq 3
-  check "gpu_bench says why" contains "$T/bench.log" '^gpu_bench: --device=cuda: '
+  check "compute_bench --device=cuda exits 3 without a GPU (exit $rc)" test "$rc" -eq 3
+  check "compute_bench says why" contains "$T/bench.log" '^compute_bench: --device=cuda: '
 fi
+"${RUN[@]}" "$B/bin/compute_bench" --device=cpu --batch_sizes=8 --warmup_steps=1 \
+  --steps=2 --pool_batches=1 > "$T/bench_cpu.log" 2>&1
+rc=$?
+tail -n 3 "$T/bench_cpu.log"
+check "compute_bench --device=cpu runs from the bundle (exit $rc)" test "$rc" -eq 0
+check "compute_bench prints its JSON line" \
+  contains "$T/bench_cpu.log" '^\{"bench":"fashion_cnn_worker_step",.*"results":\[\{"batch_size":8,'
+
 
 # ---- 7. No CUDA library at link time; zero GPU tests fail ---------------------
 echo "== 7. CPU path without CUDA libraries; run_gpu_checks with no GPU tests"

@@ -143,7 +143,7 @@ class ParameterServerService final : public ServiceBase {
     spec.chunk_ids.assign(req.chunk_ids().begin(), req.chunk_ids().end());
     spec.min_version = req.min_version();
     spec.worker_id = req.worker_id();
-    // Hostile input: refused before reading what gRPC could not send.
+    // Refused before reading what gRPC could not send.
     spec.max_response_bytes = kMaxMessageBytes;
     spec.value_bytes = wire::BytesPerValue(encoding);
     spec.worker_clock =

@@ -29,7 +29,7 @@ struct ServiceOptions {
   // on the network (clients retry; a retried push is not applied twice).
   // 0: never.
   int debug_drop_reply_every = 0;
-  // Security and operations: when set (not owned; must outlive the
+  // The token check: when set (not owned; must outlive the
   // service), every handler first refuses a call without the job's token
   // (UNAUTHENTICATED, nothing read), and pushes/declarations are reported.
   const TokenAuthenticator* authenticator = nullptr;

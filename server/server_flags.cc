@@ -89,9 +89,8 @@ absl::Status LayoutLimitsFromFlags(downpour::LayoutLimits* limits) {
   return absl::OkStatus();
 }
 
-// Hostile input (issue 16) and the listening address: the transport limits,
-
-// the port and the testing-only reply drops.
+// The transport limits, the listening address and the testing-only reply
+// drops.
 absl::Status TransportFromFlags(
     downpour::ParameterServerHostOptions* host_options) {
   const int64_t quota_mb = absl::GetFlag(FLAGS_grpc_memory_quota_mb);

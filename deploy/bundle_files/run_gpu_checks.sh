@@ -21,7 +21,8 @@
 #              with 2 replicas on the GPU (--gpus=0,0)
 #   train_cpu  2 servers + 2 workers on the CPU backend, for comparison
 #              (--no_cpu_baseline skips it)
-#   bench      bench/gpu_bench.sh: Downpour's worker step vs PyTorch
+#   bench      bench/compute_bench.sh --device=cuda: Downpour's worker step
+#              vs PyTorch on the GPU
 #
 # Options:
 #   --gpu=N               device ordinal (default 0)
@@ -177,7 +178,7 @@ train() {
 }
 
 bench() {
-  "$B/bench/gpu_bench.sh" --device=cuda --gpu="$gpu" --out="$results/bench"
+  "$B/bench/compute_bench.sh" --device=cuda --gpu="$gpu" --out="$results/bench"
 }
 
 export B results gpu epochs min_accuracy

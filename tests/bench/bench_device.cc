@@ -14,16 +14,13 @@ namespace {
 
 absl::StatusOr<BenchDevice> OpenCpu(const BenchDeviceOptions& o) {
   BenchDevice d;
-  if (o.cpu_backend == "onednn") {
+  if (o.cpu_backend == CpuBackendKind::kOnednn) {
     OnednnOptions onednn;
     onednn.threads = o.cpu_threads;
     onednn.winograd = o.onednn_winograd;
     DP_ASSIGN_OR_RETURN(d.backend, NewOnednnBackend(onednn));
-  } else if (o.cpu_backend == "openblas") {
-    d.backend = NewOpenblasBackend(o.cpu_threads);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cpu_backend must be onednn or openblas, got '", o.cpu_backend, "'"));
+    d.backend = NewOpenblasBackend(o.cpu_threads);
   }
   d.host_allocator = DefaultHostAllocator();
   return d;
@@ -57,33 +54,31 @@ absl::StatusOr<BenchDevice> OpenCuda(const BenchDeviceOptions& o,
 }  // namespace
 
 absl::StatusOr<BenchDevice> OpenBenchDevice(const BenchDeviceOptions& o) {
-  if (o.device == "cpu") return OpenCpu(o);
-  if (o.device != "cuda" && o.device != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device must be auto, cpu or cuda, got '", o.device, "'"));
-  }
+  if (o.device == DeviceKind::kCpu) return OpenCpu(o);
   const CudaProbe probe = ProbeCuda();
   if (probe.device_count == 0) {
     const std::string reason = probe.reason.empty()
                                    ? "the CUDA runtime reports 0 devices"
                                    : probe.reason;
-    if (o.device == "cuda") {
+    if (o.device == DeviceKind::kCuda) {
       return absl::FailedPreconditionError(
           absl::StrCat("no usable CUDA device: ", reason));
     }
     DP_ASSIGN_OR_RETURN(BenchDevice d, OpenCpu(o));
     d.note = absl::StrCat("--device=auto: no GPU found (", reason,
-                          "): measuring the CPU backend");
+                          "): measuring the CPU backend (",
+                          CpuLibraryName(o.cpu_backend), ")");
     return d;
   }
   absl::StatusOr<BenchDevice> cuda = OpenCuda(o, probe);
-  if (cuda.ok() || o.device == "cuda") return cuda;
+  if (cuda.ok() || o.device == DeviceKind::kCuda) return cuda;
   DP_ASSIGN_OR_RETURN(BenchDevice d, OpenCpu(o));
   d.note = absl::StrCat("--device=auto: a GPU is visible (",
                         absl::StrJoin(probe.names, ", "),
                         ") but the CUDA backend failed to start: ",
                         cuda.status().message(),
-                        "; measuring the CPU backend");
+                        "; measuring the CPU backend (",
+                        CpuLibraryName(o.cpu_backend), ")");
   return d;
 }
 

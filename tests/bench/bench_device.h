@@ -7,7 +7,7 @@
 // opened device to the measuring code; nothing below main chooses one.
 //
 // Usage:
-//   BenchDeviceOptions o;  o.device = "cuda";  o.gpu = 0;
+//   BenchDeviceOptions o;  o.device = DeviceKind::kCuda;  o.gpu = 0;
 //   DP_ASSIGN_OR_RETURN(BenchDevice dev, OpenBenchDevice(o));
 //   BuildModel("fashion_cnn", dev.backend.get(), 256);
 //   DP_ASSIGN_OR_RETURN(auto params,
@@ -22,18 +22,18 @@
 #include "common/host_allocator.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda_backend.h"
+#include "worker/nn/device_kind.h"
 
 namespace downpour {
 
 struct BenchDeviceOptions {
-  // auto (CUDA when a GPU is usable, else the CPU), cpu or cuda; the values
-  // of worker/backend_flags.h's --device.
-  std::string device = "auto";
+  // auto: CUDA when a GPU is usable, else the CPU.
+  DeviceKind device = DeviceKind::kAuto;
   int gpu = 0;  // CUDA device ordinal.
   CudaBackendOptions cuda;
-  // The CPU backend: onednn or openblas, its threads (>= 1), and for oneDNN
-  // whether Winograd convolutions may be used (OnednnOptions::winograd).
-  std::string cpu_backend = "onednn";
+  // The CPU backend, its threads (>= 1), and for oneDNN whether Winograd
+  // convolutions may be used (OnednnOptions::winograd).
+  CpuBackendKind cpu_backend = CpuBackendKind::kOnednn;
   int cpu_threads = 1;
   bool onednn_winograd = true;
 };
@@ -49,12 +49,12 @@ struct BenchDevice {
   std::string note;
 };
 
-// Errors: FailedPrecondition for device "cuda" when there is no usable GPU
-// (the message carries the CUDA runtime's reason, e.g. no driver);
-// InvalidArgument for an ordinal out of range or an unknown device or CPU
-// backend; ResourceExhausted when no pinned memory can be had; the backend's
-// error when it fails to start. With "auto", a GPU that is missing or fails
-// to start means the CPU, said in `note`.
+// Errors: FailedPrecondition for kCuda when there is no usable GPU (the
+// message carries the CUDA runtime's reason, e.g. no driver);
+// InvalidArgument for an ordinal out of range; ResourceExhausted when no
+// pinned memory can be had; the backend's error when it fails to start.
+// With kAuto, a GPU that is missing or fails to start means the CPU, said in
+// `note`.
 absl::StatusOr<BenchDevice> OpenBenchDevice(const BenchDeviceOptions& options);
 
 }  // namespace downpour

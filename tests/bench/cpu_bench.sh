@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CPU compute comparison: fashion_cnn forward + backward per step,
+# CPU compute comparison: fashion_cnn forward + backward per step
+# (//tests/bench:compute_bench --device=cpu, its "compute" figures),
 # Downpour's oneDNN and OpenBLAS backends against PyTorch (Debian's
 # python3-torch, eager, float32) out of the box, with jemalloc preloaded,
 # with jemalloc + channels_last, and with jemalloc tuned to keep its memory
@@ -11,7 +12,7 @@
 # thread: the speed of a core of its own, which a loaded machine distorts
 # less), each with the ratios downpour(onednn) / pytorch.
 #
-#   bash tests/bench/cpu_bench.sh                     # ~3-4 min on 2 cores
+#   bash tests/bench/cpu_bench.sh                     # ~4-5 min on 2 cores
 #   BATCHES=64,256 THREADS="1" MIN_SECONDS=1 bash tests/bench/cpu_bench.sh
 #
 # Environment: BATCHES (64,256,1024), THREADS ("1 2"), ROUNDS (1),
@@ -35,9 +36,9 @@ mkdir -p "$OUT_DIR"
 # every step, and jemalloc's defaults hand large ones back to the kernel.
 TUNED_MALLOC_CONF="oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1,thp:always"
 
-bazel build -c opt //tests/bench:cpu_bench >/dev/null 2>&1 ||
-  bazel build -c opt //tests/bench:cpu_bench
-BIN=bazel-bin/tests/bench/cpu_bench
+bazel build -c opt //tests/bench:compute_bench >/dev/null 2>&1 ||
+  bazel build -c opt //tests/bench:compute_bench
+BIN=bazel-bin/tests/bench/compute_bench
 
 have_torch=1
 if ! "$PY" -c 'import torch' 2>/dev/null; then
@@ -59,8 +60,8 @@ torch_cmd=("$PY" tests/bench/pytorch_fashion_cnn.py --device=cpu
            --min_seconds="$MIN_SECONDS")
 for r in $(seq 1 "$ROUNDS"); do
   for t in $THREADS; do
-    ours=("$BIN" --threads="$t" --batch_sizes="$BATCHES" --warmup_steps=3
-          --min_steps=3 --min_seconds="$MIN_SECONDS")
+    ours=("$BIN" --device=cpu --cpu_threads="$t" --batch_sizes="$BATCHES"
+          --warmup_steps=3 --min_steps=3 --min_seconds="$MIN_SECONDS")
     run onednn "$t" "$r" "${ours[@]}" --cpu_backend=onednn
     run openblas "$t" "$r" "${ours[@]}" --cpu_backend=openblas
     if ((have_torch)); then

@@ -49,8 +49,8 @@ absl::Status ConnectClients(const BenchOptions& o, InProcessCluster& cluster,
     client_options.connections_per_shard = o.connections_per_shard;
     client_options.max_calls_in_flight_per_connection = o.calls_in_flight;
     client_options.streaming_pull_min_bytes = o.streaming_pull_min_bytes;
-    client_options.push_encoding = o.encoding;
-    client_options.pull_encoding = o.encoding;
+    client_options.push_encoding = o.push_encoding;
+    client_options.pull_encoding = o.pull_encoding;
     client_options.security = o.security;
     absl::StatusOr<std::unique_ptr<ParameterClient>> client =
         NewGrpcParameterClient(client_options);

@@ -7,6 +7,9 @@
 //
 //   load_client --target=127.0.0.1:PORT --clients=64 --mib=60 --seconds=20
 //
+// --seconds is the benchmarks' (tests/bench/bench_flags.h), --rpc_timeout_s
+// ps_worker's deadline of one push (worker/transport_flags.h).
+//
 // Declares a one-tensor model of --mib MiB (async server, --num_workers >=
 // --clients), then each client, on a channel (TCP connection) of its own,
 // sends Push requests carrying the whole model's gradient (one --mib MiB
@@ -28,6 +31,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -39,13 +44,14 @@
 #include "proto/parameter_server.grpc.pb.h"
 #include "rpc/grpc_config.h"
 #include "rpc/wire.h"
+#include "tests/bench/bench_flags.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/transport_flags.h"
 
 ABSL_FLAG(std::string, target, "", "host:port of the ps_server (plaintext).");
 ABSL_FLAG(int, clients, 64, "Concurrent clients, one TCP connection each.");
 ABSL_FLAG(int, mib, 60, "Size of the model and of each push (MiB).");
 ABSL_FLAG(int, chunk_mib, 4, "max_chunk_bytes of the declared layout (MiB).");
-ABSL_FLAG(double, seconds, 20, "How long the clients push.");
-ABSL_FLAG(double, rpc_timeout_s, 120, "Deadline of one push.");
 
 namespace downpour {
 namespace {
@@ -82,12 +88,21 @@ std::string CodeName(grpc::StatusCode c) {
 }
 
 int Run() {
+  absl::StatusOr<BenchFlags> bench = BenchFlagsFromFlags();
+  GrpcClientOptions transport;
+  absl::Status transport_status = TransportOptionsFromFlags(&transport);
+  if (!bench.ok() || !transport_status.ok()) {
+    std::fprintf(stderr, "load_client: %s\n",
+                 std::string(bench.ok() ? transport_status.message()
+                                        : bench.status().message())
+                     .c_str());
+    return 2;
+  }
   const std::string target = absl::GetFlag(FLAGS_target);
   const int clients = absl::GetFlag(FLAGS_clients);
   const int64_t bytes = int64_t{absl::GetFlag(FLAGS_mib)} << 20;
-  const absl::Duration run_for = absl::Seconds(absl::GetFlag(FLAGS_seconds));
-  const absl::Duration rpc_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  const absl::Duration run_for = absl::Seconds(bench->seconds);
+  const absl::Duration rpc_timeout = transport.rpc_timeout;
   if (target.empty() || clients <= 0 || bytes <= 0 ||
       absl::GetFlag(FLAGS_chunk_mib) <= 0) {
     std::fprintf(stderr, "load_client: --target is required; --clients, "

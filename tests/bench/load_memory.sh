@@ -34,7 +34,8 @@ run_one() {
   local base; base=$(status_kib "$pid" VmRSS)
   local out
   out=$("$bin/load_client" --target="127.0.0.1:$(cat "$port_file")" \
-          --clients="$clients" --mib="$mib" --seconds="$seconds") || true
+          --clients="$clients" --mib="$mib" --seconds="$seconds" \
+          --rpc_timeout_s=120) || true
   local peak now; peak=$(status_kib "$pid" VmHWM); now=$(status_kib "$pid" VmRSS)
   kill "$pid"; wait "$pid" 2>/dev/null || true
   local g; g=$(sed -n 's/.*goodput_mib_s=\([0-9.]*\).*/\1/p' <<<"$out")

@@ -2,9 +2,14 @@
 // both ways at once between the same hosts (driven by
 // tests/bench/netns_transport_bench.sh over emulated hosts).
 //
-//   net_exchange_bench --mode=tcp_sink --port=7000          # on host A
-//   net_exchange_bench --mode=tcp --host=A --port=7000      # on host B
-//   net_exchange_bench --mode=grpc --ps_hosts=A:2222 --mb=64 # ps_server on A
+//   net_exchange_bench --bench_mode=tcp_sink --tcp_port=7000       # on host A
+//   net_exchange_bench --bench_mode=tcp --host=A --tcp_port=7000   # on host B
+//   net_exchange_bench --bench_mode=grpc --ps_hosts=A:2222 --mb=64 # ps_server on A
+//
+// --ps_hosts is ps_worker's (common/cluster_spec_flags.h), the client's
+// transport flags too (--calls_in_flight, --part_kb, ...:
+// worker/transport_flags.h, with ps_worker's defaults), and --seconds is
+// the benchmarks' (tests/bench/bench_flags.h).
 //
 // Each prints one line `RESULT {"mode":..,"bytes_per_sec":..,...}`, where
 // bytes count both directions: for tcp, one stream B->A and one A->B at
@@ -24,21 +29,21 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/cluster_spec_flags.h"
 #include "common/malloc_tuning.h"
 #include "common/sharding.h"
+#include "tests/bench/bench_flags.h"
 #include "worker/grpc_ps_client.h"
+#include "worker/transport_flags.h"
 
-ABSL_FLAG(std::string, mode, "grpc", "grpc, tcp or tcp_sink.");
-ABSL_FLAG(std::string, host, "", "tcp: the sink's address.");
-ABSL_FLAG(int, port, 7000, "tcp, tcp_sink: the sink's port.");
-ABSL_FLAG(std::string, ps_hosts, "", "grpc: the servers.");
-ABSL_FLAG(int64_t, mb, 64, "grpc: model size, MiB.");
-ABSL_FLAG(double, seconds, 5, "Timed seconds.");
-ABSL_FLAG(int, calls_in_flight, -1,
-          "grpc: calls per connection (-1: the client's default).");
-ABSL_FLAG(int64_t, part_kb, 0, "grpc: part size (0: the client's default).");
+ABSL_FLAG(std::string, bench_mode, "grpc", "grpc, tcp or tcp_sink.");
+ABSL_FLAG(std::string, host, "", "--bench_mode=tcp: the sink's address.");
+ABSL_FLAG(int, tcp_port, 7000, "--bench_mode=tcp or tcp_sink: the sink's port.");
+ABSL_FLAG(int64_t, mb, 64, "--bench_mode=grpc: model size, MiB.");
 
 namespace {
 
@@ -128,14 +133,15 @@ void TcpBoth(const std::string& host, int port, double seconds) {
               elapsed);
 }
 
-int Grpc() {
+int Grpc(double seconds) {
   downpour::GrpcClientOptions o;
-  o.hosts = absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipEmpty());
-  o.security.allow_insecure = true;
-  if (absl::GetFlag(FLAGS_calls_in_flight) >= 0) {
-    o.max_calls_in_flight_per_connection = absl::GetFlag(FLAGS_calls_in_flight);
+  if (absl::Status s = downpour::TransportOptionsFromFlags(&o); !s.ok()) {
+    std::fprintf(stderr, "net_exchange_bench: %s\n", s.ToString().c_str());
+    return 2;
   }
-  if (absl::GetFlag(FLAGS_part_kb) > 0) o.part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
+  o.hosts = absl::StrSplit(downpour::ClusterSpecInputsFromFlags("worker").ps_hosts,
+                           ',', absl::SkipEmpty());
+  o.security.allow_insecure = true;
   auto client = downpour::NewGrpcParameterClient(o);
   if (!client.ok()) {
     std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
@@ -154,7 +160,6 @@ int Grpc() {
   if (auto s = (*client)->Pull(absl::MakeSpan(params), &versions); !s.ok()) return 1;
   int64_t rounds = 0, seq = 0;
   // One warm-up round, then timed rounds.
-  const double seconds = absl::GetFlag(FLAGS_seconds);
   absl::Time start;
   while (true) {
     if (seq == 1) start = absl::Now();
@@ -181,14 +186,20 @@ int Grpc() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   downpour::TuneMallocForLargeBuffers();
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode == "tcp_sink") TcpSink(absl::GetFlag(FLAGS_port));
+  absl::StatusOr<downpour::BenchFlags> bench = downpour::BenchFlagsFromFlags();
+  if (!bench.ok()) {
+    std::fprintf(stderr, "net_exchange_bench: %s\n",
+                 std::string(bench.status().message()).c_str());
+    return 2;
+  }
+  const std::string mode = absl::GetFlag(FLAGS_bench_mode);
+  if (mode == "tcp_sink") TcpSink(absl::GetFlag(FLAGS_tcp_port));
   if (mode == "tcp") {
-    TcpBoth(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),
-            absl::GetFlag(FLAGS_seconds));
+    TcpBoth(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_tcp_port),
+            bench->seconds);
     return 0;
   }
-  if (mode == "grpc") return Grpc();
-  std::fprintf(stderr, "--mode must be grpc, tcp or tcp_sink\n");
+  if (mode == "grpc") return Grpc(bench->seconds);
+  std::fprintf(stderr, "--bench_mode must be grpc, tcp or tcp_sink\n");
   return 2;
 }

@@ -39,18 +39,18 @@ for rate in $RATES; do
     netns_exec 1 "$TMP/ps_server" --bind="$A" --port=$((2222 + s)) --shard_index=$s \
       --num_shards=2 --optimizer=sgd --lr=0.01 --allow_insecure >"$TMP/ps$s.log" 2>&1 &
   done
-  netns_exec 1 "$TMP/bench" --mode=tcp_sink --port=7000 >"$TMP/sink.log" 2>&1 &
+  netns_exec 1 "$TMP/bench" --bench_mode=tcp_sink --tcp_port=7000 >"$TMP/sink.log" 2>&1 &
   sleep 1
-  tcp1=$(netns_exec 2 "$TMP/bench" --mode=tcp --host="$A" --port=7000 --seconds="$T" | rate_of)
+  tcp1=$(netns_exec 2 "$TMP/bench" --bench_mode=tcp --host="$A" --tcp_port=7000 --seconds="$T" | rate_of)
   cells=""; best=0
   for c in $CALLS; do
-    g=$(netns_exec 2 "$TMP/bench" --mode=grpc --ps_hosts="$A:2222,$A:2223" \
+    g=$(netns_exec 2 "$TMP/bench" --bench_mode=grpc --ps_hosts="$A:2222,$A:2223" \
         --mb="$MB" --seconds="$T" --calls_in_flight="$c" | rate_of)
     g="${g:-0}"
     cells+="$c: $(gbs "$g")  "
     best=$(awk -v a="$best" -v b="$g" 'BEGIN { print (b > a ? b : a) }')
   done
-  tcp2=$(netns_exec 2 "$TMP/bench" --mode=tcp --host="$A" --port=7000 --seconds="$T" | rate_of)
+  tcp2=$(netns_exec 2 "$TMP/bench" --bench_mode=tcp --host="$A" --tcp_port=7000 --seconds="$T" | rate_of)
   tcp=$(awk -v a="${tcp1:-0}" -v b="${tcp2:-0}" 'BEGIN { print (b > a ? b : a) }')
   ratio=$(awk -v g="$best" -v t="$tcp" 'BEGIN { printf "%.3f", (t > 0 ? g / t : 0) }')
   echo "| ${rate} | $(gbs "${tcp1:-0}") / $(gbs "${tcp2:-0}") | $cells| **$ratio** |"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for tests/bench:gpu_bench: the same fashion_cnn, the same
+"""PyTorch reference for tests/bench:compute_bench: the same fashion_cnn, the same
 per-step work, the same table and JSON line.
 
     python3 tests/bench/pytorch_fashion_cnn.py --device=cuda --gpu=0

@@ -48,39 +48,36 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/malloc_tuning.h"
 #include "rpc/wire.h"
+#include "server/store_flags.h"
 #include "tests/bench/goodput_cell.h"
 #include "tests/bench/security_cost.h"
 #include "tests/bench/snapshot_cost.h"
 #include "tests/bench/transport_bench_util.h"
 #include "tests/bench/transport_sections.h"
 #include "worker/grpc_ps_client.h"
+#include "worker/transport_flags.h"
 
 // Every tunable of the benchmark. 0 / empty means "the profile's default"
-// (the full profile, or the --quick one).
+// (the full profile, or the --quick one). The clients' transport
+// (--part_kb, --connections_per_shard, --calls_in_flight, --push_dtype,
+// --pull_dtype) and the layout's --max_chunk_bytes are ps_worker's flags
+// with ps_worker's defaults (worker/transport_flags.h);
+// --checkpoint_every_s is ps_server's (server/store_flags.h).
 ABSL_FLAG(bool, quick, false,
           "Smoke profile (~20 s): fewer sizes and cells, fewer bytes.");
 ABSL_FLAG(std::string, sizes_mb, "",
           "Model sizes in MiB for (a). Full: 1,16,64,256. Quick: 1,64.");
 ABSL_FLAG(std::string, shards, "", "Shard counts for (a). Full: 1,2,4. Quick: 1,2.");
-ABSL_FLAG(std::string, workers, "", "Concurrent workers for (a). Default 1,4.");
+ABSL_FLAG(std::string, worker_counts, "",
+          "Concurrent workers for (a), comma-separated. Default 1,4.");
 ABSL_FLAG(int64_t, cell_mb, 0,
           "Target MiB moved (push + pull, all workers) per (a) cell; rounds "
           "are derived from it. Full: 1536. Quick: 256.");
 ABSL_FLAG(int, min_rounds, 0, "Fewest timed rounds per cell. Default 2.");
 ABSL_FLAG(int, max_rounds, 0, "Most timed rounds per cell. Default 50.");
-ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20,
-          "Layout max_chunk_bytes (ps_worker's default is 1 MiB).");
-ABSL_FLAG(int64_t, part_kb, downpour::GrpcClientOptions().part_bytes >> 10,
-          "Client part size (KiB): payload of one call.");
-ABSL_FLAG(int, connections_per_shard,
-          downpour::GrpcClientOptions().connections_per_shard,
-          "Client TCP connections per shard.");
-ABSL_FLAG(int, calls_in_flight,
-          downpour::GrpcClientOptions().max_calls_in_flight_per_connection,
-          "Calls in flight per connection (GrpcClientOptions::"
-          "max_calls_in_flight_per_connection); 0: no limit.");
 ABSL_FLAG(bool, push_pull, true,
           "A round is one ParameterClient::PushPull, as an async worker's "
           "exchange is; false: a Pull, then a Push.");
@@ -88,9 +85,6 @@ ABSL_FLAG(int64_t, streaming_pull_min_mb, 32,
           "Pulls into parameter vectors of at least this many MiB write them "
           "with non-temporal stores (GrpcClientOptions::"
           "streaming_pull_min_bytes); -1: never.");
-ABSL_FLAG(std::string, wire_encoding, "f32",
-          "Payload encoding in (a): f32, fp16 or bf16 (goodput counts the "
-          "float32 bytes the worker moves).");
 ABSL_FLAG(bool, separate_connections, true,
           "Give each worker its own TCP connections (distinct loopback "
           "addresses); false lets gRPC share one connection per shard.");
@@ -118,8 +112,6 @@ ABSL_FLAG(bool, snapshot_cost, false,
           "Only the 64 MiB, 2-shard, 1-worker goodput cell with shard "
           "snapshots off and on (every --checkpoint_every_s, into a temporary "
           "folder), --headline_trials each, interleaved.");
-ABSL_FLAG(double, checkpoint_every_s, 1.0,
-          "--snapshot_cost: seconds between a shard's snapshots.");
 
 namespace downpour {
 namespace transport_bench {
@@ -175,9 +167,9 @@ int RunSecurityCostMode(BenchOptions o, std::string dir) {
 
 // --snapshot_cost. The 64 MiB, 2-shard, 1-worker cell with
 // snapshots off and on, trials interleaved.
-int RunSnapshotCostMode(const BenchOptions& o, double every_s) {
+int RunSnapshotCostMode(const BenchOptions& o, absl::Duration every) {
   auto cost = RunSnapshotCost(
-      absl::Seconds(every_s), 2, o.headline_trials,
+      every, 2, o.headline_trials,
       [&](const std::function<void(InProcessCluster*)>& on_cluster)
           -> absl::StatusOr<double> {
         GoodputCell cell = RunGoodputCell(o, 64 * kMiB, 2, 1, 1, {}, on_cluster);
@@ -199,28 +191,35 @@ int RunSnapshotCostMode(const BenchOptions& o, double every_s) {
   return 0;
 }
 
-// --sizes_mb, --shards, --workers and --wire_encoding; false (having said
-// why on stderr) when one is malformed.
+// --sizes_mb, --shards, --worker_counts and the transport flags; false
+// (having said why on stderr) when one is malformed.
 bool ListsFromFlags(bool quick, BenchOptions* o) {
   const std::string sizes = absl::GetFlag(FLAGS_sizes_mb);
   const std::string shards = absl::GetFlag(FLAGS_shards);
-  const std::string workers = absl::GetFlag(FLAGS_workers);
+  const std::string workers = absl::GetFlag(FLAGS_worker_counts);
   if (!ParseList(sizes.empty() ? (quick ? "1,64" : "1,16,64,256") : sizes,
                  &o->sizes_mb) ||
       !ParseList(shards.empty() ? (quick ? "1,2" : "1,2,4") : shards,
                  &o->shards) ||
       !ParseList(workers.empty() ? "1,4" : workers, &o->workers)) {
-    std::fprintf(stderr, "transport_bench: --sizes_mb, --shards and --workers "
-                         "take comma-separated positive integers\n");
+    std::fprintf(stderr, "transport_bench: --sizes_mb, --shards and "
+                         "--worker_counts take comma-separated positive "
+                         "integers\n");
     return false;
   }
-  absl::StatusOr<wire::Encoding> e =
-      wire::ParseEncoding(absl::GetFlag(FLAGS_wire_encoding));
-  if (!e.ok()) {
-    std::fprintf(stderr, "transport_bench: %s\n", e.status().ToString().c_str());
+  // ps_worker's transport settings; the benchmark keeps its own deadlines
+  // and never retries (goodput_cell.cc).
+  GrpcClientOptions client;
+  if (absl::Status s = TransportOptionsFromFlags(&client); !s.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", s.ToString().c_str());
     return false;
   }
-  o->encoding = *e;
+  o->part_bytes = client.part_bytes;
+  o->connections_per_shard = client.connections_per_shard;
+  o->calls_in_flight = client.max_calls_in_flight_per_connection;
+  o->push_encoding = client.push_encoding;
+  o->pull_encoding = client.pull_encoding;
+  o->max_chunk_bytes = MaxChunkBytesFromFlags();
   return true;
 }
 
@@ -230,10 +229,6 @@ void SizesFromFlags(bool quick, BenchOptions* o) {
                        int64_t{256}, quick) * kMiB;
   o->min_rounds = Pick(absl::GetFlag(FLAGS_min_rounds), 2, 2, quick);
   o->max_rounds = Pick(absl::GetFlag(FLAGS_max_rounds), 50, 50, quick);
-  o->max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
-  o->part_bytes = absl::GetFlag(FLAGS_part_kb) << 10;
-  o->connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
-  o->calls_in_flight = absl::GetFlag(FLAGS_calls_in_flight);
   o->push_pull = absl::GetFlag(FLAGS_push_pull);
   const int64_t mb = absl::GetFlag(FLAGS_streaming_pull_min_mb);
   o->streaming_pull_min_bytes =
@@ -290,8 +285,14 @@ int main(int argc, char** argv) {
         o, absl::GetFlag(FLAGS_certs_dir));
   }
   if (absl::GetFlag(FLAGS_snapshot_cost)) {
+    absl::StatusOr<downpour::StoreFlags> store = downpour::StoreFlagsFromFlags();
+    if (!store.ok()) {
+      std::fprintf(stderr, "transport_bench: %s\n",
+                   store.status().ToString().c_str());
+      return 2;
+    }
     return downpour::transport_bench::RunSnapshotCostMode(
-        o, absl::GetFlag(FLAGS_checkpoint_every_s));
+        o, store->checkpoint_every);
   }
   return downpour::transport_bench::RunTransportBench(o);
 }

@@ -41,7 +41,8 @@ struct BenchOptions {
   int calls_in_flight = 0;
   bool push_pull = true;
   int64_t streaming_pull_min_bytes = 32 * kMiB;
-  wire::Encoding encoding = wire::Encoding::kRawF32;
+  wire::Encoding push_encoding = wire::Encoding::kRawF32;
+  wire::Encoding pull_encoding = wire::Encoding::kRawF32;
   bool separate_connections = true;
   int latency_ops = 0;
   int64_t tcp_bytes = 0;

@@ -157,18 +157,23 @@ void RunTcpContext(RunState* r) {
 }
 
 void PrintGoodputHeader(const BenchOptions& o) {
+  const std::string connections =
+      o.connections_per_shard == 0 ? "2 (1 shard) or 1 (more)"
+                                   : absl::StrCat(o.connections_per_shard);
+  const std::string calls =
+      o.calls_in_flight < 0    ? "adaptive (from 1)"
+      : o.calls_in_flight == 0 ? "unlimited"
+                               : absl::StrCat(o.calls_in_flight);
   std::printf("(a) push+pull goodput through gRPC (in-process servers, "
               "max_chunk_bytes %lld, parts of %lld KiB, %s connections per "
-              "shard, %d calls in flight per connection, %s, %s payloads, %s "
-              "connections per worker)\n",
+              "shard, %s calls in flight per connection, %s, %s/%s payloads "
+              "(push/pull), %s connections per worker)\n",
               static_cast<long long>(o.max_chunk_bytes),
-              static_cast<long long>(o.part_bytes >> 10),
-              o.connections_per_shard == 0
-                  ? "2 (1 shard) or 1 (more)"
-                  : absl::StrCat(o.connections_per_shard).c_str(),
-              o.calls_in_flight,
+              static_cast<long long>(o.part_bytes >> 10), connections.c_str(),
+              calls.c_str(),
               o.push_pull ? "rounds of PushPull" : "rounds of Pull then Push",
-              wire::EncodingName(o.encoding),
+              wire::EncodingName(o.push_encoding),
+              wire::EncodingName(o.pull_encoding),
               o.separate_connections ? "separate" : "shared");
   std::printf("%8s %6s %7s %6s %10s %9s %8s %10s %10s %8s %6s %9s\n", "model",
               "shards", "workers", "rounds", "goodput", "", "vs TCP",
@@ -328,7 +333,7 @@ void PrintJson(const BenchOptions& o, const RunState& r) {
       "\"refused_cells\":[%s],\"units\":\"gbps = 1e9 bit/s\","
       "\"separate_connections\":%s,\"part_kb\":%lld,"
       "\"connections_per_shard\":%d,\"calls_in_flight\":%d,"
-      "\"push_pull\":%s,\"wire_encoding\":\"%s\","
+      "\"push_pull\":%s,\"push_dtype\":\"%s\",\"pull_dtype\":\"%s\","
       "\"quick\":%s,\"load_before\":\"%s\","
       "\"load_after\":\"%s\",\"seconds\":%.1f}",
       ratio(r.head_best, r.tcp_bps), ratio(sgd_bps, r.memcpy_bps),
@@ -345,7 +350,8 @@ void PrintJson(const BenchOptions& o, const RunState& r) {
       o.separate_connections ? "true" : "false",
       static_cast<long long>(o.part_bytes >> 10), o.connections_per_shard,
       o.calls_in_flight, o.push_pull ? "true" : "false",
-      wire::EncodingName(o.encoding), o.quick ? "true" : "false",
+      wire::EncodingName(o.push_encoding), wire::EncodingName(o.pull_encoding),
+      o.quick ? "true" : "false",
       r.load_before, LoadAverage(), SecondsSince(r.t_begin));
   std::printf("\n%s\n", json.c_str());
 }

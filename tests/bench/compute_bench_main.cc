@@ -1,8 +1,8 @@
-// gpu_bench: examples/sec of one Downpour worker's compute step on the
-// fashion_cnn model, without the network.
+// compute_bench: examples/sec of one Downpour worker's compute step, without
+// the network, on the CPU (oneDNN or OpenBLAS backend) or a GPU.
 //
-//   bazel run -c opt //tests/bench:gpu_bench -- --device=cuda --gpu=0
-//   bazel run -c opt //tests/bench:gpu_bench -- --device=cpu --batch_sizes=64
+//   bazel run -c opt //tests/bench:compute_bench -- --device=cuda --gpu=0
+//   compute_bench --device=cpu --cpu_backend=openblas --cpu_threads=2
 //
 // Two figures per batch size, each the mean over the timed steps after
 // --warmup_steps untimed ones:
@@ -13,23 +13,38 @@
 //            (Axpy), copy them device -> host (CopyToHost), zero the accrual
 //            (Fill).
 //   compute  Model::ComputeGradients alone (batch host -> device, forward,
-//            backward), then Synchronize.
+//            backward, loss), then Synchronize. Also per CPU-second of the
+//            process: at one thread, the speed of a core of its own, which a
+//            loaded machine distorts less than wall time.
 // All host buffers (parameters, gradients, a pool of --pool_batches input
 // batches) come from the device's host allocator: page-locked for CUDA. The
 // input is synthetic (uniform [0, 1) pixels, uniform labels): the kernels do
 // the same work on any data. tests/bench/pytorch_fashion_cnn.py measures the
-// same two figures in PyTorch; tests/bench/gpu_bench.sh runs both.
+// same figures in PyTorch; tests/bench/compute_bench.sh runs both on one
+// device with the ratios, tests/bench/cpu_bench.sh the CPU grid (threads,
+// backends, PyTorch's allocator settings).
+//
+// The flags: --device, --cpu_backend, --cpu_threads and --cuda_blocking_sync
+// as ps_worker takes them (worker/backend_flags.h), --model and --seed as
+// ps_worker's (worker/training_flags.h), the step timing and --batch_sizes
+// (tests/bench/bench_flags.h), and this benchmark's own below.
 //
 // Prints a table, then one JSON line (last line of stdout, also written to
 // --json_out):
-//   {"bench":"fashion_cnn_worker_step","impl":"downpour","device":...,
-//    "host_buffers":...,"tf32":false,"input":"synthetic","parameters":N,
+//   {"bench":"fashion_cnn_worker_step","impl":"downpour","model":..,
+//    "device":..,"host_buffers":..,"tf32":false,"blocking_sync":false,
+//    "cpu_backend":..,"cpu_threads":.. (CPU only),"input":"synthetic",
+//    "parameters":N,
 //    "results":[{"batch_size":64,"step_ms":..,"step_examples_per_sec":..,
-//                "compute_ms":..,"compute_examples_per_sec":..,"steps":..,
-//                "compute_steps":..,"loss":..},...]}
+//                "compute_ms":..,"compute_examples_per_sec":..,
+//                "compute_cpu_ms":..,"compute_examples_per_cpu_sec":..,
+//                "steps":..,"compute_steps":..,"loss":..},...]}
 //
-// Exit status: 0 ok; 2 bad flags; 3 the device is not available (no GPU or
-// no driver); 1 anything else.
+// Exit status: 0 ok; 2 a bad flag value (abseil itself exits 1 for an
+// unknown flag or a --device it cannot parse); 3 the device is not available
+// (no GPU or no driver); 1 anything else.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,8 +52,10 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -46,60 +63,47 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "common/host_allocator.h"
 #include "common/status_macros.h"
 #include "tests/bench/bench_device.h"
+#include "tests/bench/bench_flags.h"
+#include "worker/backend_flags.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/device_kind.h"
 #include "worker/nn/model.h"
+#include "worker/training_flags.h"
 
-ABSL_FLAG(std::string, device, "cuda", "cuda or cpu.");
-ABSL_FLAG(int, gpu, 0, "CUDA device ordinal (--device=cuda).");
-ABSL_FLAG(std::string, batch_sizes, "64,256,1024",
-          "Comma-separated batch sizes to measure.");
-ABSL_FLAG(int, warmup_steps, 20,
-          "Untimed steps before each measurement (cuDNN algorithm choice, "
-          "caches, clocks).");
+ABSL_FLAG(int, gpu, 0, "CUDA device ordinal (--device=cuda or auto).");
 ABSL_FLAG(int, steps, 0,
           "Timed steps per measurement; 0 = as many as fit in --min_seconds "
           "(at least --min_steps).");
-ABSL_FLAG(double, min_seconds, 2.0, "With --steps=0: time per measurement.");
-ABSL_FLAG(int, min_steps, 10, "With --steps=0: fewest timed steps.");
 ABSL_FLAG(int, pool_batches, 8,
           "Distinct input batches cycled through (host memory).");
-ABSL_FLAG(int, cpu_threads, 0,
-          "--device=cpu: OpenBLAS threads; 0 = OpenBLAS's default.");
 ABSL_FLAG(int64_t, workspace_limit_mb, -1,
-          "--device=cuda: cuDNN workspace limit in MiB; < 0 = the backend's "
-          "default.");
+          "CUDA: cuDNN workspace limit in MiB; < 0 = the backend's default.");
 ABSL_FLAG(bool, tf32, false,
-          "--device=cuda: allow TF32 tensor-core math in cuBLAS and cuDNN "
+          "CUDA: allow TF32 tensor-core math in cuBLAS and cuDNN "
           "(CudaBackendOptions::allow_tf32).");
-ABSL_FLAG(bool, blocking_sync, false,
-          "--device=cuda: cudaDeviceScheduleBlockingSync (the host sleeps "
-          "while it waits on the GPU).");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the parameters and the synthetic input.");
+ABSL_FLAG(bool, onednn_winograd, true,
+          "--cpu_backend=onednn: Winograd convolutions where they apply "
+          "(false: direct convolution only).");
 ABSL_FLAG(std::string, json_out, "", "Also write the JSON line here.");
 
 namespace downpour {
 namespace {
 
-constexpr char kModel[] = "fashion_cnn";
-
 struct Options {
-  std::string device;
-  CudaBenchOptions cuda;
-  int cpu_threads = 0;
+  BenchDeviceOptions device;
+  std::string model;
   std::vector<int> batch_sizes;
-  int warmup_steps = 20;
+  int warmup_steps = 0;
   int steps = 0;
-  double min_seconds = 2.0;
-  int min_steps = 10;
+  double min_seconds = 0;
+  int min_steps = 1;
   int pool_batches = 8;
   uint64_t seed = 1;
   std::string json_out;
@@ -108,6 +112,7 @@ struct Options {
 struct Measurement {
   int steps = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // This process's CPU time over the same steps.
   float last_loss = 0;
 };
 
@@ -118,44 +123,40 @@ struct Row {
 };
 
 absl::StatusOr<Options> ReadFlags() {
+  DP_ASSIGN_OR_RETURN(const BackendFlags backend, BackendFlagsFromFlags());
+  DP_ASSIGN_OR_RETURN(const TrainingFlags training, TrainingFlagsFromFlags());
+  DP_ASSIGN_OR_RETURN(const BenchFlags bench, BenchFlagsFromFlags());
   Options o;
-  o.device = absl::GetFlag(FLAGS_device);
-  if (o.device != "cuda" && o.device != "cpu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device must be cuda or cpu, got '", o.device, "'"));
-  }
-  o.cuda.device_ordinal = absl::GetFlag(FLAGS_gpu);
+  o.device.device = backend.device;
+  o.device.gpu = absl::GetFlag(FLAGS_gpu);
   const int64_t ws_mb = absl::GetFlag(FLAGS_workspace_limit_mb);
-  o.cuda.workspace_limit_bytes = ws_mb < 0 ? -1 : ws_mb << 20;
-  o.cuda.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  o.cuda.blocking_sync = absl::GetFlag(FLAGS_blocking_sync);
-  o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-  for (absl::string_view s :
-       absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',', absl::SkipEmpty())) {
-    int b = 0;
-    if (!absl::SimpleAtoi(s, &b) || b < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--batch_sizes: '", s, "' is not a positive integer"));
-    }
-    o.batch_sizes.push_back(b);
-  }
-  if (o.batch_sizes.empty()) {
-    return absl::InvalidArgumentError("--batch_sizes is empty");
-  }
-  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  if (ws_mb >= 0) o.device.cuda.workspace_limit_bytes = ws_mb << 20;
+  o.device.cuda.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  o.device.cuda.blocking_sync = backend.cuda_blocking_sync;
+  o.device.cpu_backend = backend.cpu_backend;
+  o.device.cpu_threads = backend.cpu_threads;
+  o.device.onednn_winograd = absl::GetFlag(FLAGS_onednn_winograd);
+  o.model = training.model;
+  o.seed = training.seed;
+  o.batch_sizes = bench.batch_sizes;
+  o.warmup_steps = bench.warmup_steps;
+  o.min_seconds = bench.min_seconds;
+  o.min_steps = bench.min_steps;
   o.steps = absl::GetFlag(FLAGS_steps);
-  o.min_seconds = absl::GetFlag(FLAGS_min_seconds);
-  o.min_steps = absl::GetFlag(FLAGS_min_steps);
   o.pool_batches = absl::GetFlag(FLAGS_pool_batches);
-  if (o.warmup_steps < 0 || o.steps < 0 || o.min_steps < 1 ||
-      o.pool_batches < 1 || !(o.min_seconds >= 0)) {
+  if (o.steps < 0 || o.pool_batches < 1) {
     return absl::InvalidArgumentError(
-        "need --warmup_steps >= 0, --steps >= 0, --min_steps >= 1, "
-        "--pool_batches >= 1, --min_seconds >= 0");
+        "need --steps >= 0 and --pool_batches >= 1");
   }
-  o.seed = absl::GetFlag(FLAGS_seed);
   o.json_out = absl::GetFlag(FLAGS_json_out);
   return o;
+}
+
+// CPU time of the whole process (every thread).
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Runs `step(i)` warmup_steps times, then times it as Options says. The clock
@@ -171,6 +172,7 @@ absl::StatusOr<Measurement> Measure(
   DP_RETURN_IF_ERROR(backend->Synchronize());
   Measurement m;
   const Clock::time_point begin = Clock::now();
+  const double cpu_begin = ProcessCpuSeconds();
   while (true) {
     if (o.steps > 0) {
       if (m.steps >= o.steps) break;
@@ -185,6 +187,7 @@ absl::StatusOr<Measurement> Measure(
   }
   DP_RETURN_IF_ERROR(backend->Synchronize());
   m.seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  m.cpu_seconds = ProcessCpuSeconds() - cpu_begin;
   if (!std::isfinite(m.last_loss)) {
     return absl::InternalError(
         absl::StrCat("loss is ", m.last_loss, ": the computation is broken"));
@@ -213,7 +216,7 @@ absl::StatusOr<Row> MeasureBatchSize(const Options& o, const BenchDevice& dev,
                                      int batch) {
   Backend* const backend = dev.backend.get();
   DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                      BuildModel(kModel, backend, batch));
+                      BuildModel(o.model, backend, batch));
   const int64_t n = model->num_parameters();
   const int64_t example = model->input_dims().Size();
   const int classes = model->num_classes();
@@ -275,71 +278,102 @@ absl::StatusOr<Row> MeasureBatchSize(const Options& o, const BenchDevice& dev,
 }
 
 double Ms(const Measurement& m) { return 1e3 * m.seconds / m.steps; }
+double CpuMs(const Measurement& m) { return 1e3 * m.cpu_seconds / m.steps; }
 double Rate(const Measurement& m, int batch) {
   return static_cast<double>(batch) * m.steps / m.seconds;
 }
+double CpuRate(const Measurement& m, int batch) {
+  return m.cpu_seconds > 0
+             ? static_cast<double>(batch) * m.steps / m.cpu_seconds
+             : 0.0;
+}
 
-absl::Status Run(const Options& o, int* exit_code) {
-  BenchDevice dev;
-  if (o.device == "cuda") {
-    absl::StatusOr<BenchDevice> opened = OpenCudaBenchDevice(o.cuda);
-    if (!opened.ok()) {
-      const absl::StatusCode c = opened.status().code();
-      if (c == absl::StatusCode::kFailedPrecondition) *exit_code = 3;
-      return absl::Status(
-          c, absl::StrCat("--device=cuda: ", opened.status().message()));
-    }
-    dev = *std::move(opened);
-  } else {
-    dev = OpenCpuBenchDevice(o.cpu_threads);
+absl::StatusOr<BenchDevice> OpenDevice(const Options& o, int* exit_code) {
+  absl::StatusOr<BenchDevice> dev = OpenBenchDevice(o.device);
+  if (!dev.ok()) {
+    const absl::StatusCode c = dev.status().code();
+    if (c == absl::StatusCode::kFailedPrecondition) *exit_code = 3;
+    if (c == absl::StatusCode::kInvalidArgument) *exit_code = 2;
+    return absl::Status(c, absl::StrCat("--device=",
+                                        DeviceKindName(o.device.device), ": ",
+                                        dev.status().message()));
   }
-  int64_t parameters = 0;
-  {
-    DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> probe,
-                        BuildModel(kModel, dev.backend.get(), 1));
-    parameters = probe->num_parameters();
+  if (!dev->note.empty()) {
+    std::fprintf(stderr, "compute_bench: %s\n", dev->note.c_str());
   }
+  return dev;
+}
+
+// Prints the run's header: what is measured, where, with what.
+void PrintHeader(const Options& o, const BenchDevice& dev, int64_t parameters) {
+  const std::string cpu =
+      dev.cuda ? "" : absl::StrCat(", ", o.device.cpu_threads, " thread(s)");
   std::printf(
-      "gpu_bench: %s on %s, host buffers: %s, %lld parameters, synthetic "
-      "input, fp32\n"
+      "compute_bench: %s on %s%s, host buffers: %s, %lld parameters, "
+      "synthetic input, fp32\n"
       "  step    = parameters H2D + batch H2D + forward + backward + accrue + "
       "gradients D2H (a worker's step, n_fetch = n_push = 1, no RPCs)\n"
-      "  compute = batch H2D + forward + backward\n",
-      kModel, dev.backend->Name().c_str(), dev.host_allocator->Name(),
-      static_cast<long long>(parameters));
-  std::printf("%6s | %9s | %12s | %10s | %12s | %8s\n", "batch", "step ms",
-              "step ex/s", "compute ms", "compute ex/s", "copies %");
+      "  compute = batch H2D + forward + backward; CPU columns: compute per "
+      "CPU-second of the process\n",
+      o.model.c_str(), dev.backend->Name().c_str(), cpu.c_str(),
+      dev.host_allocator->Name(), static_cast<long long>(parameters));
+  std::printf("%6s | %9s | %12s | %10s | %12s | %8s | %11s | %14s\n", "batch",
+              "step ms", "step ex/s", "compute ms", "compute ex/s", "copies %",
+              "CPU ms/step", "ex per CPU-sec");
   std::fflush(stdout);
+}
 
+absl::Status Run(const Options& o, int* exit_code) {
+  DP_ASSIGN_OR_RETURN(BenchDevice dev, OpenDevice(o, exit_code));
+  int64_t parameters = 0;
+  {
+    absl::StatusOr<std::unique_ptr<Model>> probe =
+        BuildModel(o.model, dev.backend.get(), 1);
+    if (!probe.ok()) {
+      if (probe.status().code() == absl::StatusCode::kInvalidArgument) {
+        *exit_code = 2;
+      }
+      return probe.status();
+    }
+    parameters = (*probe)->num_parameters();
+  }
+  PrintHeader(o, dev, parameters);
   std::vector<std::string> results;
   for (int batch : o.batch_sizes) {
     DP_ASSIGN_OR_RETURN(Row r, MeasureBatchSize(o, dev, batch));
     const double step_ms = Ms(r.step), compute_ms = Ms(r.compute);
-    std::printf("%6d | %9.3f | %12.1f | %10.3f | %12.1f | %8.1f\n", batch,
-                step_ms, Rate(r.step, batch), compute_ms,
+    std::printf("%6d | %9.3f | %12.1f | %10.3f | %12.1f | %8.1f | %11.3f | "
+                "%14.1f\n",
+                batch, step_ms, Rate(r.step, batch), compute_ms,
                 Rate(r.compute, batch),
-                100.0 * std::max(0.0, step_ms - compute_ms) / step_ms);
+                100.0 * std::max(0.0, step_ms - compute_ms) / step_ms,
+                CpuMs(r.compute), CpuRate(r.compute, batch));
     std::fflush(stdout);
     results.push_back(absl::StrFormat(
         "{\"batch_size\":%d,\"step_ms\":%.5f,\"step_examples_per_sec\":%.2f,"
-        "\"compute_ms\":%.5f,\"compute_examples_per_sec\":%.2f,\"steps\":%d,"
-        "\"compute_steps\":%d,\"loss\":%.5f}",
+        "\"compute_ms\":%.5f,\"compute_examples_per_sec\":%.2f,"
+        "\"compute_cpu_ms\":%.5f,\"compute_examples_per_cpu_sec\":%.2f,"
+        "\"steps\":%d,\"compute_steps\":%d,\"loss\":%.5f}",
         batch, step_ms, Rate(r.step, batch), compute_ms,
-        Rate(r.compute, batch), r.step.steps, r.compute.steps,
-        r.step.last_loss));
+        Rate(r.compute, batch), CpuMs(r.compute), CpuRate(r.compute, batch),
+        r.step.steps, r.compute.steps, r.step.last_loss));
   }
-  // The CUDA backend runs plain fp32 unless --tf32; the CPU backend has no
+  // The CUDA backend runs plain fp32 unless --tf32; the CPU backends have no
   // TF32.
-  const bool tf32 = o.device == "cuda" && o.cuda.allow_tf32;
+  const std::string cpu_fields =
+      dev.cuda ? ""
+               : absl::StrFormat(",\"cpu_backend\":\"%s\",\"cpu_threads\":%d",
+                                 CpuBackendName(o.device.cpu_backend),
+                                 o.device.cpu_threads);
   const std::string json = absl::StrFormat(
-      "{\"bench\":\"fashion_cnn_worker_step\",\"impl\":\"downpour\","
+      "{\"bench\":\"%s_worker_step\",\"impl\":\"downpour\",\"model\":\"%s\","
       "\"device\":\"%s\",\"host_buffers\":\"%s\",\"tf32\":%s,"
-      "\"blocking_sync\":%s,"
-      "\"input\":\"synthetic\",\"parameters\":%d,\"results\":[%s]}",
-      dev.backend->Name(), dev.host_allocator->Name(),
-      tf32 ? "true" : "false",
-      o.device == "cuda" && o.cuda.blocking_sync ? "true" : "false", parameters,
-      absl::StrJoin(results, ","));
+      "\"blocking_sync\":%s%s,\"input\":\"synthetic\",\"parameters\":%d,"
+      "\"results\":[%s]}",
+      o.model, o.model, dev.backend->Name(), dev.host_allocator->Name(),
+      dev.cuda && o.device.cuda.allow_tf32 ? "true" : "false",
+      dev.cuda && o.device.cuda.blocking_sync ? "true" : "false", cpu_fields,
+      parameters, absl::StrJoin(results, ","));
   std::printf("%s\n", json.c_str());
   std::fflush(stdout);
   if (!o.json_out.empty()) {
@@ -358,17 +392,19 @@ absl::Status Run(const Options& o, int* exit_code) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Examples/sec of a Downpour worker's compute step (fashion_cnn), "
-      "without the network.\n  gpu_bench --device=cuda --gpu=0 "
-      "--batch_sizes=64,256,1024");
+      "Examples/sec of a Downpour worker's compute step, without the "
+      "network.\n  compute_bench --device=cuda --gpu=0 "
+      "--batch_sizes=64,256,1024\n  compute_bench --device=cpu "
+      "--cpu_backend=onednn --cpu_threads=1");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
-    std::fprintf(stderr, "gpu_bench: unexpected argument '%s'\n", positional[1]);
+    std::fprintf(stderr, "compute_bench: unexpected argument '%s'\n",
+                 positional[1]);
     return 2;
   }
   absl::StatusOr<downpour::Options> options = downpour::ReadFlags();
   if (!options.ok()) {
-    std::fprintf(stderr, "gpu_bench: %s\n",
+    std::fprintf(stderr, "compute_bench: %s\n",
                  std::string(options.status().message()).c_str());
     return 2;
   }
@@ -376,7 +412,7 @@ int main(int argc, char** argv) {
   absl::Status s = downpour::Run(*options, &exit_code);
   if (!s.ok()) {
     std::fflush(stdout);
-    std::fprintf(stderr, "gpu_bench: %s\n", std::string(s.message()).c_str());
+    std::fprintf(stderr, "compute_bench: %s\n", std::string(s.message()).c_str());
     return exit_code;
   }
   return 0;

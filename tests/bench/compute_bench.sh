@@ -1,71 +1,81 @@
 #!/usr/bin/env bash
-# Runs the Downpour worker-step benchmark (//tests/bench:gpu_bench) and its
+# Runs the Downpour compute benchmark (//tests/bench:compute_bench) and its
 # PyTorch twin (pytorch_fashion_cnn.py) one after the other on the same
 # device, then prints both figures and the ratio downpour / pytorch per batch
 # size, for the full worker step and for compute alone. The goal is a ratio
-# >= 1.0. See gpu_bench_main.cc for what a step contains.
+# >= 1.0. See compute_bench_main.cc for what a step contains; cpu_bench.sh
+# runs the CPU grid (threads, backends, PyTorch's allocator settings).
 #
-#   bash tests/bench/gpu_bench.sh                    # in the repository (builds
-#                                                    # gpu_bench with bazel -c opt)
-#   bench/gpu_bench.sh                               # inside a bundle (bin/gpu_bench)
-#   bash tests/bench/gpu_bench.sh --device=cpu --batch_sizes=64 --min_seconds=1
+#   bash tests/bench/compute_bench.sh                # in the repository (builds
+#                                                    # compute_bench, bazel -c opt)
+#   bench/compute_bench.sh                           # inside a bundle
+#                                                    # (bin/compute_bench)
+#   bash tests/bench/compute_bench.sh --device=cpu --batch_sizes=64 --min_seconds=1
 #
 # Options (the rest are passed to both programs):
 #   --device=cuda|cpu  (default cuda)   --gpu=N (default 0)
 #   --batch_sizes=64,256,1024           --warmup_steps=N --steps=N --min_seconds=S
-#   --bench_bin=PATH   the gpu_bench to run (default: the bundle's bin/gpu_bench,
-#                      else bazel-bin after `bazel build -c opt`)
+#   --cpu_threads=N    both programs' CPU threads (default 1)
+#   --cpu_backend=onednn|openblas, --cuda_blocking_sync, --onednn_winograd=B,
+#   --workspace_limit_mb=N
+#                      Downpour only (compute_bench's flags)
+#   --bench_bin=PATH   the compute_bench to run (default: the bundle's
+#                      bin/compute_bench, else bazel-bin after `bazel build -c opt`)
 #   --python=PATH      the Python with PyTorch (default $DOWNPOUR_PYTHON, python3)
-#   --tf32             allow TF32 in both (gpu_bench --tf32: cuBLAS
+#   --tf32             allow TF32 in both (compute_bench --tf32: cuBLAS
 #                      TF32 tensor-op math, cuDNN default math; default: off
-#                      in both, and NVIDIA_TF32_OVERRIDE=0 for gpu_bench)
+#                      in both, and NVIDIA_TF32_OVERRIDE=0 for compute_bench)
 # PyTorch runs twice, with torch.backends.cudnn.benchmark off (heuristic
 # algorithm choice, like Downpour) and on (timed search, possibly
 # non-deterministic algorithms); both ratios are reported.
 #   --skip_pytorch     Downpour only
 #   --out=DIR          where the JSON files and logs go (default: a temp dir)
 # The last line of stdout is
-#   GPU_BENCH {"device":..,"downpour":{...},"pytorch":{...}|null,
-#              "ratio_step":{"64":r,...},"ratio_compute":{...},
-#              "pytorch_benchmark":..,"ratio_step_benchmark":..,...}
+#   COMPUTE_BENCH {"device":..,"downpour":{...},"pytorch":{...}|null,
+#                  "ratio_step":{"64":r,...},"ratio_compute":{...},
+#                  "pytorch_benchmark":..,"ratio_step_benchmark":..,...}
 # Exit status: 0 both ran (or Downpour ran with --skip_pytorch); 3 a program
 # found no usable device; 1 anything else.
 set -uo pipefail
 HERE="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 
-device=cuda gpu=0 bench_bin="" python="${DOWNPOUR_PYTHON:-python3}" tf32=0
-skip_pytorch=0 out="" pass=()
+device=cuda gpu=0 cpu_threads=1 bench_bin="" python="${DOWNPOUR_PYTHON:-python3}"
+tf32=0 skip_pytorch=0 out="" pass=() downpour_only=()
 for arg in "$@"; do
   case "$arg" in
     --device=*) device="${arg#*=}" ;;
     --gpu=*) gpu="${arg#*=}" ;;
+    --cpu_threads=*) cpu_threads="${arg#*=}" ;;
     --bench_bin=*) bench_bin="${arg#*=}" ;;
     --python=*) python="${arg#*=}" ;;
     --tf32) tf32=1 ;;
     --skip_pytorch) skip_pytorch=1 ;;
     --out=*) out="${arg#*=}" ;;
-    --batch_sizes=*|--warmup_steps=*|--steps=*|--min_seconds=*|--min_steps=*|--pool_batches=*|--cpu_threads=*|--seed=*)
+    --batch_sizes=*|--warmup_steps=*|--steps=*|--min_seconds=*|--min_steps=*|--pool_batches=*|--seed=*)
       pass+=("$arg") ;;
+    --cpu_backend=*|--cuda_blocking_sync|--cuda_blocking_sync=*|--onednn_winograd=*|--workspace_limit_mb=*)
+      downpour_only+=("$arg") ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
-    *) echo "gpu_bench.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+    *) echo "compute_bench.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
 
 if [[ -z "$bench_bin" ]]; then
-  if [[ -x "$HERE/../bin/gpu_bench" ]]; then
-    bench_bin="$HERE/../bin/gpu_bench"              # bundle: bench/ next to bin/
+  if [[ -x "$HERE/../bin/compute_bench" ]]; then
+    bench_bin="$HERE/../bin/compute_bench"          # bundle: bench/ next to bin/
   else
     repo="$(cd -- "$HERE/../.." && pwd)"
-    echo "gpu_bench.sh: building //tests/bench:gpu_bench (bazel -c opt)" >&2
-    (cd "$repo" && bazel build -c opt //tests/bench:gpu_bench >&2) || exit 1
-    bench_bin="$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)/tests/bench/gpu_bench"
+    echo "compute_bench.sh: building //tests/bench:compute_bench (bazel -c opt)" >&2
+    (cd "$repo" && bazel build -c opt //tests/bench:compute_bench >&2) || exit 1
+    bench_bin="$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)/tests/bench/compute_bench"
   fi
 fi
-[[ -x "$bench_bin" ]] || { echo "gpu_bench.sh: not executable: $bench_bin" >&2; exit 1; }
-if [[ -z "$out" ]]; then out="$(mktemp -d "${TMPDIR:-/tmp}/gpu_bench.XXXXXX")"; fi
+[[ -x "$bench_bin" ]] || { echo "compute_bench.sh: not executable: $bench_bin" >&2; exit 1; }
+if [[ -z "$out" ]]; then out="$(mktemp -d "${TMPDIR:-/tmp}/compute_bench.XXXXXX")"; fi
 mkdir -p "$out"
 
-common=(--device="$device" --gpu="$gpu" "${pass[@]+"${pass[@]}"}")
+common=(--device="$device" --gpu="$gpu" --cpu_threads="$cpu_threads"
+        "${pass[@]+"${pass[@]}"}")
 if [[ "$tf32" == 1 ]]; then
   py_tf32=(--tf32)
   tf32_env=()
@@ -79,12 +89,13 @@ else
 fi
 
 status=0
-echo "== downpour: $bench_bin ${common[*]}"
+echo "== downpour: $bench_bin ${common[*]} ${downpour_only[*]+"${downpour_only[*]}"}"
 env "${tf32_env[@]+"${tf32_env[@]}"}" "$bench_bin" "${common[@]}" \
-  "${common_dp[@]+"${common_dp[@]}"}" --json_out="$out/downpour.json" 2>&1 | tee "$out/downpour.log"
+  "${common_dp[@]+"${common_dp[@]}"}" "${downpour_only[@]+"${downpour_only[@]}"}" \
+  --json_out="$out/downpour.json" 2>&1 | tee "$out/downpour.log"
 rc=${PIPESTATUS[0]}
 if [[ $rc != 0 ]]; then
-  echo "gpu_bench.sh: gpu_bench failed (exit $rc)" >&2
+  echo "compute_bench.sh: compute_bench failed (exit $rc)" >&2
   [[ $rc == 3 ]] && exit 3
   exit 1
 fi
@@ -99,7 +110,7 @@ if [[ "$skip_pytorch" == 0 ]]; then
       --json_out="$json" 2>&1 | tee "$out/pytorch_bm$bm.log"
     rc=${PIPESTATUS[0]}
     if [[ $rc != 0 ]]; then
-      echo "gpu_bench.sh: the PyTorch reference (cudnn.benchmark=$bm) failed (exit $rc); Downpour's figures are above" >&2
+      echo "compute_bench.sh: the PyTorch reference (cudnn.benchmark=$bm) failed (exit $rc); Downpour's figures are above" >&2
       rm -f "$json"
       status=$([[ $rc == 3 ]] && echo 3 || echo 1)
     fi
@@ -154,7 +165,7 @@ for label, p in variants:
     summary["pytorch" + key] = p
     summary["ratio_step" + key] = ratio_step
     summary["ratio_compute" + key] = ratio_compute
-print("GPU_BENCH " + json.dumps(summary, separators=(",", ":")))
+print("COMPUTE_BENCH " + json.dumps(summary, separators=(",", ":")))
 PYEOF
-echo "gpu_bench.sh: results in $out" >&2
+echo "compute_bench.sh: results in $out" >&2
 exit $status
