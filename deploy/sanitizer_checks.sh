@@ -89,7 +89,8 @@ for stage in $stages; do
         -- //third_party/tsan:tsan_annotations_test \
         //server:parameter_store_test //server:async_policy_test \
         //server:sync_policy_test //server:ssp_policy_test \
-        //server:ps_host_test //worker:call_window_test //worker:trainer_test \
+        //server:ps_host_test //rpc:call_window_test //rpc:fan_out_test \
+        //worker:shard_incarnations_test //worker:trainer_test \
         //worker:grpc_ps_client_test //tests:exactly_once_test \
         //tests:transport_test
       ;;

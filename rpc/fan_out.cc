@@ -74,7 +74,7 @@ absl::Status FanOut(const FanOutCalls& calls, const FanOutOptions& options) {
         [&](int i, WindowSlot slot) {
           ctx[i] = std::make_unique<grpc::ClientContext>();
           ctx[i]->set_deadline(std::chrono::system_clock::now() +
-                               absl::ToChronoSeconds(options.timeout));
+                               absl::ToChronoMilliseconds(options.timeout));
           ctx[i]->set_wait_for_ready(options.wait_for_ready);
           if (attempt > 1 && calls.reset) calls.reset(i);
           calls.start(i, ctx[i].get(), [&, i, slot](grpc::Status s) {

@@ -89,8 +89,7 @@ struct FanOutCalls {
 };
 
 struct FanOutOptions {
-  // Deadline of each attempt of each call, in whole seconds (a fraction of
-  // a second is dropped).
+  // Deadline of each attempt of each call (to the millisecond).
   absl::Duration timeout = absl::Seconds(60);
   // Waits for a connection that is not ready yet instead of failing at once
   // (for peers that may still be starting up).
