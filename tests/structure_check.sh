@@ -5,7 +5,8 @@
 #   2. no worker/, server/, rpc/ or common/ target depends on deploy/, and
 #      no worker/ target but a test (or test-only helper) on server/, on the
 #      real dependency graph;
-#   3. no flag name defined by two ABSL_FLAGs outside tests/ and *_test.cc;
+#   3. no flag name defined by two ABSL_FLAGs outside *_test.cc (the
+#      benchmarks included);
 #   4. no history tag (an issue or stop number, or a milestone label) in
 #      code, scripts or docs: comments say what is true now.
 # Prints one line per violation and "structure: N problems"; exits 1 if any.
@@ -39,19 +40,19 @@ fi
 
 # 3. One definition per flag.
 dups=$(git ls-files --cached --others --exclude-standard -- '*.cc' |
-       grep -vE '(^tests/|_test\.cc$)' |
+       grep -vE '_test\.cc$' |
        while read -r f; do [[ -f "$f" ]] && cat "$f"; done |
        tr '\n' ' ' | grep -oE 'ABSL_FLAG\( *[^,]+, *[a-z0-9_]+' |
        sed -E 's/.*, *//' | sort | uniq -d)
 for d in $dups; do
-  fail "flag --$d is defined more than once: $(git grep -lE "ABSL_FLAG\\([^,]+, *$d," -- '*.cc' | grep -vE '(^tests/|_test\.cc$)' | tr '\n' ' ')"
+  fail "flag --$d is defined more than once: $(git grep --untracked -lE "ABSL_FLAG\\([^,]+, *$d," -- '*.cc' | grep -vE '_test\.cc$' | tr '\n' ' ')"
 done
 
 # 4. History tags.
 tags='([Ii]ssue [0-9]+|\([Ii]ssue|[Ss]top [0-9]+|Recovery \(|Hostile input[:(]|Compute and learning|Security and operations|Across machines:|GPU bring-up)'
 while IFS= read -r hit; do
   fail "history tag: $hit"
-done < <(git grep -nE "$tags" -- . ':!tests/structure_check.sh' ':!third_party' \
+done < <(git grep --untracked -nE "$tags" -- . ':!tests/structure_check.sh' ':!third_party' \
            ':!*.safetensors' 2>/dev/null | cut -c1-160)
 
 echo "structure: $problems problems"
