@@ -113,7 +113,10 @@ class EchoServer : public grpc::CallbackGenericService {
     b.RegisterCallbackGenericService(this);
     server_ = b.BuildAndStart();
   }
-  ~EchoServer() override { server_->Shutdown(); }
+  ~EchoServer() override {
+    server_->Shutdown();
+    server_->Wait();
+  }
 
   bool ok() const { return server_ != nullptr && port_ > 0; }
   int port() const { return port_; }
@@ -136,7 +139,10 @@ class EchoServer : public grpc::CallbackGenericService {
   }
 
  private:
-  // gRPC's reactor API: the reactor deletes itself once the call is done.
+  // gRPC's reactor API. The server owns its reactors until it is destroyed:
+  // a call cancelled past its deadline can reach OnDone while OnReadDone is
+  // still running on another thread, so a reactor deleting itself there
+  // would be freed under the running reaction.
   class Reactor : public grpc::ServerGenericBidiReactor {
    public:
     Reactor(EchoServer* server, std::string peer)
@@ -157,7 +163,7 @@ class EchoServer : public grpc::CallbackGenericService {
         Finish(a.status);
       }
     }
-    void OnDone() override { delete this; }
+    void OnDone() override {}
 
    private:
     EchoServer* const server_;  // Not owned.
@@ -167,7 +173,11 @@ class EchoServer : public grpc::CallbackGenericService {
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* ctx) override {
-    return new Reactor(this, ctx->peer());
+    auto reactor = std::make_unique<Reactor>(this, ctx->peer());
+    Reactor* r = reactor.get();
+    absl::MutexLock l(&mu_);
+    reactors_.push_back(std::move(reactor));
+    return r;
   }
 
   Answer Arrive(const std::string& peer, const std::string& request) {
@@ -191,6 +201,7 @@ class EchoServer : public grpc::CallbackGenericService {
   std::map<std::string, int> arrivals_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> most_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Reactor>> reactors_ ABSL_GUARDED_BY(mu_);
 };
 
 // `connections` channels to `address`, each its own TCP connection.

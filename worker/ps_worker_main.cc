@@ -170,6 +170,17 @@ int main(int argc, char** argv) {
                  stop.status().ToString().c_str());
     return downpour::ExitCodeForStatus(stop.status());
   }
+  // oneDNN's JIT GEMM kernels (Debian's libdnnl 2.x) point rsp into a heap
+  // workspace while they run, so a signal handled on a thread inside one
+  // writes its frame into the heap (oneDNN issue #4845). SIGINT and SIGTERM
+  // are therefore blocked here, after Install started its watcher thread with
+  // them unblocked: every thread started from now on inherits the block, and
+  // only the watcher, which never computes, runs the handler.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const absl::Status s = downpour::Run();
   if ((*stop)->requested()->load()) {
     std::printf("worker %d: stopped by signal after its last step (%s)\n",
