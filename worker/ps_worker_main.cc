@@ -44,7 +44,6 @@ namespace {
 // Graceful stop. SIGTERM or SIGINT sets this; the Downpour loop finishes
 // its step, pushes, leaves, and the worker exits 0.
 std::atomic<bool> g_stop_requested{false};
-void OnStopSignal(int) { g_stop_requested.store(true); }
 
 // This worker's index once its flags are read (the spec's or
 // --worker_index), for main's last lines.
