@@ -5,32 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/shard_map_test_util.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/slice.h"
 
 namespace downpour {
 namespace {
-
-// A map whose shard s holds chunks of sizes[s][k] floats, ids in order.
-ShardMap MapOf(const std::vector<std::vector<int64_t>>& sizes) {
-  ShardMap m;
-  m.shard_chunks.resize(sizes.size());
-  m.shard_elements.resize(sizes.size());
-  for (int s = 0; s < static_cast<int>(sizes.size()); ++s) {
-    for (int64_t n : sizes[s]) {
-      Chunk c;
-      c.id = static_cast<int32_t>(m.chunks.size());
-      c.flat_offset = m.total_elements;
-      c.num_elements = n;
-      c.shard = s;
-      m.chunks.push_back(c);
-      m.shard_chunks[s].push_back(c.id);
-      m.shard_elements[s] += n;
-      m.total_elements += n;
-    }
-  }
-  return m;
-}
 
 // Values exact in fp16 and bf16.
 std::vector<float> Values(int64_t n, float offset) {
