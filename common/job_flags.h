@@ -42,11 +42,6 @@ struct JobFlags {
   int ReplicasPerWorker() const {
     return gpus.empty() ? replicas : static_cast<int>(gpus.size());
   }
-  // Workers the servers see for `workers` processes: each replica is a
-  // worker of its own with --local_aggregation=none.
-  int ServerWorkers(int workers) const {
-    return local_sum ? workers : workers * ReplicasPerWorker();
-  }
 };
 
 // The job flags, checked: InvalidArgument naming the flag for a bad value.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "worker/data/dataset_info.h"
+
 namespace downpour {
 namespace {
 
@@ -25,8 +27,11 @@ int64_t JobUpdatesPerChunk(const JobShape& job) {
   const int64_t workers = std::max(1, job.workers);
   const int64_t per_step = std::max<int64_t>(
       1, int64_t{job.batch_size} * std::max(1, job.replicas_per_worker));
-  const int64_t share =
-      CeilDiv(std::max<int64_t>(1, job.train_examples), workers);
+  // The largest share of the data split (worker/data/dataset_info.h):
+  // shard 0's, ceil(n / workers).
+  const int64_t share = ExamplesInShard(
+      std::max<int64_t>(1, job.train_examples),
+      DataShard{0, static_cast<int>(workers)});
   const int64_t steps = std::max(1, job.epochs) * CeilDiv(share, per_step);
   const int64_t pushes = CeilDiv(steps, std::max(1, job.n_push));
   if (job.mode == TrainMode::kSync) return pushes;

@@ -71,9 +71,10 @@ double AsyncMomentum(double momentum, int workers);
 double DefaultLearningRate(const std::string& optimizer);
 
 // Updates each chunk of a shard receives over the whole job: one per step in
-// sync mode, one per push of every worker in async and ssp modes. Each
-// process reads ceil(n / workers) examples per epoch, batch_size x replicas
-// per step, and pushes every n_push steps. >= 1.
+// sync mode, one per push of every worker in async and ssp modes. The
+// longest process reads the largest share of the data split
+// (worker/data/dataset_info.h: ceil(n / workers) examples per epoch),
+// batch_size x replicas per step, and pushes every n_push steps. >= 1.
 int64_t JobUpdatesPerChunk(const JobShape& job);
 
 // The rules' values for one job.
