@@ -17,11 +17,15 @@ namespace downpour {
 enum class DatasetKind {
   kFashionMnist,  // IDX files (train-images-idx3-ubyte[.gz], ...).
   kCifar10,       // CIFAR-10 binary batches (data_batch_1.bin, ...).
+  kImageFolder,   // PNG/JPEG files, train/<class>/*, test/<class>/*.
+  kSafetensors,   // train.safetensors, test.safetensors: images, labels.
 };
 
 inline constexpr EnumName<DatasetKind> kDatasetNames[] = {
     {DatasetKind::kFashionMnist, "fashion_mnist"},
     {DatasetKind::kCifar10, "cifar10"},
+    {DatasetKind::kImageFolder, "image_folder"},
+    {DatasetKind::kSafetensors, "safetensors"},
 };
 
 inline const char* DatasetName(DatasetKind d) {

@@ -22,8 +22,10 @@ ABSL_FLAG(std::string, data_dir, downpour::JobFlags{}.data_dir,
           "Folder of the data set (--dataset): the workers read it, the "
           "servers count its training examples for the schedule.");
 ABSL_FLAG(downpour::DatasetKind, dataset, downpour::JobFlags{}.dataset,
-          "fashion_mnist (IDX files) or cifar10 (binary batches) in "
-          "--data_dir.");
+          "fashion_mnist (IDX files), cifar10 (binary batches), "
+          "image_folder (PNG/JPEG files in train/<class>/ and test/<class>/) "
+          "or safetensors (train.safetensors, test.safetensors: images "
+          "[N,C,H,W] uint8/float32, labels [N]) in --data_dir.");
 ABSL_FLAG(int64_t, max_train_examples, downpour::JobFlags{}.max_train_examples,
           "Train on the first N training examples only (0: all).");
 ABSL_FLAG(int, replicas, downpour::JobFlags{}.replicas,

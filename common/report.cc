@@ -138,10 +138,10 @@ std::string FormatDoneLine(const DoneReport& d) {
       "%s {\"worker\":%d,\"steps\":%d,\"examples\":%d,\"pushes\":%d,"
       "\"final_loss\":%.5f,\"seconds\":%.3f,\"time_data\":%.3f,"
       "\"time_compute\":%.3f,\"time_pull\":%.3f,\"time_push\":%.3f,"
-      "\"verdict\":%s}",
+      "\"verdict\":%s,\"bad_images\":%d}",
       kDoneTag, d.worker, d.steps, d.examples, d.pushes, d.final_loss,
       d.seconds, d.time_data, d.time_compute, d.time_pull, d.time_push,
-      Quote(d.verdict));
+      Quote(d.verdict), d.bad_images);
 }
 
 std::optional<DoneReport> ParseDoneLine(absl::string_view line) {
@@ -159,6 +159,7 @@ std::optional<DoneReport> ParseDoneLine(absl::string_view line) {
   Get(n, "time_compute", &d.time_compute);
   Get(n, "time_pull", &d.time_pull);
   Get(n, "time_push", &d.time_push);
+  Get(n, "bad_images", &d.bad_images);
   if (auto v = j->find("verdict"); v != j->end() && v->is_string()) {
     d.verdict = v->get<std::string>();
   }

@@ -79,10 +79,12 @@ struct DoneReport {
   double time_pull = 0;
   double time_push = 0;
   std::string verdict;
+  // Corrupt or unreadable images skipped (--skip_bad_images).
+  int64_t bad_images = 0;
 };
 
 // "DONE {json}" with every member above (final_loss %.5f, seconds and times
-// %.3f).
+// %.3f, bad_images last).
 std::string FormatDoneLine(const DoneReport& d);
 
 // Parses a DONE line. worker, steps, examples, final_loss and seconds must be

@@ -102,13 +102,14 @@ TEST(ReportTest, DoneRoundTrip) {
   d.time_pull = 6.125;
   d.time_push = 7.5;
   d.verdict = "compute-bound \"ok\"";
+  d.bad_images = 3;
   const std::string line = FormatDoneLine(d);
   EXPECT_EQ(line,
             "DONE {\"worker\":1,\"steps\":940,\"examples\":60000,"
             "\"pushes\":470,\"final_loss\":0.31000,\"seconds\":55.200,"
             "\"time_data\":1.500,\"time_compute\":40.250,"
             "\"time_pull\":6.125,\"time_push\":7.500,"
-            "\"verdict\":\"compute-bound \\\"ok\\\"\"}");
+            "\"verdict\":\"compute-bound \\\"ok\\\"\",\"bad_images\":3}");
   std::optional<DoneReport> back = ParseDoneLine(line);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->worker, 1);
@@ -122,6 +123,7 @@ TEST(ReportTest, DoneRoundTrip) {
   EXPECT_DOUBLE_EQ(back->time_pull, 6.125);
   EXPECT_DOUBLE_EQ(back->time_push, 7.5);
   EXPECT_EQ(back->verdict, d.verdict);
+  EXPECT_EQ(back->bad_images, 3);
 }
 
 TEST(ReportTest, DoneLineNeedsItsCoreMembers) {

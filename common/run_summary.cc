@@ -99,6 +99,7 @@ std::string Summary::ToJson() const {
   j["final_loss"] = Number(final_loss);
   j["test_accuracy"] = Number(test_accuracy);
   j["test_loss"] = Number(test_loss);
+  j["bad_images"] = bad_images;
   if (time_to_85) j["time_to_85"] = Number(*time_to_85);
   if (time_to_88) j["time_to_88"] = Number(*time_to_88);
   if (staleness_mean) j["staleness_mean"] = Number(*staleness_mean);
@@ -124,6 +125,7 @@ Summary Summarize(const SummaryJob& options, const RunRecord& record) {
   for (const DoneReport& d : record.done) {
     s.steps += d.steps;
     s.examples += d.examples;
+    s.bad_images += d.bad_images;
     loss_sum += d.final_loss;
   }
   s.final_loss = record.done.empty() ? NAN : loss_sum / record.done.size();

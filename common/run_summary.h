@@ -56,6 +56,7 @@ struct Summary {
   double final_loss = 0;       // Mean of the workers' DONE "final_loss".
   double test_accuracy = 0;    // From the EVAL line.
   double test_loss = 0;        // From the EVAL line.
+  int64_t bad_images = 0;      // Sum of the workers' DONE "bad_images".
   // From SERVER_STATS lines, when any gave them: mean weighted by each
   // shard's "pushes_applied" (plain mean if a shard lacks it), and max.
   std::optional<double> staleness_mean;
@@ -78,7 +79,8 @@ struct Summary {
   // {"mode":..,"servers":..,"workers":..,"epochs":..,"batch_size":..,
   //  "optimizer":..,"lr":..,"steps":..,"examples":..,"wall_seconds":..,
   //  "training_seconds":..,"examples_per_sec":..,"final_loss":..,
-  //  "test_accuracy":..,"test_loss":..[,"time_to_85":..,"time_to_88":..]
+  //  "test_accuracy":..,"test_loss":..,"bad_images":..
+  //  [,"time_to_85":..,"time_to_88":..]
   //  [,"staleness_mean":..][,"staleness_max":..][,"staleness_p50":..]
   //  [,"staleness_p99":..][,"dropped_stale":..],"log_dir":..}
   // Numbers are rounded to 10 significant digits and integral ones written

@@ -19,6 +19,7 @@
 #include "server/lr_rules.h"
 #include "server/store_flags.h"
 #include "worker/backend_flags.h"
+#include "worker/input_flags.h"
 #include "worker/training_flags.h"
 #include "worker/transport_flags.h"
 
@@ -76,8 +77,9 @@ std::vector<std::string> SplitArgs(const std::string& s) {
 
 // Copies the flags into *o: the launcher's own and the shared ones
 // (common/job_flags.h, server/store_flags.h, worker/training_flags.h,
-// worker/backend_flags.h, worker/transport_flags.h), whose given values it
-// passes on. False, after printing why, for a bad flag.
+// worker/input_flags.h, worker/backend_flags.h, worker/transport_flags.h),
+// whose given values it passes on. False, after printing why, for a bad
+// flag.
 bool ReadFlags(downpour::LaunchOptions* o) {
   absl::StatusOr<downpour::JobFlags> job = downpour::JobFlagsFromFlags();
   absl::StatusOr<downpour::StoreFlags> store = downpour::StoreFlagsFromFlags();
@@ -85,8 +87,11 @@ bool ReadFlags(downpour::LaunchOptions* o) {
       downpour::TrainingFlagsFromFlags();
   absl::StatusOr<downpour::BackendFlags> backend =
       downpour::BackendFlagsFromFlags();
+  absl::StatusOr<downpour::InputOptions> input =
+      downpour::InputOptionsFromFlags();
   for (const absl::Status& s : {job.status(), store.status(),
-                                training.status(), backend.status()}) {
+                                training.status(), backend.status(),
+                                input.status()}) {
     if (!s.ok()) {
       std::cerr << "launch: " << s.message() << "\n";
       return false;
@@ -126,7 +131,8 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   o->summary_json = training->summary_json;
   o->forwarded_server_args = downpour::GivenStoreFlagArgs();
   for (const std::vector<std::string>& given :
-       {downpour::GivenTrainingFlagArgs(), downpour::GivenBackendFlagArgs(),
+       {downpour::GivenTrainingFlagArgs(), downpour::GivenInputFlagArgs(),
+        downpour::GivenBackendFlagArgs(),
         downpour::GivenTransportFlagArgs()}) {
     o->forwarded_worker_args.insert(o->forwarded_worker_args.end(),
                                     given.begin(), given.end());

@@ -18,6 +18,8 @@
 #include "common/process_setup.h"
 #include "deploy/launch_flags.h"
 #include "deploy/launcher.h"
+#include "deploy/model_check.h"
+#include "worker/training_flags.h"
 
 namespace {
 
@@ -49,6 +51,15 @@ int main(int argc, char** argv) {
   if (absl::Status s = downpour::ValidateLaunchOptions(o); !s.ok()) {
     std::cerr << "launch: " << s.message() << "\n";
     return ExitCodeFor(s);
+  }
+  // The model spec, before any process starts.
+  absl::StatusOr<downpour::TrainingFlags> training =
+      downpour::TrainingFlagsFromFlags();
+  absl::Status model_ok = training.status();
+  if (model_ok.ok()) model_ok = downpour::CheckJobModel(training->model, o.dataset);
+  if (!model_ok.ok()) {
+    std::cerr << "launch: " << model_ok.message() << "\n";
+    return 2;
   }
   // SIGINT/SIGTERM: RunCluster polls the signal's number, stops every child
   // and returns Cancelled (exit 130).

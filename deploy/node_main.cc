@@ -20,6 +20,7 @@
 #include "common/cluster_spec.h"
 #include "common/process_setup.h"
 #include "deploy/fs.h"
+#include "deploy/model_check.h"
 #include "deploy/node_args.h"
 
 int main(int argc, char** argv) {
@@ -44,6 +45,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const downpour::ClusterSpec& s = **spec;
+  // The model spec, before the child starts serving or training.
+  if (const std::string model = downpour::FlagValueIn(args, "model");
+      !model.empty()) {
+    const std::string dataset = downpour::FlagValueIn(args, "dataset");
+    downpour::DatasetKind kind = downpour::DatasetKind::kFashionMnist;
+    std::string error;
+    if (!dataset.empty() && !AbslParseFlag(dataset, &kind, &error)) {
+      std::fprintf(stderr, "node: --dataset: %s\n", error.c_str());
+      return 2;
+    }
+    if (absl::Status m = downpour::CheckJobModel(model, kind); !m.ok()) {
+      std::fprintf(stderr, "node: %s\n", std::string(m.message()).c_str());
+      return 2;
+    }
+  }
   if (parsed->print_spec) {
     std::printf("%s\n", downpour::DescribeRole(s).c_str());
     return 0;

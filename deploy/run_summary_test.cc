@@ -68,7 +68,7 @@ TEST(RunSummaryTest, SummarizesWorkersAndShards) {
             "\"steps\":201,\"examples\":12800,\"wall_seconds\":3.5,"
             "\"training_seconds\":2,\"examples_per_sec\":6400,"
             "\"final_loss\":0.35,\"test_accuracy\":0.875,\"test_loss\":0.33,"
-            "\"time_to_85\":2,\"time_to_88\":-1,\"staleness_mean\":1.75,"
+            "\"bad_images\":0,\"time_to_85\":2,\"time_to_88\":-1,\"staleness_mean\":1.75,"
             "\"staleness_max\":5,\"staleness_p50\":1.75,\"staleness_p99\":4,"
             "\"dropped_stale\":10,\"log_dir\":\"/tmp/logs\"}");
   // The SUMMARY line reads back through the shared report parser.

@@ -80,7 +80,7 @@ for stage in $stages; do
         for t in ${SANITIZER_ASAN_EXCLUDE:-}; do excluded+=("-$t"); done
         run_stage "ASan+UBSan" asan -- //common/... //rpc/... //server/... \
           //worker/... //deploy/... //tests/... //proto/... //fuzz/... \
-          //third_party/... "${excluded[@]}"
+          //tools/... //third_party/... "${excluded[@]}"
       fi
       ;;
     tsan)

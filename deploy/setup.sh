@@ -26,6 +26,8 @@ PACKAGES=(
   openssl prometheus-cpp-dev libcivetweb-dev prometheus
   # oneDNN, the default CPU backend.
   libdnnl-dev
+  # JPEG and PNG decoding (--dataset=image_folder).
+  libjpeg62-turbo-dev libpng-dev
   # The default training data: Fashion-MNIST under /usr/share/datasets/.
   dataset-fashion-mnist
   # Emulated hosts (ip netns, tc tbf) for tests/netns/.

@@ -107,3 +107,54 @@ write("cluster_spec_fuzzer", "nodelist", b"\x01" + b"r[1-2]-n[01-03,7],m5")
 write("cluster_spec_fuzzer", "tasks_per_node", b"\x02" + b"3(x2),2,1(x3)")
 write("cluster_spec_fuzzer", "host_list", b"\x03" + b"h1:5000, h2:5001,[::1]:7")
 write("cluster_spec_fuzzer", "host_port", b"\x04" + b"198.18.0.7:2222")
+
+# model_spec_fuzzer: the text of a spec; the built-in models and broken ones.
+for f in sorted(os.listdir("models")):
+    if f.endswith(".prototxt"):
+        with open(os.path.join("models", f), "rb") as spec:
+            write("model_spec_fuzzer", f[:-len(".prototxt")], spec.read())
+head = b'name: "t"\ninput { channels: 1 height: 28 width: 28 classes: 10 }\n'
+fc = b'layer { name: "fc" dense { out_features: 10 } }\n'
+write("model_spec_fuzzer", "dag", head + b'''
+layer { name: "conv1" conv { out_channels: 8 kernel: 3 stride: 2 padding: 1 } }
+layer { name: "bn1" batch_norm { eps: 1e-3 momentum: 0.2 } }
+layer { name: "a" conv { out_channels: 4 kernel: 1 bias: false } inputs: "bn1" }
+layer { name: "b" avg_pool { kernel: 3 stride: 1 padding: 1 } inputs: "bn1" }
+layer { name: "cat" concat {} inputs: "a" inputs: "b" }
+layer { name: "p" max_pool { kernel: 2 } inputs: "cat" }
+layer { name: "gap" global_avg_pool {} }
+layer { name: "drop" dropout { rate: 0.1 } }
+''' + fc)
+write("model_spec_fuzzer", "syntax_error", head + b'layer { name: "fc" dense { out_features: } }\n')
+write("model_spec_fuzzer", "unknown_kind", head + b'layer { name: "c" convolution { kernel: 3 } }\n' + fc)
+write("model_spec_fuzzer", "forward_ref", head + b'layer { name: "r" relu {} inputs: "fc" }\n' + fc)
+write("model_spec_fuzzer", "add_shapes", head + b'layer { name: "c" conv { out_channels: 2 kernel: 3 } }\n'
+      b'layer { name: "s" add {} inputs: "c" inputs: "input" }\n' + fc)
+write("model_spec_fuzzer", "kernel_too_large", head + b'layer { name: "p" max_pool { kernel: 29 } }\n' + fc)
+write("model_spec_fuzzer", "classes", head + b'layer { name: "fc" dense { out_features: 12 } }\n')
+write("model_spec_fuzzer", "huge", head + b'layer { name: "c" conv { out_channels: 1048576 kernel: 1 padding: 100000 } }\n' + fc)
+
+# image_data_fuzzer: [which][side][file]; which & 1: a tensor file, else
+# an image (& 2: 3 channels, & 4: no resizing). PIL (python3-pil) writes
+# the images.
+def image_seeds():
+    import io
+    from PIL import Image
+    def encoded(mode, fmt, size=(6, 5), **kw):
+        img = Image.new(mode, size)
+        img.putdata([tuple((7 * i + c * 40) % 256 for c in range(3)) if mode == "RGB"
+                     else (7 * i) % 256 for i in range(size[0] * size[1])])
+        out = io.BytesIO()
+        img.save(out, fmt, **kw)
+        return out.getvalue()
+    write("image_data_fuzzer", "png_gray", bytes([0, 5]) + encoded("L", "PNG"))
+    write("image_data_fuzzer", "png_rgb_to_gray_resized", bytes([0, 37]) + encoded("RGB", "PNG"))
+    write("image_data_fuzzer", "jpeg_rgb", bytes([2, 4]) + encoded("RGB", "JPEG", quality=90))
+    write("image_data_fuzzer", "jpeg_progressive", bytes([6, 4]) + encoded("L", "JPEG", progressive=True))
+    write("image_data_fuzzer", "png_truncated", bytes([0, 5]) + encoded("L", "PNG")[:40])
+    hdr = json.dumps({"images": {"dtype": "U8", "shape": [2, 1, 2, 2], "data_offsets": [0, 8]},
+                      "labels": {"dtype": "I64", "shape": [2], "data_offsets": [8, 24]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    st = struct.pack("<Q", len(hdr)) + hdr + bytes(range(8)) + struct.pack("<qq", 0, 1)
+    write("image_data_fuzzer", "safetensors_u8", bytes([1 | 16, 1 + 0]) + st)
+image_seeds()

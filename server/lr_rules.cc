@@ -42,8 +42,12 @@ LrRules AutoLrRules(const JobShape& job, const std::string& optimizer) {
   LrRules r;
   const int64_t updates = JobUpdatesPerChunk(job);
   r.worker_scaling = job.mode == TrainMode::kSync ? "linear" : kAsyncScaling;
-  r.warmup_updates = std::max<int64_t>(
-      1, static_cast<int64_t>(std::floor(updates * kWarmupShare)));
+  // At least one warm-up update, and fewer than the job has (none for a
+  // job of one update), which the cosine decay needs.
+  r.warmup_updates = std::min<int64_t>(
+      std::max<int64_t>(
+          1, static_cast<int64_t>(std::floor(updates * kWarmupShare))),
+      std::max<int64_t>(0, updates - 1));
   r.decay = "cosine";
   r.decay_updates = updates;
   r.min_factor = 0;

@@ -62,6 +62,13 @@ TEST(LrRulesTest, AutoGivesScalingWarmupAndCosineToZero) {
   EXPECT_NEAR(*async.adam_beta1, 0.025, 1e-12);  // 0.9 - (1 - 1/8).
   // A one-step job still warms up over one update.
   EXPECT_EQ(AutoLrRules(Job(TrainMode::kSync, 1, 1), "adam").warmup_updates, 1);
+  // A job of one update has none: the cosine decay needs more updates than
+  // the warm-up.
+  JobShape one = Job(TrainMode::kAsync, 1, 64);
+  one.epochs = 1;
+  const LrRules single = AutoLrRules(one, "adam");
+  EXPECT_EQ(single.decay_updates, 1);
+  EXPECT_EQ(single.warmup_updates, 0);
 }
 
 TEST(LrRulesTest, AsyncLowersMomentumForTheAsynchrony) {

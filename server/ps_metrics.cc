@@ -1,6 +1,8 @@
 #include "server/ps_metrics.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -45,6 +47,28 @@ bool IsRawMethod(const std::string& method) {
          method == "/downpour.proto.ParameterServer/PushPull";
 }
 
+// The `method` label of a call: the method's name for the methods this
+// server serves, "other" for any other path a client sends, so that
+// made-up names cannot add series.
+std::string MethodLabel(const std::string& method) {
+  static const auto* known = new std::vector<std::string>{
+      "/downpour.proto.ParameterServer/DeclareModel",
+      "/downpour.proto.ParameterServer/Pull",
+      "/downpour.proto.ParameterServer/Push",
+      "/downpour.proto.ParameterServer/PushPull",
+      "/downpour.proto.ParameterServer/GetStats",
+      "/downpour.proto.JobControl/WorkerDone",
+      "/downpour.proto.JobControl/GetJobState",
+      "/downpour.proto.JobControl/EndJob",
+      "/grpc.health.v1.Health/Check",
+      "/grpc.health.v1.Health/Watch",
+  };
+  for (const std::string& k : *known) {
+    if (method == k) return k.substr(k.rfind('/') + 1);
+  }
+  return "other";
+}
+
 // Times one call and counts its bytes and status code.
 class RpcInterceptor final : public grpc::experimental::Interceptor {
  public:
@@ -62,8 +86,7 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
       if (b != nullptr) sent_ += static_cast<int64_t>(b->Length());
     }
     if (m->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-      const std::string name = method_.substr(method_.rfind('/') + 1);
-      metrics_->OnRpc(name, CodeName(m->GetSendStatus().error_code()),
+      metrics_->OnRpc(MethodLabel(method_), CodeName(m->GetSendStatus().error_code()),
                       absl::Now() - start_, received_, sent_);
     }
     m->Proceed();

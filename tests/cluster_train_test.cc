@@ -18,6 +18,7 @@
 #include "worker/data/data.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_builder.h"
 #include "worker/nn/openblas_backend.h"
 #include "worker/trainer.h"
 

@@ -10,6 +10,7 @@
 #include "worker/local_ps_client.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_builder.h"
 #include "worker/nn/openblas_backend.h"
 #include "worker/replica_group.h"
 #include "worker/worker_test_util.h"

@@ -32,7 +32,9 @@
 #include "worker/nn/backend_select.h"
 #include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_builder.h"
 #include "worker/data_position.h"
+#include "worker/model_files.h"
 #include "worker/trainer.h"
 #include "worker/worker_flags.h"
 #include "worker/worker_job.h"
@@ -69,11 +71,14 @@ absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerOptions& f) {
   ReplicaSet set;
   set.pinned = std::move(selected.pinned);
   set.backends = std::move(selected.backends);
-  BuildModelOptions model_options;
-  model_options.label_smoothing = f.label_smoothing;
+  DP_ASSIGN_OR_RETURN(const ResolvedModel spec, LoadModel(f.model));
   for (int r = 0; r < R; ++r) {
+    BuildModelOptions model_options;
+    model_options.label_smoothing = f.label_smoothing;
+    model_options.dropout_seed =
+        f.seed * 0x9E3779B97F4A7C15ull + f.client.worker_id * R + r;
     DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
-                        BuildModel(f.model, set.backends[r].get(), max_batch,
+                        BuildModel(spec, set.backends[r].get(), max_batch,
                                    model_options));
     set.models.push_back(std::move(m));
   }
@@ -88,14 +93,25 @@ absl::StatusOr<std::vector<std::unique_ptr<ParameterClient>>> ConnectClients(
   const int R = static_cast<int>(set.models.size());
   std::vector<std::unique_ptr<ParameterClient>> clients;
   const int num_clients = f.task == WorkerTask::kTrain && !f.local_sum ? R : 1;
+  // --init_from: the declared values, and the replicas' running statistics.
+  std::optional<InitialValues> initial;
+  if (!f.init_from.empty() && f.task == WorkerTask::kTrain) {
+    DP_ASSIGN_OR_RETURN(initial, ReadInitFrom(f.init_from, *set.models[0]));
+    if (!initial->state.empty()) {
+      for (const auto& m : set.models) DP_RETURN_IF_ERROR(m->SetState(initial->state));
+    }
+    std::printf("worker %d: initial parameters from %s\n", w,
+                f.init_from.c_str());
+  }
   for (int c = 0; c < num_clients; ++c) {
     GrpcClientOptions co = f.client;
     if (num_clients > 1) co.worker_id = w * R + c;
     DP_ASSIGN_OR_RETURN(std::unique_ptr<ParameterClient> client,
                         NewGrpcParameterClient(co));
-    DP_RETURN_IF_ERROR(DeclareModel(client.get(), *set.models[0], f.seed,
-                                    static_cast<int>(f.client.hosts.size()),
-                                    f.max_chunk_bytes));
+    DP_RETURN_IF_ERROR(DeclareModel(
+        client.get(), *set.models[0], f.seed,
+        static_cast<int>(f.client.hosts.size()), f.max_chunk_bytes,
+        initial.has_value() ? &initial->parameters : nullptr));
     clients.push_back(std::move(client));
   }
   return clients;

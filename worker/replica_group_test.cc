@@ -9,6 +9,7 @@
 #include "worker/data/data.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_builder.h"
 #include "worker/nn/openblas_backend.h"
 #include "worker/worker_test_util.h"
 

@@ -11,11 +11,13 @@ namespace downpour {
 
 absl::Status DeclareModel(ParameterClient* client, const Model& model,
                           uint64_t seed, int num_shards,
-                          int64_t max_chunk_bytes) {
+                          int64_t max_chunk_bytes,
+                          const std::vector<float>* initial) {
   ModelLayout layout;
   layout.tensors = model.param_specs();
   layout.num_shards = num_shards;
   layout.max_chunk_bytes = max_chunk_bytes;
+  if (initial != nullptr) return client->Declare(layout, *initial);
   return client->Declare(layout, model.InitialParameters(seed));
 }
 

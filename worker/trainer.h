@@ -48,10 +48,14 @@
 
 namespace downpour {
 
-// Declares the model's layout on the servers, initialized from `seed`.
+// Declares the model's layout on the servers, initialized with `initial`
+// (num_parameters() values) or, when it is null, from `seed`. The first
+// declaration of a job sets the servers' values; later ones only check the
+// layout.
 absl::Status DeclareModel(ParameterClient* client, const Model& model,
                           uint64_t seed, int num_shards,
-                          int64_t max_chunk_bytes);
+                          int64_t max_chunk_bytes,
+                          const std::vector<float>* initial = nullptr);
 
 // Runs the loop until the batcher is exhausted or max_steps, then leaves the
 // job (Leave). `client` must be declared. Sync mode needs n_fetch = n_push = 1.

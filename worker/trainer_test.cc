@@ -9,6 +9,7 @@
 #include "server/parameter_store.h"
 #include "worker/local_ps_client.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/model_builder.h"
 #include "worker/nn/openblas_backend.h"
 
 namespace downpour {

@@ -6,7 +6,18 @@
 #include "common/flag_args.h"
 
 ABSL_FLAG(std::string, model, downpour::TrainingFlags{}.model,
-          "Model architecture: fashion_cnn or cifar_vgg.");
+          "The network: a built-in model (fashion_cnn, cifar_vgg, resnet20, "
+          "inception_small) or the path of a model spec file "
+          "(models/README.md).");
+ABSL_FLAG(std::string, init_from, "",
+          "Start from the parameters of this safetensors file (a saved "
+          "--save_params of the same model) instead of random ones; checked "
+          "against the model's tensor names and shapes.");
+ABSL_FLAG(int64_t, bn_stats_examples, downpour::TrainingFlags{}.bn_stats_examples,
+          "Models with batch norm: training examples over which the running "
+          "statistics are recomputed with the final parameters before "
+          "evaluating and saving (0: keep the evaluating worker's running "
+          "averages).");
 ABSL_FLAG(uint64_t, seed, downpour::TrainingFlags{}.seed,
           "Seed of the initial parameters and of the workers' shuffling and "
           "augmentation.");
@@ -59,6 +70,12 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
   t.log_every = absl::GetFlag(FLAGS_log_every);
   t.max_steps = absl::GetFlag(FLAGS_max_steps);
   t.max_test_examples = absl::GetFlag(FLAGS_max_test_examples);
+  t.init_from = absl::GetFlag(FLAGS_init_from);
+  t.bn_stats_examples = absl::GetFlag(FLAGS_bn_stats_examples);
+  if (t.bn_stats_examples < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bn_stats_examples must be >= 0, got ", t.bn_stats_examples));
+  }
   t.save_params = absl::GetFlag(FLAGS_save_params);
   t.summary_json = absl::GetFlag(FLAGS_summary_json);
   if (!(t.label_smoothing >= 0 && t.label_smoothing < 1)) {
@@ -81,7 +98,7 @@ std::vector<std::string> GivenTrainingFlagArgs() {
   return GivenFlagArgs({"model", "seed", "n_fetch", "local_lr", "augment",
                         "augment_crop_padding", "label_smoothing",
                         "data_threads", "prefetch", "overlap", "log_every",
-                        "max_steps"});
+                        "max_steps", "init_from", "bn_stats_examples"});
 }
 
 }  // namespace downpour

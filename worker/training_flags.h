@@ -35,6 +35,12 @@ struct TrainingFlags {
   int log_every = 50;
   int64_t max_steps = 0;
   int64_t max_test_examples = 0;
+  // Initial parameters from a file ("": from the seed).
+  std::string init_from;
+  // Batch norm's running statistics are recomputed over this many training
+  // examples before an evaluation (the plain mean over batches of the
+  // evaluating model's size; docs/design.md).
+  int64_t bn_stats_examples = 5000;
   std::string save_params;
   std::string summary_json;
 };

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "rpc/security_flags.h"
 #include "worker/backend_flags.h"
+#include "worker/input_flags.h"
 #include "worker/training_flags.h"
 #include "worker/transport_flags.h"
 
@@ -93,11 +94,14 @@ absl::Status ReadJob(WorkerOptions* f) {
   f->augment_crop_padding = t.augment_crop_padding;
   f->label_smoothing = static_cast<float>(t.label_smoothing);
   f->data_threads = t.data_threads;
+  DP_ASSIGN_OR_RETURN(f->input, InputOptionsFromFlags());
   f->prefetch = t.prefetch;
   f->trainer.overlap = t.overlap;
   f->trainer.log_every = t.log_every;
   f->trainer.max_steps = t.max_steps;
   f->max_test_examples = t.max_test_examples;
+  f->init_from = t.init_from;
+  f->bn_stats_examples = t.bn_stats_examples;
   f->save_params = t.save_params;
   f->summary_json = t.summary_json;
   f->device = b.device;

@@ -19,19 +19,90 @@
 #include "common/shard_stats.h"
 #include "common/status_macros.h"
 #include "worker/data/data.h"
+#include "worker/model_files.h"
 #include "worker/trainer.h"
 #include "worker/data/dataset_info.h"
 
 namespace downpour {
 namespace {
 
-absl::StatusOr<Dataset> LoadSplit(const WorkerOptions& f, bool train) {
-  const int64_t max = train ? f.max_train_examples : f.max_test_examples;
-  if (f.dataset == DatasetKind::kCifar10) return LoadCifar10Split(f.data_dir, train, max);
-  return LoadMnistSplit(f.data_dir, train, max);
+// Which split to read, converted to `model`'s input and classes.
+SplitRequest SplitFor(const WorkerOptions& f, bool train, const Model& model) {
+  SplitRequest r;
+  r.dataset = f.dataset;
+  r.data_dir = f.data_dir;
+  r.train = train;
+  r.max_examples = train ? f.max_train_examples : f.max_test_examples;
+  const Dims in = model.input_dims();
+  r.shape = {in.c, in.h, in.w};
+  r.num_classes = model.num_classes();
+  r.resize = f.input.image_resize;
+  return r;
 }
 
-DoneReport PrintDone(int w, const TrainResult& r) {
+// The whole split in memory, converted to `model`'s input (which an image
+// folder or a tensor file needs; the IDX and CIFAR-10 readers keep their
+// own). Skipped bad images (--skip_bad_images) are added to *bad.
+absl::StatusOr<Dataset> LoadSplit(const WorkerOptions& f, bool train,
+                                  const Model* model = nullptr,
+                                  int64_t* bad = nullptr) {
+  SplitRequest r;
+  if (model != nullptr) {
+    r = SplitFor(f, train, *model);
+  } else if (f.dataset == DatasetKind::kImageFolder ||
+             f.dataset == DatasetKind::kSafetensors) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dataset=", DatasetName(f.dataset), " needs the model's input"));
+  } else {
+    r.dataset = f.dataset;
+    r.data_dir = f.data_dir;
+    r.train = train;
+    r.max_examples = train ? f.max_train_examples : f.max_test_examples;
+  }
+  int64_t skipped = 0;
+  absl::StatusOr<Dataset> d = downpour::LoadSplit(
+      r, f.data_threads, f.input.skip_bad_images, &skipped);
+  if (bad != nullptr) *bad += skipped;
+  return d;
+}
+
+// The per-channel normalization of `channels` channels: the flags' (one
+// value for every channel, or one per channel), else the data set's own.
+void NormalizationFor(const WorkerOptions& f, int channels,
+                      std::vector<float>* mean, std::vector<float>* std_dev) {
+  if (!f.input.normalize_mean.empty()) {
+    *mean = f.input.normalize_mean;
+    *std_dev = f.input.normalize_std;
+    if (mean->size() == 1) {
+      mean->assign(channels, f.input.normalize_mean[0]);
+      std_dev->assign(channels, f.input.normalize_std[0]);
+    }
+  } else if (f.dataset == DatasetKind::kCifar10) {
+    mean->assign(kCifar10Mean, kCifar10Mean + 3);
+    std_dev->assign(kCifar10Std, kCifar10Std + 3);
+  }
+}
+
+// Applies to a split loaded whole (evaluation, batch-norm statistics) the
+// per-channel normalization the batcher applies in training.
+absl::Status NormalizeLikeTraining(const WorkerOptions& f, Dataset* d) {
+  std::vector<float> mean, std_dev;
+  NormalizationFor(f, d->channels, &mean, &std_dev);
+  if (mean.empty()) return absl::OkStatus();
+  if (mean.size() != static_cast<size_t>(d->channels)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--normalize_mean has ", mean.size(), " values for ", d->channels,
+        " channels"));
+  }
+  const size_t plane = static_cast<size_t>(d->height) * d->width;
+  for (size_t i = 0; i < d->images.size(); ++i) {
+    const size_t c = i / plane % static_cast<size_t>(d->channels);
+    d->images[i] = (d->images[i] - mean[c]) / std_dev[c];
+  }
+  return absl::OkStatus();
+}
+
+DoneReport PrintDone(int w, const TrainResult& r, int64_t bad_images) {
   std::printf("worker %d: finished %lld steps (%lld examples) in %.1f s; "
               "time %s: %s\n", w, static_cast<long long>(r.steps),
               static_cast<long long>(r.examples), r.seconds,
@@ -48,6 +119,7 @@ DoneReport PrintDone(int w, const TrainResult& r) {
   d.time_pull = r.total.pull;
   d.time_push = r.total.push;
   d.verdict = r.total.Verdict();
+  d.bad_images = bad_images;
   std::printf("%s\n", FormatDoneLine(d).c_str());
   std::fflush(stdout);
   return d;
@@ -55,7 +127,7 @@ DoneReport PrintDone(int w, const TrainResult& r) {
 
 // One batcher per replica over `train`, which must outlive them.
 absl::StatusOr<std::vector<std::unique_ptr<Batcher>>> MakeBatchers(
-    const WorkerOptions& f, const Dataset* train, int R,
+    const WorkerOptions& f, const ExampleSource* train, int R,
     HostAllocator* allocator) {
   const int w = f.client.worker_id;
   std::vector<std::unique_ptr<Batcher>> batchers;
@@ -71,10 +143,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Batcher>>> MakeBatchers(
     bo.num_threads = f.data_threads;
     bo.allocator = allocator;
     bo.augment = AugmentFor(f.augment, f.augment_crop_padding);
-    if (f.dataset == DatasetKind::kCifar10) {
-      bo.normalize_mean.assign(kCifar10Mean, kCifar10Mean + 3);
-      bo.normalize_std.assign(kCifar10Std, kCifar10Std + 3);
-    }
+    bo.skip_bad_examples = f.input.skip_bad_images;
+    NormalizationFor(f, train->channels(), &bo.normalize_mean,
+                     &bo.normalize_std);
     DP_ASSIGN_OR_RETURN(std::unique_ptr<Batcher> b, Batcher::Create(train, bo));
     batchers.push_back(std::move(b));
   }
@@ -136,15 +207,26 @@ absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
                    DoneReport* done) {
   const int w = f.client.worker_id;
   const int R = static_cast<int>(set.models.size());
-  DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true));
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> train,
+                      OpenSplit(SplitFor(f, true, *set.models[0])));
   DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Batcher>> batchers,
-                      MakeBatchers(f, &train, R, set.allocator()));
+                      MakeBatchers(f, train.get(), R, set.allocator()));
+  // A batcher that failed (an unreadable image) ended its data early: the
+  // job fails with its error rather than reporting a short run.
+  auto input_result = [&batchers](int64_t* bad) {
+    for (const std::unique_ptr<Batcher>& b : batchers) {
+      DP_RETURN_IF_ERROR(b->status());
+      *bad += b->bad_examples();
+    }
+    return absl::OkStatus();
+  };
+  int64_t bad = 0;
   std::printf("worker %d: %d replica%s (%s) over %lld training examples, "
               "%lld batches/epoch each, backend %s\n", w, R, R == 1 ? "" : "s",
               R == 1 ? "one worker"
                      : (f.local_sum ? "gradients summed here, one push"
                                     : "each its own worker"),
-              static_cast<long long>(train.size),
+              static_cast<long long>(train->size()),
               static_cast<long long>(batchers[0]->BatchesPerEpoch()),
               set.models[0]->backend()->Name().c_str());
   std::fflush(stdout);
@@ -158,22 +240,39 @@ absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
     DP_ASSIGN_OR_RETURN(
         TrainResult r, RunDownpourWorker(to, group, clients[0].get(),
                                          ProgressPrinter(f.metrics, w)));
-    *done = PrintDone(w, r);
+    DP_RETURN_IF_ERROR(input_result(&bad));
+    *done = PrintDone(w, r, bad);
     return absl::OkStatus();
   }
   DP_ASSIGN_OR_RETURN(TrainResult all,
                       RunIndependentReplicas(f, to, set, clients, batchers));
-  *done = PrintDone(w, all);
+  DP_RETURN_IF_ERROR(input_result(&bad));
+  *done = PrintDone(w, all, bad);
   return absl::OkStatus();
 }
 
 absl::Status Eval(const WorkerOptions& f, Model* model, ParameterClient* client,
                   ChiefRecord* record) {
-  DP_ASSIGN_OR_RETURN(Dataset test, LoadSplit(f, false));
+  int64_t bad_test_images = 0;
+  DP_ASSIGN_OR_RETURN(
+      Dataset test, LoadSplit(f, false, model, &bad_test_images));
+  DP_RETURN_IF_ERROR(NormalizeLikeTraining(f, &test));
+  if (bad_test_images > 0) {
+    std::printf("eval: skipped %lld bad images\n",
+                static_cast<long long>(bad_test_images));
+  }
   std::vector<float> params(model->num_parameters());
   std::vector<int64_t> versions;
   DP_RETURN_IF_ERROR(client->Pull(absl::MakeSpan(params), &versions));
   DP_RETURN_IF_ERROR(model->SetParameters(params));
+  if (model->state_size() > 0 && f.bn_stats_examples > 0) {
+    // Batch norm's running statistics for these parameters
+    // (worker/model_files.h).
+    DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true, model));
+    DP_RETURN_IF_ERROR(NormalizeLikeTraining(f, &train));
+    DP_RETURN_IF_ERROR(
+        RecomputeStatistics(model, train, f.bn_stats_examples));
+  }
   DP_ASSIGN_OR_RETURN(EvalResult r, EvaluateModel(model, test));
   int64_t updates = 0;
   for (int64_t v : versions) updates += v;
@@ -192,8 +291,8 @@ absl::Status Eval(const WorkerOptions& f, Model* model, ParameterClient* client,
     record->stats = stats;
   }
   if (!f.save_params.empty()) {
-    DP_RETURN_IF_ERROR(WriteSafetensors(
-        f.save_params, model->param_specs(), params,
+    DP_RETURN_IF_ERROR(SaveModel(
+        f.save_params, *model, params,
         {{"format", "downpour"},
          {"model", f.model},
          {"chunk_updates", absl::StrCat(updates)},

@@ -40,6 +40,7 @@
 #include "common/host_allocator.h"
 #include "common/report.h"
 #include "worker/data/augment.h"
+#include "worker/data/input_options.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/job_end.h"
 #include "worker/nn/backend.h"
@@ -77,6 +78,8 @@ struct WorkerOptions {
   int num_workers = 1;
   WorkerTask task = WorkerTask::kTrain;
   std::string data_dir, model, save_params;
+  std::string init_from;           // --init_from ("": the seed's values).
+  int64_t bn_stats_examples = 0;   // --bn_stats_examples.
   DeviceKind device = DeviceKind::kAuto;
   DatasetKind dataset = DatasetKind::kFashionMnist;
   std::vector<int> gpus;
@@ -87,6 +90,7 @@ struct WorkerOptions {
   int batch_size = 64, epochs = 3, cpu_threads = 1, prefetch = 4;
   uint64_t seed = 1;
   int64_t max_train_examples = 0, max_test_examples = 0, max_chunk_bytes = 0;
+  InputOptions input;  // Normalization, resizing, bad images.
   TrainerOptions trainer;
   // Set when the job comes from a cluster spec.
   std::optional<ClusterSpec> spec;

@@ -75,6 +75,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/device_kind.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_builder.h"
 #include "worker/training_flags.h"
 
 ABSL_FLAG(int, gpu, 0, "CUDA device ordinal (--device=cuda or auto).");

@@ -1,16 +1,25 @@
 #!/usr/bin/env python3
-"""PyTorch reference for tests/bench:compute_bench: the same fashion_cnn, the same
+"""PyTorch reference for tests/bench:compute_bench: the same model, the same
 per-step work, the same table and JSON line.
 
     python3 tests/bench/pytorch_fashion_cnn.py --device=cuda --gpu=0
     python3 tests/bench/pytorch_fashion_cnn.py --device=cpu --batch_sizes=64
+    python3 tests/bench/pytorch_fashion_cnn.py --device=cpu --model=resnet20
+    python3 tests/bench/pytorch_fashion_cnn.py --device=cpu --model=my.prototxt \
+        --channels_last --compile
 
-Model (docs/design.md, "Saved parameters"; worker/nn/model.h): conv 3x3x32
-valid + ReLU + 2x2 max-pool, conv 3x3x64 valid + ReLU + 2x2 max-pool,
-flatten 1600, dense 128 + ReLU, dense 10, softmax cross-entropy (mean).
-225,034 float32
-parameters in the order conv1.weight, conv1.bias, conv2.weight, conv2.bias,
-fc1.weight, fc1.bias, fc2.weight, fc2.bias, which is Downpour's flat layout.
+Model (--model, as compute_bench's --model): `fashion_cnn` (the default) is
+the module written out below (docs/design.md, "Saved parameters";
+models/fashion_cnn.prototxt): conv 3x3x32 valid + ReLU + 2x2 max-pool, conv
+3x3x64 valid + ReLU + 2x2 max-pool, flatten 1600, dense 128 + ReLU, dense
+10, softmax cross-entropy (mean). 225,034 float32 parameters in the order
+conv1.weight, conv1.bias, conv2.weight, conv2.bias, fc1.weight, fc1.bias,
+fc2.weight, fc2.bias, which is Downpour's flat layout. Any other value is a
+built-in model's name (models/NAME.prototxt) or a spec file's path, built by
+tools/spec_to_torch.py into the same network with the same parameter names
+(models/fashion_cnn.prototxt gives the module above, built from the spec).
+The module is in training mode, as a worker's step is: batch norm uses the
+batch's statistics and updates its running ones, dropout drops.
 
 Settings, to be comparable with Downpour's CUDA backend (plain fp32):
 eager mode (no torch.compile, no CUDA graphs), float32, TF32 OFF for both
@@ -31,10 +40,15 @@ Per batch size, after --warmup_steps untimed steps:
 Host buffers (parameters, gradients, a pool of input batches) are pinned on
 CUDA. The input is synthetic: uniform [0, 1) pixels, uniform labels.
 
+--compile (PyTorch >= 2): the compute figure runs torch.compile(model) (the
+default inductor backend, static shapes) on a separate copy of the model
+whose gradients are set to None each step, as with --channels_last; the
+warm-up steps (--warmup_steps, at least 1) absorb the compilation.
+
 The last line of stdout is the JSON (also written to --json_out):
-  {"bench":"fashion_cnn_worker_step","impl":"pytorch","device":...,
+  {"bench":"<model>_worker_step","impl":"pytorch","model":..,"device":...,
    "host_buffers":...,"tf32":false,"input":"synthetic","parameters":N,
-   "torch":...,"cudnn":...,"results":[{"batch_size":64,"step_ms":..,
+   "torch":...,"cudnn":...,"compile":..,"results":[{"batch_size":64,"step_ms":..,
    "step_examples_per_sec":..,"compute_ms":..,"compute_examples_per_sec":..,
    "compute_cpu_ms":..,"compute_examples_per_cpu_sec":..,
    "steps":..,"compute_steps":..,"loss":..},...]}
@@ -46,6 +60,7 @@ PyTorch, no CUDA); 1 anything else.
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -56,6 +71,9 @@ def parse_args(argv):
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--gpu", type=int, default=0, help="CUDA device ordinal")
+    p.add_argument("--model", default="fashion_cnn",
+                   help="fashion_cnn (the module below), a built-in model's "
+                   "name (models/NAME.prototxt) or a model spec file")
     p.add_argument("--batch_sizes", default="64,256,1024")
     p.add_argument("--warmup_steps", type=int, default=20)
     p.add_argument("--steps", type=int, default=0,
@@ -68,6 +86,8 @@ def parse_args(argv):
     # PyTorch's best CPU setting (channels_last activations).
     p.add_argument("--channels_last", action="store_true",
                    help="feed the model NHWC (torch.channels_last) input")
+    p.add_argument("--compile", action="store_true",
+                   help="compute figure with torch.compile (PyTorch >= 2)")
     p.add_argument("--tf32", action="store_true",
                    help="allow TF32 (default: off, like Downpour)")
     p.add_argument("--cudnn_benchmark", type=int, default=0, choices=[0, 1],
@@ -87,7 +107,27 @@ def parse_args(argv):
             a.pool_batches < 1 or a.min_seconds < 0):
         p.error("need --warmup_steps >= 0, --steps >= 0, --min_steps >= 1, "
                 "--pool_batches >= 1, --min_seconds >= 0")
+    if a.compile and a.warmup_steps < 1:
+        p.error("--compile needs --warmup_steps >= 1 (the compilation)")
     return a
+
+
+def spec_path(model):
+    """The spec file of --model: a path, or models/NAME.prototxt of this
+    checkout for a built-in name."""
+    if model.endswith(".prototxt") or os.sep in model:
+        return model
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    return os.path.normpath(os.path.join(root, "models", model + ".prototxt"))
+
+
+def load_spec_builder():
+    """tools/spec_to_torch.py of this checkout, imported as a module."""
+    tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                         "..", "tools")
+    sys.path.insert(0, os.path.normpath(tools))
+    import spec_to_torch  # pylint: disable=import-outside-toplevel
+    return spec_to_torch
 
 
 def main(argv):
@@ -100,6 +140,10 @@ def main(argv):
         print("pytorch_fashion_cnn: cannot import torch: %s" % e,
               file=sys.stderr)
         return 3
+    if args.compile and not hasattr(torch, "compile"):
+        print("pytorch_fashion_cnn: --compile: torch %s has no torch.compile"
+              % torch.__version__, file=sys.stderr)
+        return 2
 
     if args.device == "cuda":
         if not torch.cuda.is_available():
@@ -130,6 +174,8 @@ def main(argv):
     torch.manual_seed(args.seed)
 
     class FashionCnn(nn.Module):
+        """models/fashion_cnn.prototxt, written out."""
+
         def __init__(self):
             super().__init__()
             self.conv1 = nn.Conv2d(1, 32, 3)
@@ -143,6 +189,23 @@ def main(argv):
             x = torch.flatten(x, 1)
             x = F.relu(self.fc1(x))
             return self.fc2(x)
+
+    if args.model == "fashion_cnn":
+        model_name, make_model, in_dims = "fashion_cnn", FashionCnn, (1, 28, 28, 10)
+    else:
+        path = spec_path(args.model)
+        try:
+            builder = load_spec_builder()
+            spec = builder.load_spec_file(path)
+            builder.build_module(spec, path)  # Errors now, not mid-run.
+        except (ImportError, OSError, ValueError) as e:
+            print("pytorch_fashion_cnn: --model=%s: %s" % (args.model, e),
+                  file=sys.stderr)
+            return 2
+        model_name = spec["name"] or args.model
+        in_dims = spec["input"]
+        make_model = lambda: builder.build_module(spec, path)
+    in_c, in_h, in_w, classes = in_dims
 
     def sync():
         if dev.type == "cuda":
@@ -174,7 +237,9 @@ def main(argv):
         return steps, seconds, loss, cpu_seconds
 
     def measure_batch_size(batch):
-        model = FashionCnn().to(dev)
+        if args.compile:
+            torch._dynamo.reset()  # A fresh compilation per batch size.
+        model = make_model().to(dev)
         params = list(model.parameters())
         n = sum(p.numel() for p in params)
         # Flat parameter and gradient buffers with the modules' tensors as
@@ -193,9 +258,10 @@ def main(argv):
         host_p = torch.empty(n, pin_memory=pin)
         host_p.copy_(flat_p)
         host_g = torch.empty(n, pin_memory=pin)
-        xs = torch.rand(args.pool_batches, batch, 1, 28, 28).pin_memory() \
-            if pin else torch.rand(args.pool_batches, batch, 1, 28, 28)
-        ys = torch.randint(0, 10, (args.pool_batches, batch))
+        xs = torch.rand(args.pool_batches, batch, in_c, in_h, in_w)
+        if pin:
+            xs = xs.pin_memory()
+        ys = torch.randint(0, classes, (args.pool_batches, batch))
         if pin:
             ys = ys.pin_memory()
 
@@ -221,22 +287,29 @@ def main(argv):
         # the CPU: a model whose weights are channels_last too (they cannot
         # stay views of the flat buffer) and gradients set to None each step
         # instead of zeroed in place. Measured 30-40% faster than NCHW
-        # weights with flat gradient views at one thread.
+        # weights with flat gradient views at one thread. --compile runs
+        # such a copy (NCHW unless --channels_last) through torch.compile.
         cl_model = None
-        if args.channels_last:
-            cl_model = FashionCnn().to(dev).to(memory_format=torch.channels_last)
+        if args.channels_last or args.compile:
+            cl_model = make_model().to(dev)
+            if args.channels_last:
+                cl_model = cl_model.to(memory_format=torch.channels_last)
             cl_model.load_state_dict(model.state_dict())
+        run_model = cl_model
+        if args.compile:
+            run_model = torch.compile(cl_model, dynamic=False)
 
         def compute_step(i):
             if cl_model is None:
                 loss = forward_backward(i)
             else:
                 x = xs[i % args.pool_batches].to(dev, non_blocking=True)
-                x = x.contiguous(memory_format=torch.channels_last)
+                if args.channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
                 y = ys[i % args.pool_batches].to(dev, non_blocking=True)
                 for p in cl_model.parameters():
                     p.grad = None
-                loss = F.cross_entropy(cl_model(x), y)
+                loss = F.cross_entropy(run_model(x), y)
                 loss.backward()
             value = loss.item()
             sync()
@@ -255,12 +328,15 @@ def main(argv):
 
     results = []
     n_params = 0
-    print("pytorch_fashion_cnn: fashion_cnn on %s, host buffers: %s, torch %s,"
-          " cuDNN %s, TF32 %s, cudnn.benchmark %s, eager, synthetic input"
-          % (device_name, "pinned" if pin else "pageable", torch.__version__,
+    print("pytorch_fashion_cnn: %s on %s, host buffers: %s, torch %s,"
+          " cuDNN %s, TF32 %s, cudnn.benchmark %s, %s%s, synthetic input"
+          % (model_name, device_name, "pinned" if pin else "pageable",
+             torch.__version__,
              torch.backends.cudnn.version() if dev.type == "cuda" else "-",
              "on" if args.tf32 else "off",
-             "on" if args.cudnn_benchmark else "off"))
+             "on" if args.cudnn_benchmark else "off",
+             "torch.compile (compute)" if args.compile else "eager",
+             ", channels_last (compute)" if args.channels_last else ""))
     print("  step    = parameters H2D + batch H2D + forward + backward + "
           "gradients D2H + loss.item()\n"
           "  compute = batch H2D + forward + backward + loss.item()")
@@ -295,13 +371,15 @@ def main(argv):
         sys.stdout.flush()
 
     out = {
-        "bench": "fashion_cnn_worker_step",
+        "bench": "%s_worker_step" % model_name,
         "impl": "pytorch",
+        "model": args.model,
         "device": device_name,
         "host_buffers": "pinned" if pin else "pageable",
         "tf32": bool(args.tf32),
         "channels_last": bool(args.channels_last),
         "cudnn_benchmark": bool(args.cudnn_benchmark),
+        "compile": bool(args.compile),
         "input": "synthetic",
         "parameters": n_params,
         "torch": torch.__version__,

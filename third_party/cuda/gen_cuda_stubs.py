@@ -33,6 +33,9 @@ CUDNN = [
     "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
     "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
     "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+    "cudnnBatchNormalizationForwardTraining",
+    "cudnnBatchNormalizationForwardInference",
+    "cudnnBatchNormalizationBackward",
 ]
 CUBLAS = [
     "cublasCreate_v2", "cublasDestroy_v2", "cublasGetStatusString",

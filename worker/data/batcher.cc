@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -28,9 +29,12 @@ using data_internal::UniformBelow;
 
 class BatcherImpl : public Batcher {
  public:
-  BatcherImpl(const Dataset* data, const BatcherOptions& options,
-              std::vector<int64_t> shard, std::shared_ptr<BatchBufferPool> pool)
-      : data_(data),
+  BatcherImpl(const ExampleSource* source,
+              std::unique_ptr<ExampleSource> owned_source,
+              const BatcherOptions& options, std::vector<int64_t> shard,
+              std::shared_ptr<BatchBufferPool> pool)
+      : owned_source_(std::move(owned_source)),
+        source_(source),
         options_(options),
         shard_(std::move(shard)),
         pool_(std::move(pool)),
@@ -38,7 +42,7 @@ class BatcherImpl : public Batcher {
             (static_cast<int64_t>(shard_.size()) + options_.batch_size - 1) /
             options_.batch_size),
         total_batches_(batches_per_epoch_ * options_.epochs),
-        transform_{data->channels, data->height, data->width,
+        transform_{source->channels(), source->height(), source->width(),
                    options_.augment, options_.normalize_mean,
                    options_.normalize_std},
         plain_copy_(transform_.IsIdentity()),
@@ -70,6 +74,7 @@ class BatcherImpl : public Batcher {
         slot.reset();
         ++next_emit_;
         may_claim_.Signal();
+        if (out->size == 0) continue;  // Every example skipped.
         return out;
       }
       ready_.Wait(&mu_);
@@ -81,6 +86,11 @@ class BatcherImpl : public Batcher {
   absl::Status status() const override {
     absl::MutexLock lock(&mu_);
     return status_;
+  }
+
+  int64_t bad_examples() const override {
+    absl::MutexLock lock(&bad_mu_);
+    return static_cast<int64_t>(bad_.size());
   }
 
  private:
@@ -113,17 +123,17 @@ class BatcherImpl : public Batcher {
         order = order_;
       }
       Batch b;
-      const bool built = Build(seq, *order, &b).ok();
+      absl::Status built = Build(seq, *order, &b);
       {
         absl::MutexLock lock(&mu_);
-        if (built) {
+        if (built.ok()) {
           Slot(seq) = std::move(b);
         } else {
-          if (seq < failed_at_) failed_at_ = seq;
-          if (status_.ok()) {
-            status_ = absl::ResourceExhaustedError(absl::StrCat(
-                "batcher: cannot allocate a batch buffer from the ",
-                options_.allocator->Name(), " host allocator"));
+          // The first failure in batch order is the one reported, whatever
+          // the thread timing.
+          if (seq < failed_at_) {
+            failed_at_ = seq;
+            status_ = std::move(built);
           }
           may_claim_.SignalAll();
         }
@@ -146,8 +156,9 @@ class BatcherImpl : public Batcher {
     return order;
   }
 
-  // Fills `b` with batch `seq` (epoch seq / BatchesPerEpoch()); fails only
-  // when a buffer cannot be allocated.
+  // Fills `b` with batch `seq` (epoch seq / BatchesPerEpoch()); fails when a
+  // buffer cannot be allocated or an example cannot be read (and is not
+  // skipped).
   absl::Status Build(int64_t seq, const std::vector<int64_t>& order,
                      Batch* b) const {
     const int epoch = static_cast<int>(seq / batches_per_epoch_);
@@ -156,24 +167,41 @@ class BatcherImpl : public Batcher {
     const size_t end = std::min(
         order.size(), begin + static_cast<size_t>(options_.batch_size));
     const int n = static_cast<int>(end - begin);
-    const size_t example = static_cast<size_t>(data_->ExampleSize());
-    DP_RETURN_IF_ERROR(pool_->Fill(static_cast<size_t>(n) * example,
-                                   static_cast<size_t>(n), b));
-    b->size = n;
+    const size_t example = static_cast<size_t>(source_->ExampleSize());
+    if (!pool_->Fill(static_cast<size_t>(n) * example,
+                     static_cast<size_t>(n), b)
+             .ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "batcher: cannot allocate a batch buffer from the ",
+          options_.allocator->Name(), " host allocator"));
+    }
     b->epoch = epoch;
+    std::vector<float> raw(plain_copy_ ? 0 : example);
+    int kept = 0;  // Examples in the batch so far (skipped ones are not).
     for (size_t k = begin; k < end; ++k) {
       const int64_t idx = order[k];
-      const float* src = data_->images.data() + idx * example;
-      float* dst = b->images.data() + (k - begin) * example;
-      if (plain_copy_) {
-        std::memcpy(dst, src, example * sizeof(float));
-      } else {
-        transform_.Apply(src, dst,
+      float* dst = b->images.data() + static_cast<size_t>(kept) * example;
+      int32_t label = 0;
+      absl::Status read =
+          source_->Read(idx, plain_copy_ ? dst : raw.data(), &label);
+      if (!read.ok()) {
+        if (!options_.skip_bad_examples ||
+            read.code() != absl::StatusCode::kDataLoss) {
+          return read;
+        }
+        absl::MutexLock lock(&bad_mu_);
+        bad_.insert(idx);
+        continue;
+      }
+      if (!plain_copy_) {
+        // The key is the position in the epoch, skipped examples or not.
+        transform_.Apply(raw.data(), dst,
                          AugmentKey(options_.seed, options_.worker_index,
                                     epoch, k));
       }
-      b->labels[k - begin] = data_->labels[idx];
+      b->labels[kept++] = label;
     }
+    b->size = kept;
     return absl::OkStatus();
   }
 
@@ -181,7 +209,8 @@ class BatcherImpl : public Batcher {
     return slots_[static_cast<size_t>(seq % options_.prefetch)];
   }
 
-  const Dataset* const data_;  // Not owned.
+  const std::unique_ptr<ExampleSource> owned_source_;  // May be null.
+  const ExampleSource* const source_;  // owned_source_, or not owned.
   const BatcherOptions options_;
   const std::vector<int64_t> shard_;  // Example indices of this worker.
   const std::shared_ptr<BatchBufferPool> pool_;
@@ -204,6 +233,8 @@ class BatcherImpl : public Batcher {
   int order_epoch_ ABSL_GUARDED_BY(mu_) = -1;
   std::shared_ptr<const std::vector<int64_t>> order_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;  // Destructor wants threads out.
+  mutable absl::Mutex bad_mu_;
+  mutable std::set<int64_t> bad_ ABSL_GUARDED_BY(bad_mu_);  // Skipped.
   std::vector<std::thread> threads_;
 };
 
@@ -211,9 +242,9 @@ class BatcherImpl : public Batcher {
 
 namespace {
 
-// InvalidArgument naming the first bad option, or a dataset whose sizes
-// disagree.
-absl::Status ValidateOptions(const Dataset* data, const BatcherOptions& o) {
+// InvalidArgument naming the first bad option.
+absl::Status ValidateOptions(const ExampleSource* data,
+                             const BatcherOptions& o) {
   if (o.batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size must be >= 1, got ", o.batch_size));
@@ -245,23 +276,19 @@ absl::Status ValidateOptions(const Dataset* data, const BatcherOptions& o) {
         "augment.random_crop_padding must be in [0, ", kMaxCropPadding,
         "], got ", o.augment.random_crop_padding));
   }
-  if (data->size < 0 || data->channels < 1 || data->height < 1 ||
-      data->width < 1 ||
-      static_cast<int64_t>(data->labels.size()) != data->size ||
-      static_cast<int64_t>(data->images.size()) !=
-          data->size * data->ExampleSize()) {
+  if (data->size() < 0 || data->channels() < 1 || data->height() < 1 ||
+      data->width() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "inconsistent dataset: size ", data->size, ", ", data->labels.size(),
-        " labels, ", data->images.size(), " floats of images for examples of ",
-        data->channels, "x", data->height, "x", data->width));
+        "bad example source: size ", data->size(), ", examples of ",
+        data->channels(), "x", data->height(), "x", data->width()));
   }
   if (o.normalize_mean.size() != o.normalize_std.size() ||
       (!o.normalize_mean.empty() &&
-       static_cast<int64_t>(o.normalize_mean.size()) != data->channels)) {
+       static_cast<int64_t>(o.normalize_mean.size()) != data->channels())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "normalize_mean and normalize_std must both be empty or both have one "
         "value per channel (",
-        data->channels, "); got ", o.normalize_mean.size(), " and ",
+        data->channels(), "); got ", o.normalize_mean.size(), " and ",
         o.normalize_std.size()));
   }
   for (size_t c = 0; c < o.normalize_std.size(); ++c) {
@@ -277,20 +304,33 @@ absl::Status ValidateOptions(const Dataset* data, const BatcherOptions& o) {
   return absl::OkStatus();
 }
 
-}  // namespace
+// InvalidArgument for a dataset whose sizes disagree.
+absl::Status ValidateDataset(const Dataset& data) {
+  if (data.size < 0 || data.channels < 1 || data.height < 1 ||
+      data.width < 1 ||
+      static_cast<int64_t>(data.labels.size()) != data.size ||
+      static_cast<int64_t>(data.images.size()) !=
+          data.size * data.ExampleSize()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inconsistent dataset: size ", data.size, ", ", data.labels.size(),
+        " labels, ", data.images.size(), " floats of images for examples of ",
+        data.channels, "x", data.height, "x", data.width));
+  }
+  return absl::OkStatus();
+}
 
-absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
-    const Dataset* data, const BatcherOptions& options) {
-  if (data == nullptr) return absl::InvalidArgumentError("data is null");
+absl::StatusOr<std::unique_ptr<Batcher>> CreateBatcher(
+    const ExampleSource* data, std::unique_ptr<ExampleSource> owned,
+    const BatcherOptions& options) {
   BatcherOptions o = options;
   if (o.allocator == nullptr) o.allocator = DefaultHostAllocator();
   DP_RETURN_IF_ERROR(ValidateOptions(data, o));
   std::vector<int64_t> shard = ShardExampleIndices(
-      data->size, DataShard{o.worker_index, o.num_workers});
+      data->size(), DataShard{o.worker_index, o.num_workers});
   if (shard.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", o.worker_index, " of ", o.num_workers,
-                     " gets no examples from a dataset of ", data->size));
+                     " gets no examples from a dataset of ", data->size()));
   }
 
   // Enough buffers for the batches in flight (prefetch) plus the one the
@@ -312,8 +352,25 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
         " examples (", first_batch * data->ExampleSize() * sizeof(float),
         " bytes each) from the ", o.allocator->Name(), " host allocator"));
   }
-  return std::unique_ptr<Batcher>(
-      new BatcherImpl(data, o, std::move(shard), std::move(pool)));
+  return std::unique_ptr<Batcher>(new BatcherImpl(
+      data, std::move(owned), o, std::move(shard), std::move(pool)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
+    const Dataset* data, const BatcherOptions& options) {
+  if (data == nullptr) return absl::InvalidArgumentError("data is null");
+  DP_RETURN_IF_ERROR(ValidateDataset(*data));
+  auto source = std::make_unique<DatasetSource>(data);
+  const ExampleSource* raw = source.get();
+  return CreateBatcher(raw, std::move(source), options);
+}
+
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
+    const ExampleSource* source, const BatcherOptions& options) {
+  if (source == nullptr) return absl::InvalidArgumentError("source is null");
+  return CreateBatcher(source, nullptr, options);
 }
 
 }  // namespace downpour

@@ -1,10 +1,11 @@
 // File: worker/data/batcher.h
 //
-// The batcher that gives worker i of W its own shard of a Dataset,
-// reshuffled every epoch from a seed, with a pool of CPU threads that copy,
-// augment (random crop, flip; augment.h) and normalize batches ahead of the
-// training loop into recycled (possibly pinned) host buffers
-// (buffer_pool.h).
+// The batcher that gives worker i of W its own shard of a Dataset, or of any
+// ExampleSource (example_source.h: an image folder, a tensor file),
+// reshuffled every epoch from a seed, with a pool of CPU threads that read
+// (decode), augment (random crop, flip; augment.h) and normalize batches
+// ahead of the training loop into recycled (possibly pinned) host buffers
+// (buffer_pool.h): the bounded prefetch queue of the input pipeline.
 //
 // Usage:
 //   BatcherOptions o; o.worker_index = 1; o.num_workers = 2; o.batch_size = 64;
@@ -25,6 +26,7 @@
 #include "worker/data/augment.h"
 #include "worker/data/buffer_pool.h"
 #include "worker/data/dataset.h"
+#include "worker/data/example_source.h"
 
 namespace downpour {
 
@@ -36,9 +38,13 @@ struct BatcherOptions {
   uint64_t seed = 1;
   // Batches prepared ahead of the consumer (ready or being built).
   int prefetch = 4;
-  // CPU threads that copy, augment and normalize examples. Results do not
-  // depend on it.
+  // CPU threads that read (decode), augment and normalize examples. Results
+  // do not depend on it.
   int num_threads = 2;
+  // An example whose Read fails with DataLoss (a corrupt image) is left out
+  // of its batch and counted (bad_examples()) instead of stopping the
+  // batcher with that error.
+  bool skip_bad_examples = false;
   // Where batch buffers come from, e.g. a backend's pinned allocator; null
   // means DefaultHostAllocator(). Not owned; must outlive every Batch.
   HostAllocator* allocator = DefaultHostAllocator();
@@ -70,15 +76,25 @@ class Batcher {
   // allocated (ResourceExhausted).
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
       const Dataset* data, const BatcherOptions& options);
+  // The same over any source, which must outlive the batcher and is read
+  // from the batcher's threads concurrently.
+  static absl::StatusOr<std::unique_ptr<Batcher>> Create(
+      const ExampleSource* source, const BatcherOptions& options);
   virtual ~Batcher() = default;
   // The next batch, or nullopt after the last epoch (or after a failure,
   // see status()).
   virtual std::optional<Batch> Next() = 0;
   // Batches per epoch for this worker.
   virtual int64_t BatchesPerEpoch() const = 0;
-  // Not OK when a batch could not be built (a buffer allocation failed); Next()
-  // then returned nullopt early. Check it after the loop.
+  // Not OK when a batch could not be built (a buffer allocation failed, or
+  // an example could not be read and is not skipped: the source's error,
+  // naming the file); Next() then returned nullopt early. Check it after the
+  // loop.
   virtual absl::Status status() const { return absl::OkStatus(); }
+  // With skip_bad_examples: the distinct examples skipped so far (a bad file
+  // counts once however many epochs meet it). A batch whose examples were
+  // all skipped is not emitted.
+  virtual int64_t bad_examples() const { return 0; }
 };
 
 }  // namespace downpour

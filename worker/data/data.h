@@ -5,6 +5,14 @@
 //   dataset.h         the in-memory Dataset (NCHW floats in [0, 1], labels)
 //   idx_reader.h      IDX (MNIST / Fashion-MNIST), gzipped or raw
 //   cifar10_reader.h  CIFAR-10 binary files, and the CIFAR-10 channel stats
+//   example_source.h  what the batcher reads from: a Dataset, or a reader
+//                     that decodes each example as it is read
+//   image_folder_reader.h, image_decode.h
+//                     PNG/JPEG image folders (libpng, libjpeg-turbo)
+//   tensor_file_reader.h
+//                     a mapped safetensors file of images and labels
+//   split_reader.h    any --dataset's train or test split as a source
+//   input_options.h   normalization, resizing, skipping bad images
 //   batcher.h         per-worker sharded, reshuffled, multi-threaded batcher
 //   augment.h         random crop, flip and normalization of one example
 //   buffer_pool.h     Batch and the pool its (possibly pinned) buffers
@@ -31,6 +39,9 @@
 #include "worker/data/buffer_pool.h"
 #include "worker/data/cifar10_reader.h"
 #include "worker/data/dataset.h"
+#include "worker/data/example_source.h"
 #include "worker/data/idx_reader.h"
+#include "worker/data/input_options.h"
+#include "worker/data/split_reader.h"
 
 #endif  // DOWNPOUR_WORKER_DATA_DATA_H_

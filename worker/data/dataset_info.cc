@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/data/file_reading.h"
+#include "worker/data/image_folder.h"
+#include "worker/data/tensor_file_reader.h"
 
 namespace downpour {
 namespace {
@@ -74,9 +76,25 @@ std::vector<int64_t> ShardExampleIndices(int64_t examples, DataShard s) {
 absl::StatusOr<int64_t> CountTrainingExamples(DatasetKind dataset,
                                               const std::string& data_dir,
                                               int64_t max_train_examples) {
-  absl::StatusOr<int64_t> n = dataset == DatasetKind::kCifar10
-                                  ? CountCifarRecords(data_dir)
-                                  : CountIdxLabels(data_dir);
+  absl::StatusOr<int64_t> n;
+  switch (dataset) {
+    case DatasetKind::kCifar10:
+      n = CountCifarRecords(data_dir);
+      break;
+    case DatasetKind::kImageFolder: {
+      absl::StatusOr<ImageFolderIndex> index =
+          ListImageFolder(data_dir + "/train");
+      if (!index.ok()) return index.status();
+      n = static_cast<int64_t>(index->files.size());
+      break;
+    }
+    case DatasetKind::kSafetensors:
+      n = CountTensorFileExamples(data_dir + "/train.safetensors");
+      break;
+    case DatasetKind::kFashionMnist:
+      n = CountIdxLabels(data_dir);
+      break;
+  }
   if (!n.ok()) return n.status();
   return max_train_examples > 0 ? std::min(*n, max_train_examples) : *n;
 }

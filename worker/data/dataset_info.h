@@ -44,8 +44,10 @@ std::vector<int64_t> ShardExampleIndices(int64_t examples, DataShard s);
 // The training examples the workers will read from `data_dir`, capped by
 // max_train_examples when that is > 0: Fashion-MNIST's count from the
 // header of train-labels-idx1-ubyte[.gz], CIFAR-10's from the sizes of
-// data_batch_1..5.bin (3073-byte records). NotFound / DataLoss naming the
-// file when it cannot be read.
+// data_batch_1..5.bin (3073-byte records), an image folder's from the
+// file names under DIR/train (no image is decoded), a tensor file's from
+// the header of DIR/train.safetensors. NotFound / DataLoss naming the file
+// when it cannot be read.
 absl::StatusOr<int64_t> CountTrainingExamples(DatasetKind dataset,
                                               const std::string& data_dir,
                                               int64_t max_train_examples);

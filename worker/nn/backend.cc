@@ -29,6 +29,49 @@ absl::Status Backend::Conv2dReluForward(const ConvDesc& d, const float* x,
   return ReluForward(n, y, y);
 }
 
+namespace {
+absl::Status NotImplemented(const Backend& b, const char* op) {
+  return absl::UnimplementedError(
+      absl::StrCat(op, " is not implemented by backend ", b.Name()));
+}
+}  // namespace
+
+absl::Status Backend::AvgPoolForward(const PoolDesc&, const float*, float*) {
+  return NotImplemented(*this, "AvgPoolForward");
+}
+absl::Status Backend::AvgPoolBackward(const PoolDesc&, const float*, float*) {
+  return NotImplemented(*this, "AvgPoolBackward");
+}
+absl::Status Backend::BatchNormForwardTraining(const BatchNormDesc&,
+                                               const float*, const float*,
+                                               const float*, float, float*,
+                                               float*, float*, float*,
+                                               float*) {
+  return NotImplemented(*this, "BatchNormForwardTraining");
+}
+absl::Status Backend::BatchNormForwardInference(const BatchNormDesc&,
+                                                const float*, const float*,
+                                                const float*, const float*,
+                                                const float*, float*) {
+  return NotImplemented(*this, "BatchNormForwardInference");
+}
+absl::Status Backend::BatchNormBackward(const BatchNormDesc&, const float*,
+                                        const float*, const float*,
+                                        const float*, const float*, float*,
+                                        float*, float*) {
+  return NotImplemented(*this, "BatchNormBackward");
+}
+absl::Status Backend::DropoutMask(int64_t, float, uint64_t, float*) {
+  return NotImplemented(*this, "DropoutMask");
+}
+absl::Status Backend::Multiply(int64_t, const float*, const float*, float*) {
+  return NotImplemented(*this, "Multiply");
+}
+absl::Status Backend::CopyRows(int64_t, int64_t, const float*, int64_t,
+                               float*, int64_t) {
+  return NotImplemented(*this, "CopyRows");
+}
+
 absl::Status Backend::Discard(float* /*p*/, int64_t n) {
   if (n < 0) return absl::InvalidArgumentError("Discard: negative size");
   return absl::OkStatus();
@@ -107,13 +150,33 @@ absl::Status ValidateConv(const ConvDesc& d, const char* op) {
 }
 
 absl::Status ValidatePool(const PoolDesc& d, const char* op) {
-  if (d.batch < 0 || d.channels < 1 || d.window < 1 || d.in_h < d.window ||
-      d.in_w < d.window) {
+  if (d.batch < 0 || d.channels < 1 || d.window < 1 || d.stride < 0 ||
+      d.pad < 0 || 2 * d.pad > d.window || d.in_h + 2 * d.pad < d.window ||
+      d.in_w + 2 * d.pad < d.window) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": bad PoolDesc (batch=", d.batch, " channels=", d.channels,
-        " in=", d.in_h, "x", d.in_w, " window=", d.window, ")"));
+        " in=", d.in_h, "x", d.in_w, " window=", d.window,
+        " stride=", d.stride, " pad=", d.pad, ")"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateBatchNorm(const BatchNormDesc& d, const char* op) {
+  if (d.batch < 1 || d.channels < 1 || d.spatial < 1 || !(d.eps > 0.f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bad BatchNormDesc (batch=", d.batch, " channels=", d.channels,
+        " spatial=", d.spatial, " eps=", d.eps, ")"));
+  }
+  return absl::OkStatus();
+}
+
+float DropoutUniform(uint64_t seed, uint64_t i) {
+  uint64_t x = seed ^ (i * 0x9E3779B97F4A7C15ull);
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * 0x1.0p-24f;
 }
 
 absl::Status ValidateGemm(int m, int n, int k) {

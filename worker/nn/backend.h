@@ -46,14 +46,34 @@ struct ConvDesc {
   int OutW() const { return (in_w + 2 * pad - kernel_w) / stride + 1; }
 };
 
-// Max pooling of an NCHW batch (window = stride = `window`, no padding,
-// trailing rows/cols that do not fill a window are dropped, as in PyTorch).
+// Max or average pooling of an NCHW batch with a square `window`, a
+// `stride` (0: the window, the default) and zero `pad` on every side, as
+// PyTorch's MaxPool2d / AvgPool2d with ceil_mode false: trailing rows/cols
+// that do not fill a window are dropped. Max pooling ignores padded cells;
+// average pooling counts them as zeros (count_include_pad).
 struct PoolDesc {
   int batch = 0;
   int channels = 0, in_h = 0, in_w = 0;
   int window = 2;
-  int OutH() const { return in_h / window; }
-  int OutW() const { return in_w / window; }
+  int stride = 0;  // 0: equal to window.
+  int pad = 0;     // At most window / 2, as PyTorch requires.
+  int Stride() const { return stride > 0 ? stride : window; }
+  int OutH() const { return (in_h + 2 * pad - window) / Stride() + 1; }
+  int OutW() const { return (in_w + 2 * pad - window) / Stride() + 1; }
+};
+
+// Batch normalization over an NCHW batch (`spatial` = H * W; a dense layer's
+// features are channels with spatial 1), per channel, as PyTorch's
+// BatchNorm2d/1d: training normalizes with the batch mean and biased
+// variance; the running statistics, when kept, move as
+// running = (1 - momentum) * running + momentum * batch_statistic with the
+// unbiased variance (as cuDNN's exponentialAverageFactor).
+struct BatchNormDesc {
+  int batch = 0;
+  int channels = 0;
+  int spatial = 1;
+  float eps = 1e-5f;
+  int64_t Size() const { return int64_t{batch} * channels * spatial; }
 };
 
 class Backend {
@@ -141,6 +161,49 @@ class Backend {
                                        const float* y, const float* dy,
                                        float* dx) = 0;
 
+  // Average pooling (count_include_pad); dx is overwritten.
+  virtual absl::Status AvgPoolForward(const PoolDesc& d, const float* x,
+                                      float* y);
+  virtual absl::Status AvgPoolBackward(const PoolDesc& d, const float* dy,
+                                       float* dx);
+
+  // ---- Normalization and regularization ------------------------------------
+  // Training forward: y = gamma * (x - mean_B) / sqrt(var_B + eps) + beta with
+  // the batch's per-channel mean and biased variance; writes mean_B to
+  // save_mean and 1 / sqrt(var_B + eps) to save_invstd (channels floats each,
+  // for the backward pass) and, when running_mean / running_var are not null,
+  // moves them by `momentum` (BatchNormDesc). Needs batch * spatial > 1.
+  virtual absl::Status BatchNormForwardTraining(
+      const BatchNormDesc& d, const float* x, const float* gamma,
+      const float* beta, float momentum, float* running_mean,
+      float* running_var, float* y, float* save_mean, float* save_invstd);
+  // Evaluation forward with the running statistics.
+  virtual absl::Status BatchNormForwardInference(
+      const BatchNormDesc& d, const float* x, const float* gamma,
+      const float* beta, const float* running_mean, const float* running_var,
+      float* y);
+  // Backward of the training forward: overwrites dx, dgamma and dbeta.
+  virtual absl::Status BatchNormBackward(const BatchNormDesc& d,
+                                         const float* x, const float* dy,
+                                         const float* gamma,
+                                         const float* save_mean,
+                                         const float* save_invstd, float* dx,
+                                         float* dgamma, float* dbeta);
+  // Inverted dropout's mask: mask[i] = 0 where DropoutUniform(seed, i) < rate,
+  // else 1 / (1 - rate); the same values on every backend for a seed.
+  // 0 <= rate < 1.
+  virtual absl::Status DropoutMask(int64_t n, float rate, uint64_t seed,
+                                   float* mask);
+  // y[i] = a[i] * b[i]; y may be a or b.
+  virtual absl::Status Multiply(int64_t n, const float* a, const float* b,
+                                float* y);
+  // A 2-D strided copy: dst[r * dst_stride + c] = src[r * src_stride + c] for
+  // r < rows, c < cols (NCHW channel slices: concatenation and its
+  // gradient). The regions must not overlap.
+  virtual absl::Status CopyRows(int64_t rows, int64_t cols, const float* src,
+                                int64_t src_stride, float* dst,
+                                int64_t dst_stride);
+
   // ---- Loss ---------------------------------------------------------------
   // Softmax cross-entropy over `batch` rows of `classes` logits. `labels`
   // holds class indices stored as floats (backend memory). The target of a
@@ -171,6 +234,11 @@ class Backend {
 absl::Status ValidateConv(const ConvDesc& d, const char* op);
 absl::Status ValidatePool(const PoolDesc& d, const char* op);
 absl::Status ValidateGemm(int m, int n, int k);
+absl::Status ValidateBatchNorm(const BatchNormDesc& d, const char* op);
+// DropoutMask's draw for element i: a uniform value in [0, 1) from a hash of
+// (seed, i) (splitmix64's finalizer, top 24 bits), identical on host and
+// device.
+float DropoutUniform(uint64_t seed, uint64_t i);
 absl::Status ValidateSoftmaxShape(int batch, int classes);
 // InvalidArgument unless 0 <= label_smoothing < 1.
 absl::Status ValidateLabelSmoothing(float label_smoothing);

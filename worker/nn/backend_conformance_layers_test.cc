@@ -17,6 +17,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/backend_conformance.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_builder.h"
 #include "worker/nn/test_backends.h"
 #include "worker/nn/test_util.h"
 

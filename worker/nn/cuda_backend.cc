@@ -44,9 +44,10 @@
 //    CUDNN_DEFAULT_MATH still permits TF32 tensor cores for fp32 data on
 //    Ampere and newer (H100 included), which costs ~3 decimal digits. FFT and
 //    Winograd algorithms are excluded unless the options allow them.
-//  * Max pooling backward and ReLU are custom kernels rather than cuDNN, so
-//    the tie rules are exactly the CPU backend's: the gradient goes to a
-//    window's first maximum, and ReLU passes the gradient only where y > 0.
+//  * Pooling backward and ReLU are custom kernels rather than cuDNN, so the
+//    tie rules are exactly the CPU backend's: the gradient goes to a window's
+//    first maximum, and ReLU passes the gradient only where y > 0. Pooling,
+//    batch norm and the small ops live in cuda_layer_ops.h.
 //    Softmax cross-entropy is one fused kernel; its loss and count are
 //    reduced on the device and read back through a small pinned buffer.
 //  * Errors from every CUDA, cuDNN and cuBLAS call become absl::Status
@@ -76,6 +77,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/conv_algo_choice.h"
 #include "worker/nn/cuda_kernels.h"
+#include "worker/nn/cuda_layer_ops.h"
 #include "worker/nn/cuda_libs.h"
 #include "worker/nn/cuda_status.h"
 #include "worker/nn/cuda_versions.h"
@@ -107,7 +109,7 @@ class CudaBackend final : public Backend {
     if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
     conv_plans_.clear();
-    pool_plans_.clear();
+    layer_ops_.reset();
     if (workspace_ != nullptr) (void)cudaFree(workspace_);
     if (dev_result_ != nullptr) (void)cudaFree(dev_result_);
     if (host_result_ != nullptr) (void)cudaFreeHost(host_result_);
@@ -160,6 +162,7 @@ class CudaBackend final : public Backend {
         cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
     DP_CUDNN_RETURN_IF_ERROR(cudnnCreate(&dnn_));
     DP_CUDNN_RETURN_IF_ERROR(cudnnSetStream(dnn_, stream_));
+    layer_ops_ = std::make_unique<CudaLayerOps>(dnn_, stream_);
 
     void* dev = nullptr;
     DP_CUDA_RETURN_IF_ERROR(
@@ -434,31 +437,73 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // Pooling, batch norm and the small elementwise ops: cuda_layer_ops.h.
   absl::Status MaxPoolForward(const PoolDesc& d, const float* x,
                               float* y) override {
-    DP_RETURN_IF_ERROR(ValidatePool(d, "MaxPoolForward"));
-    if (d.batch == 0) return absl::OkStatus();
     DP_RETURN_IF_ERROR(UseDevice());
-    DP_ASSIGN_OR_RETURN(const PoolDescriptors* pd, GetPoolPlan(d));
-    const float one = 1.f, zero = 0.f;
-    DP_CUDNN_RETURN_IF_ERROR(cudnnPoolingForward(dnn_, pd->pool(), &one,
-                                                 pd->x(), x, &zero, pd->y(),
-                                                 y));
-    return absl::OkStatus();
+    return layer_ops_->MaxPoolForward(d, x, y);
   }
-
-  // A custom kernel rather than cudnnPoolingBackward: cuDNN does not document
-  // which of several equal maxima receives the gradient, and backend.h
-  // requires the first one (PyTorch's rule, and the CPU backend's).
   absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
                                const float* /*y*/, const float* dy,
                                float* dx) override {
-    DP_RETURN_IF_ERROR(ValidatePool(d, "MaxPoolBackward"));
     DP_RETURN_IF_ERROR(UseDevice());
-    DP_CUDA_RETURN_IF_ERROR(
-        cuda_kernels::MaxPoolBackward(int64_t{d.batch} * d.channels, d.in_h,
-                                      d.in_w, d.window, x, dy, dx, stream_));
-    return absl::OkStatus();
+    return layer_ops_->MaxPoolBackward(d, x, dy, dx);
+  }
+  absl::Status AvgPoolForward(const PoolDesc& d, const float* x,
+                              float* y) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->AvgPoolForward(d, x, y);
+  }
+  absl::Status AvgPoolBackward(const PoolDesc& d, const float* dy,
+                               float* dx) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->AvgPoolBackward(d, dy, dx);
+  }
+  absl::Status BatchNormForwardTraining(const BatchNormDesc& d, const float* x,
+                                        const float* gamma, const float* beta,
+                                        float momentum, float* running_mean,
+                                        float* running_var, float* y,
+                                        float* save_mean,
+                                        float* save_invstd) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->BatchNormForwardTraining(d, x, gamma, beta, momentum,
+                                                running_mean, running_var, y,
+                                                save_mean, save_invstd);
+  }
+  absl::Status BatchNormForwardInference(const BatchNormDesc& d,
+                                         const float* x, const float* gamma,
+                                         const float* beta,
+                                         const float* running_mean,
+                                         const float* running_var,
+                                         float* y) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->BatchNormForwardInference(d, x, gamma, beta,
+                                                 running_mean, running_var, y);
+  }
+  absl::Status BatchNormBackward(const BatchNormDesc& d, const float* x,
+                                 const float* dy, const float* gamma,
+                                 const float* save_mean,
+                                 const float* save_invstd, float* dx,
+                                 float* dgamma, float* dbeta) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->BatchNormBackward(d, x, dy, gamma, save_mean,
+                                         save_invstd, dx, dgamma, dbeta);
+  }
+  absl::Status DropoutMask(int64_t n, float rate, uint64_t seed,
+                           float* mask) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->DropoutMask(n, rate, seed, mask);
+  }
+  absl::Status Multiply(int64_t n, const float* a, const float* b,
+                        float* y) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->Multiply(n, a, b, y);
+  }
+  absl::Status CopyRows(int64_t rows, int64_t cols, const float* src,
+                        int64_t src_stride, float* dst,
+                        int64_t dst_stride) override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    return layer_ops_->CopyRows(rows, cols, src, src_stride, dst, dst_stride);
   }
 
   // ---- Loss -----------------------------------------------------------------
@@ -512,7 +557,6 @@ class CudaBackend final : public Backend {
     int64_t* host_correct = nullptr;  // Not owned; may be null.
   };
   using ConvKey = std::array<int, 9>;
-  using PoolKey = std::array<int, 5>;
 
   static size_t Bytes(int64_t n) { return static_cast<size_t>(n) * 4; }
 
@@ -593,17 +637,6 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<PoolDescriptors*> GetPoolPlan(const PoolDesc& d) {
-    const PoolKey key = {d.batch, d.channels, d.in_h, d.in_w, d.window};
-    auto it = pool_plans_.find(key);
-    if (it != pool_plans_.end()) return it->second.get();
-    DP_ASSIGN_OR_RETURN(std::unique_ptr<PoolDescriptors> plan,
-                        PoolDescriptors::Create(d));
-    PoolDescriptors* raw = plan.get();
-    pool_plans_.emplace(key, std::move(plan));
-    return raw;
-  }
-
   const int ordinal_;
   const CudaBackendOptions options_;
   std::string name_;
@@ -623,7 +656,7 @@ class CudaBackend final : public Backend {
   // Grow without bound in the number of distinct shapes, which is small in
   // training (the batch size, the last partial batch, the eval batch).
   std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
-  std::map<PoolKey, std::unique_ptr<PoolDescriptors>> pool_plans_;
+  std::unique_ptr<CudaLayerOps> layer_ops_;  // Uses dnn_ and stream_.
 };
 
 }  // namespace

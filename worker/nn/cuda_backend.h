@@ -1,8 +1,8 @@
 // File: worker/nn/cuda_backend.h
 //
-// The CUDA implementation of Backend (backend.h): cuDNN for convolutions and
-// max-pooling forward, cuBLAS for GEMM and AXPY, small custom kernels for the
-// rest (cuda_kernels.h). Also a page-locked HostAllocator for staging
+// The CUDA implementation of Backend (backend.h): cuDNN for convolutions,
+// pooling forward and batch normalization, cuBLAS for GEMM and AXPY, small
+// custom kernels for the rest (cuda_kernels.h). Also a page-locked HostAllocator for staging
 // buffers, and ProbeCuda() to ask whether a usable GPU exists at all.
 //
 // Usage (in main; library code never picks a device):

@@ -84,38 +84,108 @@ __global__ void __launch_bounds__(32 * kColSumRows)
   }
 }
 
+// The windows (rows [*lo, *hi) of outputs) whose input span
+// o * stride - pad + [0, window) holds input index i, clipped to [0, out).
+__device__ __forceinline__ void Covering(int i, int window, int stride,
+                                         int pad, int out, int* lo, int* hi) {
+  const int t = i + pad - window + 1;  // o * stride >= t.
+  *lo = t <= 0 ? 0 : (t + stride - 1) / stride;
+  const int last = (i + pad) / stride;  // o * stride <= i + pad.
+  *hi = last + 1 < out ? last + 1 : out;
+}
+
 // One thread per element of dx (a gather: no atomics, no separate zeroing).
-__global__ void MaxPoolBackwardKernel(int64_t total, int in_h, int in_w,
-                                      int window, int out_h, int out_w,
+// A window's argmax is recomputed by every cell it covers: windows are
+// small, and this keeps the sum order fixed (windows in row-major order).
+__global__ void MaxPoolBackwardKernel(PoolGeometry g, int64_t total,
                                       const float* x, const float* dy,
                                       float* dx) {
   for (int64_t i = GlobalIndex(); i < total; i += GlobalStride()) {
-    const int w = static_cast<int>(i % in_w);
-    const int64_t t = i / in_w;
-    const int h = static_cast<int>(t % in_h);
-    const int64_t plane = t / in_h;
-    const int oh = h / window, ow = w / window;
-    float g = 0.f;
-    if (oh < out_h && ow < out_w) {
-      const float* xp = x + plane * in_h * in_w;
-      const int h0 = oh * window, w0 = ow * window;
-      int best_h = h0, best_w = w0;
-      float best = xp[static_cast<int64_t>(h0) * in_w + w0];
-      for (int a = 0; a < window; ++a) {
-        const float* row = xp + static_cast<int64_t>(h0 + a) * in_w + w0;
-        for (int b = 0; b < window; ++b) {
-          if (row[b] > best) {
-            best = row[b];
-            best_h = h0 + a;
-            best_w = w0 + b;
+    const int w = static_cast<int>(i % g.in_w);
+    const int64_t t = i / g.in_w;
+    const int h = static_cast<int>(t % g.in_h);
+    const int64_t plane = t / g.in_h;
+    const float* xp = x + plane * g.in_h * g.in_w;
+    const float* dyp = dy + plane * g.out_h * g.out_w;
+    int oh0, oh1, ow0, ow1;
+    Covering(h, g.window, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    Covering(w, g.window, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    float sum = 0.f;
+    for (int oh = oh0; oh < oh1; ++oh) {
+      const int hs = oh * g.stride - g.pad;
+      const int h0 = hs > 0 ? hs : 0;
+      const int h1 = hs + g.window < g.in_h ? hs + g.window : g.in_h;
+      for (int ow = ow0; ow < ow1; ++ow) {
+        const int ws = ow * g.stride - g.pad;
+        const int w0 = ws > 0 ? ws : 0;
+        const int w1 = ws + g.window < g.in_w ? ws + g.window : g.in_w;
+        int best_h = h0, best_w = w0;
+        float best = xp[static_cast<int64_t>(h0) * g.in_w + w0];
+        for (int a = h0; a < h1; ++a) {
+          const float* row = xp + static_cast<int64_t>(a) * g.in_w;
+          for (int b = w0; b < w1; ++b) {
+            if (row[b] > best) {
+              best = row[b];
+              best_h = a;
+              best_w = b;
+            }
           }
         }
-      }
-      if (best_h == h && best_w == w) {
-        g = dy[(plane * out_h + oh) * out_w + ow];
+        if (best_h == h && best_w == w) {
+          sum += dyp[static_cast<int64_t>(oh) * g.out_w + ow];
+        }
       }
     }
-    dx[i] = g;
+    dx[i] = sum;
+  }
+}
+
+__global__ void AvgPoolBackwardKernel(PoolGeometry g, int64_t total,
+                                      float inv_area, const float* dy,
+                                      float* dx) {
+  for (int64_t i = GlobalIndex(); i < total; i += GlobalStride()) {
+    const int w = static_cast<int>(i % g.in_w);
+    const int64_t t = i / g.in_w;
+    const int h = static_cast<int>(t % g.in_h);
+    const int64_t plane = t / g.in_h;
+    const float* dyp = dy + plane * g.out_h * g.out_w;
+    int oh0, oh1, ow0, ow1;
+    Covering(h, g.window, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    Covering(w, g.window, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    float sum = 0.f;
+    for (int oh = oh0; oh < oh1; ++oh) {
+      for (int ow = ow0; ow < ow1; ++ow) {
+        sum += dyp[static_cast<int64_t>(oh) * g.out_w + ow] * inv_area;
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+// backend.cc's DropoutUniform, operation for operation.
+__device__ __forceinline__ float DropoutUniformDevice(uint64_t seed,
+                                                      uint64_t i) {
+  uint64_t x = seed ^ (i * 0x9E3779B97F4A7C15ull);
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * 0x1.0p-24f;
+}
+
+__global__ void DropoutMaskKernel(int64_t n, float rate, float keep,
+                                  uint64_t seed, float* mask) {
+  for (int64_t i = GlobalIndex(); i < n; i += GlobalStride()) {
+    mask[i] = DropoutUniformDevice(seed, static_cast<uint64_t>(i)) < rate
+                  ? 0.f
+                  : keep;
+  }
+}
+
+__global__ void MultiplyKernel(int64_t n, const float* a, const float* b,
+                               float* y) {
+  for (int64_t i = GlobalIndex(); i < n; i += GlobalStride()) {
+    y[i] = a[i] * b[i];
   }
 }
 
@@ -272,13 +342,38 @@ cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
   return cudaGetLastError();
 }
 
-cudaError_t MaxPoolBackward(int64_t planes, int in_h, int in_w, int window,
-                            const float* x, const float* dy, float* dx,
+cudaError_t MaxPoolBackward(const PoolGeometry& g, const float* x,
+                            const float* dy, float* dx, cudaStream_t stream) {
+  const int64_t total = g.planes * g.in_h * g.in_w;
+  if (total <= 0 || g.window <= 0 || g.stride <= 0) return cudaSuccess;
+  MaxPoolBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(g, total, x,
+                                                                   dy, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t AvgPoolBackward(const PoolGeometry& g, const float* dy, float* dx,
                             cudaStream_t stream) {
-  const int64_t total = planes * in_h * in_w;
-  if (total <= 0 || window <= 0) return cudaSuccess;
-  MaxPoolBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(
-      total, in_h, in_w, window, in_h / window, in_w / window, x, dy, dx);
+  const int64_t total = g.planes * g.in_h * g.in_w;
+  if (total <= 0 || g.window <= 0 || g.stride <= 0) return cudaSuccess;
+  // The CPU backend's 1 / window^2, rounded the same way.
+  const float inv_area = 1.f / static_cast<float>(g.window * g.window);
+  AvgPoolBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(
+      g, total, inv_area, dy, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t DropoutMask(int64_t n, float rate, float keep, uint64_t seed,
+                        float* mask, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  DropoutMaskKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, rate, keep, seed,
+                                                           mask);
+  return cudaGetLastError();
+}
+
+cudaError_t Multiply(int64_t n, const float* a, const float* b, float* y,
+                     cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  MultiplyKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, a, b, y);
   return cudaGetLastError();
 }
 

@@ -4,7 +4,7 @@
 // launchers of the custom kernels in cuda_kernels.cu. The .cu file is compiled
 // by nvcc; this header is plain C++ so that g++-compiled code can call the
 // launchers. Everything cuDNN or cuBLAS does (convolutions, pooling forward,
-// GEMM, AXPY) is not here.
+// batch normalization, GEMM, AXPY) is not here.
 //
 // Every launcher enqueues its work on `stream` and returns at once with the
 // launch status (cudaGetLastError() after the launch, which also clears a
@@ -45,14 +45,33 @@ cudaError_t AddRowBias(int rows, int cols, const float* bias, float* y,
 cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
                       cudaStream_t stream);
 
-// Max pooling backward for NCHW planes (planes = batch * channels) of
-// in_h x in_w, window = stride = `window`, no padding, trailing rows/columns
-// that do not fill a window dropped. Every element of dx is written: dy of
-// its window if it is the window's first maximum (row-major order, strict >,
-// recomputed from x), else 0.
-cudaError_t MaxPoolBackward(int64_t planes, int in_h, int in_w, int window,
-                            const float* x, const float* dy, float* dx,
+// The geometry of a pooling over NCHW planes (planes = batch * channels) of
+// in_h x in_w: square `window`, `stride`, zero `pad` on every side, out_h x
+// out_w outputs (PoolDesc's; trailing rows/columns that do not fill a window
+// dropped).
+struct PoolGeometry {
+  int64_t planes;
+  int in_h, in_w, window, stride, pad, out_h, out_w;
+};
+
+// Max pooling backward. Every element of dx is written: the sum of dy over
+// the windows whose first maximum (row-major order over the window's cells
+// inside the image, strict >, recomputed from x) it is, else 0; the sum runs
+// over the windows in row-major order, as the CPU backend's.
+cudaError_t MaxPoolBackward(const PoolGeometry& g, const float* x,
+                            const float* dy, float* dx, cudaStream_t stream);
+// Average pooling backward (count_include_pad): every element of dx is
+// written, the sum of dy / window^2 over the windows that hold it.
+cudaError_t AvgPoolBackward(const PoolGeometry& g, const float* dy, float* dx,
                             cudaStream_t stream);
+
+// mask[i] = DropoutUniform(seed, i) < rate ? 0 : keep (backend.h's hash,
+// computed bit for bit as on the host; keep = DropoutScale(rate)).
+cudaError_t DropoutMask(int64_t n, float rate, float keep, uint64_t seed,
+                        float* mask, cudaStream_t stream);
+// y[i] = a[i] * b[i]; y may be a or b.
+cudaError_t Multiply(int64_t n, const float* a, const float* b, float* y,
+                     cudaStream_t stream);
 
 // What SoftmaxCrossEntropy reduces on the device. Plain data shared by nvcc-
 // and g++-compiled code (same host ABI).

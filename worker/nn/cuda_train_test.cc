@@ -24,6 +24,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda_backend.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_builder.h"
 #include "worker/nn/openblas_backend.h"
 
 namespace downpour {

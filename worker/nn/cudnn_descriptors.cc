@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<ConvDescriptors>> ConvDescriptors::Create(
 }
 
 absl::StatusOr<std::unique_ptr<PoolDescriptors>> PoolDescriptors::Create(
-    const PoolDesc& d) {
+    const PoolDesc& d, cudnnPoolingMode_t mode) {
   std::unique_ptr<PoolDescriptors> pd(new PoolDescriptors());
   DP_RETURN_IF_ERROR(pd->x_.Create());
   DP_RETURN_IF_ERROR(pd->y_.Create());
@@ -85,20 +85,30 @@ absl::StatusOr<std::unique_ptr<PoolDescriptors>> PoolDescriptors::Create(
   DP_RETURN_IF_ERROR(
       SetTensor4d(pd->y(), d.batch, d.channels, d.OutH(), d.OutW()));
   DP_CUDNN_RETURN_IF_ERROR(cudnnSetPooling2dDescriptor(
-      pd->pool(), CUDNN_POOLING_MAX, CUDNN_NOT_PROPAGATE_NAN, d.window,
-      d.window, /*verticalPadding=*/0, /*horizontalPadding=*/0, d.window,
-      d.window));
+      pd->pool(), mode, CUDNN_NOT_PROPAGATE_NAN, d.window, d.window, d.pad,
+      d.pad, d.Stride(), d.Stride()));
   int n = 0, c = 0, h = 0, w = 0;
   DP_CUDNN_RETURN_IF_ERROR(cudnnGetPooling2dForwardOutputDim(
       pd->pool(), pd->x(), &n, &c, &h, &w));
   if (n != d.batch || c != d.channels || h != d.OutH() || w != d.OutW()) {
     return absl::InternalError(
-        absl::StrCat("max pooling ", d.batch, "x", d.channels, "x", d.in_h,
-                     "x", d.in_w, " window ", d.window, ": cuDNN output ", n,
+        absl::StrCat("pooling ", d.batch, "x", d.channels, "x", d.in_h,
+                     "x", d.in_w, " window ", d.window, " stride ",
+                     d.Stride(), " pad ", d.pad, ": cuDNN output ", n,
                      "x", c, "x", h, "x", w, " differs from the expected ",
                      d.batch, "x", d.channels, "x", d.OutH(), "x", d.OutW()));
   }
   return pd;
+}
+
+absl::StatusOr<std::unique_ptr<BatchNormDescriptors>>
+BatchNormDescriptors::Create(const BatchNormDesc& d) {
+  std::unique_ptr<BatchNormDescriptors> bd(new BatchNormDescriptors());
+  DP_RETURN_IF_ERROR(bd->x_.Create());
+  DP_RETURN_IF_ERROR(bd->channels_.Create());
+  DP_RETURN_IF_ERROR(SetTensor4d(bd->x(), d.batch, d.channels, d.spatial, 1));
+  DP_RETURN_IF_ERROR(SetTensor4d(bd->channels(), 1, d.channels, 1, 1));
+  return bd;
 }
 
 }  // namespace downpour

@@ -1,10 +1,11 @@
 // File: worker/nn/cudnn_descriptors.h
 //
-// The cuDNN descriptors the CUDA backend (cuda_backend.cc) runs convolutions
-// and max pooling with: RAII owners for single descriptors (Desc<T>), and
-// the complete, checked descriptor sets for one ConvDesc or PoolDesc shape
-// (backend.h). Building descriptors needs the cuDNN library but no GPU, no
-// driver and no cuDNN handle.
+// The cuDNN descriptors the CUDA backend (cuda_backend.cc, cuda_layer_ops.cc)
+// runs convolutions, pooling and batch normalization with: RAII owners for
+// single descriptors (Desc<T>), and the complete, checked descriptor sets
+// for one ConvDesc, PoolDesc or BatchNormDesc shape (backend.h). Building
+// descriptors needs the cuDNN library but no GPU, no driver and no cuDNN
+// handle.
 //
 // Usage:
 //   DP_ASSIGN_OR_RETURN(std::unique_ptr<ConvDescriptors> cd,
@@ -16,8 +17,8 @@
 // Convolutions are cross-correlations (no kernel flip, as on the CPU backend
 // and in PyTorch) in CUDNN_FMA_MATH, so cuDNN never uses TF32 tensor cores
 // for them (CUDNN_DEFAULT_MATH would on Ampere and newer), unless the caller
-// allows TF32. Pooling is max
-// pooling with window = stride and no padding.
+// allows TF32. Pooling is max pooling or average pooling counting the
+// padding (PyTorch's count_include_pad), with PoolDesc's stride and padding.
 //
 // Ownership: each object owns its descriptors and destroys them in its
 // destructor; the raw handles returned by the accessors are borrowed and
@@ -130,14 +131,15 @@ class ConvDescriptors {
   Desc<cudnnConvolutionDescriptor_t> conv_;
 };
 
-// The descriptors of one max-pooling shape: x is (N, C, H, W), y is
-// (N, C, H / window, W / window).
+// The descriptors of one pooling shape: x is (N, C, H, W), y is
+// (N, C, OutH, OutW).
 class PoolDescriptors {
  public:
+  // `mode`: CUDNN_POOLING_MAX or CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING.
   // Errors: the failing cuDNN call's status; Internal when cuDNN's output
   // size differs from PoolDesc::OutH/OutW. `d` must pass ValidatePool.
   static absl::StatusOr<std::unique_ptr<PoolDescriptors>> Create(
-      const PoolDesc& d);
+      const PoolDesc& d, cudnnPoolingMode_t mode = CUDNN_POOLING_MAX);
 
   cudnnTensorDescriptor_t x() const { return x_.get(); }
   cudnnTensorDescriptor_t y() const { return y_.get(); }
@@ -148,6 +150,24 @@ class PoolDescriptors {
 
   Desc<cudnnTensorDescriptor_t> x_, y_;
   Desc<cudnnPoolingDescriptor_t> pool_;
+};
+
+// The descriptors of one batch-normalization shape: x (and y, dy, dx) is
+// (N, C, spatial, 1), the per-channel vectors (1, C, 1, 1), as
+// CUDNN_BATCHNORM_SPATIAL wants them.
+class BatchNormDescriptors {
+ public:
+  // Errors: the failing cuDNN call's status. `d` must pass ValidateBatchNorm.
+  static absl::StatusOr<std::unique_ptr<BatchNormDescriptors>> Create(
+      const BatchNormDesc& d);
+
+  cudnnTensorDescriptor_t x() const { return x_.get(); }
+  cudnnTensorDescriptor_t channels() const { return channels_.get(); }
+
+ private:
+  BatchNormDescriptors() = default;
+
+  Desc<cudnnTensorDescriptor_t> x_, channels_;
 };
 
 }  // namespace downpour

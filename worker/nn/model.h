@@ -1,16 +1,25 @@
 // File: worker/nn/model.h
 //
-// A feed-forward network as a list of layers over a Backend. The model owns
-// one flat parameter buffer and one flat gradient buffer in backend memory;
-// each layer's tensors are views into them, in the order of param_specs(), so
-// the flat vector is exactly the layout the parameter servers shard
-// (common/sharding.h).
+// A network as a graph of layers over a Backend, and its layers. Each node
+// reads the outputs of earlier nodes (or the model's input) and writes one
+// activation; the last node's output is the logits. The model owns one flat
+// parameter buffer and one flat gradient buffer in backend memory; each
+// layer's tensors are views into them, in the order of param_specs(), so the
+// flat vector is exactly the layout the parameter servers shard
+// (common/sharding.h). Layers with running statistics (batch norm) keep them
+// in a second flat buffer, the model's state, which is not trained and not
+// sharded (docs/design.md says how it is kept across a job).
 //
-// Usage:
+// Models are normally built from a spec (worker/nn/model_builder.h); here is
+// the graph API the builder and the tests use:
 //   std::unique_ptr<Backend> cpu = NewOpenblasBackend(0);
-//   DP_ASSIGN_OR_RETURN(auto model, BuildModel("fashion_cnn", cpu.get(), 64));
-//   std::vector<float> init = model->InitialParameters(/*seed=*/1);
-//   DP_RETURN_IF_ERROR(model->SetParameters(init));
+//   std::vector<GraphNode> g;
+//   g.push_back({NewConv2d("conv1", 32, 3, 0), {-1}});     // -1: the input
+//   g.push_back({NewRelu("relu1"), {0}});
+//   g.push_back({NewDense("fc", 10), {1}});
+//   DP_ASSIGN_OR_RETURN(auto model,
+//                       Model::Create(cpu.get(), std::move(g), {1, 28, 28}, 64));
+//   DP_RETURN_IF_ERROR(model->SetParameters(model->InitialParameters(1)));
 //   DP_ASSIGN_OR_RETURN(StepResult r, model->ComputeGradients(x, y, 64));
 //   // model->gradients() now holds d(mean loss)/d(params) in backend memory.
 //
@@ -27,51 +36,76 @@
 #include "absl/types/span.h"
 #include "common/sharding.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/dims.h"
 
 namespace downpour {
 
-// Per-example tensor dimensions (C, H, W); dense activations use {n, 1, 1}.
-struct Dims {
-  int c = 0, h = 0, w = 0;
-  int64_t Size() const { return int64_t{c} * h * w; }
-  bool operator==(const Dims& o) const {
-    return c == o.c && h == o.h && w == o.w;
-  }
-};
-
-// How a parameter tensor is initialized.
-enum class Init { kZeros, kHeUniform };
+// How a parameter or state tensor is initialized.
+enum class Init { kZeros, kOnes, kHeUniform };
 
 struct ParamSpec {
-  std::string suffix;  // "weight" or "bias"; full name is "<layer>.<suffix>".
+  // "weight", "bias", "running_mean", ...; full name "<layer>.<suffix>".
+  std::string suffix;
   std::vector<int64_t> shape;
   Init init = Init::kZeros;
   int64_t fan_in = 1;  // For kHeUniform: U(-sqrt(6/fan_in), +sqrt(6/fan_in)).
 };
 
-// One layer. Forward/Backward work on a batch of `batch` examples stored
-// contiguously (NCHW). Layers hold views into the model's buffers, set by
-// Bind(); they own any scratch memory they need.
+// What a forward pass is for. Training: batch norm normalizes with the
+// batch's statistics and moves its running ones, dropout drops. Evaluation:
+// batch norm uses the running statistics, dropout is the identity.
+struct ForwardPass {
+  bool training = false;
+  // Dropout's mask seed for this node and step.
+  uint64_t seed = 0;
+  // When >= 0, batch norm moves its running statistics by this instead of
+  // its own momentum (1 / (k + 1) for the k-th batch averages them).
+  float stats_momentum = -1.f;
+};
+
+// One node's computation. Forward/Backward work on a batch of `batch`
+// examples stored contiguously (NCHW), one tensor per input. Layers hold
+// views into the model's buffers, set by Bind()/BindState(); they own any
+// scratch memory they need.
 class Layer {
  public:
   virtual ~Layer() = default;
   virtual const std::string& name() const = 0;
-  // Fixes the input dims; returns the output dims or an error.
-  virtual absl::StatusOr<Dims> Configure(const Dims& in) = 0;
+  // Fixes the input dims (one per input); returns the output dims or an
+  // error naming the layer.
+  virtual absl::StatusOr<Dims> Configure(const std::vector<Dims>& in) = 0;
+  // Trained tensors, in flat order.
   virtual std::vector<ParamSpec> Params() const = 0;
+  // Untrained state (running statistics), in flat order.
+  virtual std::vector<ParamSpec> State() const { return {}; }
   // params[i] / grads[i] point at the storage of Params()[i].
   virtual absl::Status Bind(Backend* backend, const std::vector<float*>& params,
                             const std::vector<float*>& grads,
                             int max_batch) = 0;
-  virtual absl::Status Forward(int batch, const float* x, float* y) = 0;
-  // Writes (overwrites) this layer's parameter gradients and, when dx is not
-  // null, the gradient w.r.t. the input. x and y are Forward's input/output.
-  virtual absl::Status Backward(int batch, const float* x, const float* y,
-                                const float* dy, float* dx) = 0;
+  // state[i] points at the storage of State()[i]; after Bind.
+  virtual absl::Status BindState(const std::vector<float*>& state);
+  virtual absl::Status Forward(const ForwardPass& pass, int batch,
+                               const std::vector<const float*>& x,
+                               float* y) = 0;
+  // Backward of the last training Forward: writes (overwrites) this layer's
+  // parameter gradients and, for each input whose dx[i] is not null, the
+  // gradient w.r.t. that input. x and y are Forward's inputs and output.
+  virtual absl::Status Backward(int batch, const std::vector<const float*>& x,
+                                const float* y, const float* dy,
+                                const std::vector<float*>& dx) = 0;
+
+  // One-input conveniences (a training pass with seed 0).
+  absl::StatusOr<Dims> Configure(const Dims& in) {
+    return Configure(std::vector<Dims>{in});
+  }
+  absl::Status Forward(int batch, const float* x, float* y);
+  absl::Status Backward(int batch, const float* x, const float* y,
+                        const float* dy, float* dx);
 };
 
 std::unique_ptr<Layer> NewConv2d(std::string name, int out_channels,
-                                 int kernel, int pad);
+                                 int kernel, int pad, int stride = 1,
+                                 bool bias = true);
 std::unique_ptr<Layer> NewRelu(std::string name);
 // NewConv2d followed by NewRelu as one layer: its parameters are exactly
 // NewConv2d's ("<name>.weight", "<name>.bias"), its results those of the pair
@@ -80,19 +114,53 @@ std::unique_ptr<Layer> NewRelu(std::string name);
 // separate pass over the activations, no pre-activation buffer); the backward
 // pass is the ReLU's backward from the fused output, then the convolution's.
 std::unique_ptr<Layer> NewConv2dRelu(std::string name, int out_channels,
-                                     int kernel, int pad);
-std::unique_ptr<Layer> NewMaxPool(std::string name, int window);
-// Flattens C,H,W into a vector (a no-op on NCHW memory).
+                                     int kernel, int pad, int stride = 1,
+                                     bool bias = true);
+// Pools with a square window, stride (0: the window) and zero padding
+// (PoolDesc).
+std::unique_ptr<Layer> NewMaxPool(std::string name, int window, int stride = 0,
+                                  int pad = 0);
+std::unique_ptr<Layer> NewAvgPool(std::string name, int window, int stride = 0,
+                                  int pad = 0);
+// N x C x H x W -> N x C x 1 x 1, the mean over H x W.
+std::unique_ptr<Layer> NewGlobalAvgPool(std::string name);
+// Flattens C,H,W into a vector (a copy; NCHW memory already is that layout).
 std::unique_ptr<Layer> NewFlatten(std::string name);
-std::unique_ptr<Layer> NewDense(std::string name, int out_features);
+// Flattens its input (torch.flatten(x, 1)), then x W^T + b.
+std::unique_ptr<Layer> NewDense(std::string name, int out_features,
+                                bool bias = true);
+// PyTorch's BatchNorm2d (BatchNorm1d on N x C x 1 x 1): parameters
+// "weight" (ones) and "bias" (zeros), state "running_mean" (zeros) and
+// "running_var" (ones).
+std::unique_ptr<Layer> NewBatchNorm(std::string name, float eps = 1e-5f,
+                                    float momentum = 0.1f);
+// Inverted dropout: in training, zeroes each value with probability `rate`
+// and scales the rest by 1 / (1 - rate); the identity in evaluation.
+std::unique_ptr<Layer> NewDropout(std::string name, float rate);
+// Elementwise sum of two or more inputs of one shape.
+std::unique_ptr<Layer> NewAdd(std::string name);
+// Concatenation of two or more inputs along channels, in input order; their
+// H x W must agree.
+std::unique_ptr<Layer> NewConcat(std::string name);
 
-// The model-building step that fuses: `layers` with each NewConv2d layer
-// directly followed by a NewRelu layer replaced by one NewConv2dRelu of the
-// convolution's name and configuration. Parameter names and the flat
+// The model-building step that fuses a sequential list: each NewConv2d
+// layer directly followed by a NewRelu layer becomes one NewConv2dRelu of
+// the convolution's name and configuration. Parameter names and the flat
 // parameter layout are unchanged (a Relu has no parameters); the Relu's name
 // is dropped. Takes layers not yet given to Model::Create.
 std::vector<std::unique_ptr<Layer>> FuseConvRelu(
     std::vector<std::unique_ptr<Layer>> layers);
+
+// A node of a model's graph: its layer and the nodes it reads, by index
+// into the node list (each smaller than its own; -1 is the model's input).
+struct GraphNode {
+  std::unique_ptr<Layer> layer;
+  std::vector<int> inputs;
+};
+
+// FuseConvRelu on a graph: a convolution whose only reader is a ReLU that
+// reads only it becomes a NewConv2dRelu, and the ReLU's readers read it.
+std::vector<GraphNode> FuseConvReluGraph(std::vector<GraphNode> nodes);
 
 struct StepResult {
   // Mean softmax cross-entropy over the batch; against the smoothed target
@@ -102,12 +170,23 @@ struct StepResult {
   int64_t correct = 0;   // Examples whose argmax equals the label.
 };
 
+struct ModelOptions {
+  // Label smoothing of the training loss, in [0, 1)
+  // (Backend::SoftmaxCrossEntropy).
+  float label_smoothing = 0.0f;
+  // Dropout masks come from (dropout_seed, training step, node).
+  uint64_t dropout_seed = 0;
+};
+
 class Model {
  public:
-  // Takes ownership of the layers; `backend` must outlive the model.
-  // The last layer's output size is the number of classes. ComputeGradients
-  // trains against targets smoothed by `label_smoothing` in [0, 1)
-  // (Backend::SoftmaxCrossEntropy).
+  // Takes ownership of the layers; `backend` must outlive the model. Every
+  // node but the last must be read by a later one; the last node's output
+  // size is the number of classes.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      Backend* backend, std::vector<GraphNode> nodes, Dims input,
+      int max_batch, const ModelOptions& options = {});
+  // A sequential network: each layer reads the one before it.
   static absl::StatusOr<std::unique_ptr<Model>> Create(
       Backend* backend, std::vector<std::unique_ptr<Layer>> layers,
       Dims input, int max_batch, float label_smoothing = 0.0f);
@@ -127,47 +206,36 @@ class Model {
   virtual absl::Status SetParameters(absl::Span<const float> host) = 0;
   virtual absl::Status GetParameters(absl::Span<float> host) const = 0;
 
+  // The untrained state (batch norm's running statistics), flat, named
+  // "<layer>.running_mean" / "<layer>.running_var"; empty for most models.
+  virtual const std::vector<TensorSpec>& state_specs() const = 0;
+  virtual int64_t state_size() const = 0;
+  virtual std::vector<float> InitialState() const = 0;
+  virtual absl::Status SetState(absl::Span<const float> host) = 0;
+  virtual absl::Status GetState(absl::Span<float> host) const = 0;
+
   // Backend memory of the flat parameters / gradients.
   virtual float* parameters() = 0;
   virtual float* gradients() = 0;
 
-  // Forward and backward on a batch from host memory: host_x holds
-  // batch * input_dims().Size() floats, host_labels batch class indices.
-  // Gradients of the mean loss overwrite gradients().
+  // A training forward and backward on a batch from host memory: host_x
+  // holds batch * input_dims().Size() floats, host_labels batch class
+  // indices. Gradients of the mean loss overwrite gradients(); running
+  // statistics move by their momentum.
   virtual absl::StatusOr<StepResult> ComputeGradients(const float* host_x,
                                                       const int32_t* host_labels,
                                                       int batch) = 0;
-  // Forward only.
+  // An evaluation forward (running statistics, no dropout).
   virtual absl::StatusOr<StepResult> Evaluate(const float* host_x,
                                               const int32_t* host_labels,
                                               int batch) = 0;
+  // A training forward only, moving the running statistics by `momentum`
+  // (1 / (k + 1) for the k-th of K batches leaves their plain mean: the
+  // statistics of the current parameters, as torch.optim.swa_utils.update_bn
+  // computes them). Parameters and gradients are untouched.
+  virtual absl::Status UpdateStatistics(const float* host_x, int batch,
+                                        float momentum) = 0;
 };
-
-struct BuildModelOptions {
-  // Each convolution and the ReLU after it run as one layer (FuseConvRelu):
-  // the same parameters and, up to float rounding, the same results, one
-  // pass over the activations fewer. false keeps them separate (the
-  // reference the fused path is tested against).
-  bool fuse_conv_relu = true;
-  // Label smoothing of the training loss (Model::Create), in [0, 1).
-  float label_smoothing = 0.0f;
-};
-
-// Known architectures (layer and parameter names in brackets):
-//
-// "fashion_cnn", on 1x28x28 input (Fashion-MNIST), 225,034 parameters:
-//   conv 3x3x32 + ReLU + 2x2 max-pool, conv 3x3x64 + ReLU + 2x2 max-pool,
-//   dense 128 + ReLU, dense 10 (valid padding: 28 -> 26 -> 13 -> 11 -> 5;
-//   64*5*5 = 1600 features) [conv1, conv2, fc1, fc2].
-//
-// "cifar_vgg", on 3x32x32 input (CIFAR-10), 2,196,810 parameters: a small
-//   VGG-11-like net of three blocks, each two 3x3 convs with padding 1 (size
-//   kept) + ReLU and a 2x2 max-pool, at 64, 128 and 256 channels
-//   (32 -> 16 -> 8 -> 4), then flatten (256*4*4 = 4096), dense 256 + ReLU,
-//   dense 10 [conv1 .. conv6, fc1, fc2]. About 0.3 GFLOP per example forward.
-absl::StatusOr<std::unique_ptr<Model>> BuildModel(
-    const std::string& name, Backend* backend, int max_batch,
-    const BuildModelOptions& options = {});
 
 }  // namespace downpour
 

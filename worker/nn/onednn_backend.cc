@@ -1,7 +1,9 @@
 // File: worker/nn/onednn_backend.cc (see onednn_backend.h).
 //
-// The operations of the oneDNN backend. The pieces it is built from have
-// units of their own: onednn_context.h (engine, stream, reorders,
+// The oneDNN backend's memory, layout helpers, GEMM, convolutions and ReLU
+// (the class: onednn_backend_impl.h; pooling, batch normalization and the
+// small elementwise ops: onednn_norm_pool.cc). The pieces it is built from
+// have units of their own: onednn_context.h (engine, stream, reorders,
 // scratchpad), onednn_layouts.h (which buffers hold a blocked layout) and
 // onednn_primitives.h (the primitives per shape, pooling workspaces).
 #include "worker/nn/onednn_backend.h"
@@ -21,24 +23,18 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "worker/nn/onednn_backend_impl.h"
 #include "worker/nn/onednn_context.h"
 #include "worker/nn/onednn_layouts.h"
 #include "worker/nn/onednn_primitives.h"
 #include "worker/nn/openblas_backend.h"
 
 namespace downpour {
+namespace onednn {
 namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
-using onednn::ConvFwd;
-using onednn::ConvPrims;
-using onednn::Guard;
-using onednn::Plain;
-using onednn::PlainOf;
-using onednn::PoolPrims;
-using onednn::ReluPrims;
-using onednn::Spare;
 
 // 64-byte aligned, zero-filled allocation of n floats (n may be 0).
 float* AlignedZeroAlloc(int64_t n) {
@@ -50,178 +46,18 @@ float* AlignedZeroAlloc(int64_t n) {
   return static_cast<float*>(p);
 }
 
-class OnednnBackend : public Backend {
- public:
-  // Throws dnnl::error when oneDNN cannot create a CPU engine.
-  OnednnBackend(const OnednnOptions& options, std::unique_ptr<Backend> loops)
-      : options_(options),
-        loops_(std::move(loops)),
-        layouts_(&ctx_),
-        prims_(&ctx_, options.winograd) {}
+}  // namespace
 
-  std::string Name() const override { return "cpu (onednn)"; }
-
-  // ---- Memory -------------------------------------------------------------
-  absl::StatusOr<float*> Allocate(int64_t n) override {
-    if (absl::Status s = ValidateAllocation(n); !s.ok()) return s;
-    float* p = AlignedZeroAlloc(n);
-    if (p == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("Allocate: out of memory for ", n, " floats"));
-    }
-    allocations_[p] = n;
-    return p;
+absl::StatusOr<float*> OnednnBackend::Allocate(int64_t n) {
+  if (absl::Status s = ValidateAllocation(n); !s.ok()) return s;
+  float* p = AlignedZeroAlloc(n);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Allocate: out of memory for ", n, " floats"));
   }
-  void Free(float* p) override {
-    auto it = allocations_.find(p);
-    if (it != allocations_.end()) {
-      layouts_.Forget(p, Bytes(it->second));
-      prims_.ClearWorkspacesStartingIn(p, Bytes(it->second));
-      allocations_.erase(it);
-    }
-    std::free(p);
-  }
-  absl::Status CopyToDevice(const float* host_src, float* dst,
-                            int64_t n) override;
-  absl::Status CopyToHost(const float* src, float* host_dst,
-                          int64_t n) override;
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  absl::Status Discard(float* p, int64_t n) override {
-    if (n < 0) return absl::InvalidArgumentError("Discard: negative size");
-    return Overwrite(p, n);
-  }
-  absl::Status Copy(const float* src, float* dst, int64_t n) override;
-
-  // ---- Elementwise, bias, loss: the OpenBLAS backend's loops on plain
-  // memory (inputs in a blocked layout are converted first). -------------
-  absl::Status Fill(float* x, int64_t n, float value) override {
-    if (n < 0) return absl::InvalidArgumentError("Fill: negative size");
-    DP_RETURN_IF_ERROR(Overwrite(x, n));
-    return loops_->Fill(x, n, value);
-  }
-  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override {
-    if (n < 0) return absl::InvalidArgumentError("Axpy: negative size");
-    DP_RETURN_IF_ERROR(ReadPlain(x, n));
-    DP_RETURN_IF_ERROR(ReadPlain(y, n));
-    return loops_->Axpy(n, alpha, x, y);
-  }
-  absl::Status AddRowBias(int rows, int cols, const float* bias,
-                          float* y) override {
-    if (rows < 0 || cols < 0) {
-      return absl::InvalidArgumentError("AddRowBias: negative dimension");
-    }
-    DP_RETURN_IF_ERROR(ReadPlain(bias, cols));
-    DP_RETURN_IF_ERROR(ReadPlain(y, int64_t{rows} * cols));
-    return loops_->AddRowBias(rows, cols, bias, y);
-  }
-  absl::Status ColumnSum(int rows, int cols, const float* dy,
-                         float* db) override {
-    if (rows < 0 || cols < 0) {
-      return absl::InvalidArgumentError("ColumnSum: negative dimension");
-    }
-    DP_RETURN_IF_ERROR(ReadPlain(dy, int64_t{rows} * cols));
-    DP_RETURN_IF_ERROR(Overwrite(db, cols));
-    return loops_->ColumnSum(rows, cols, dy, db);
-  }
-  absl::Status SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                   const float* labels, float label_smoothing,
-                                   float* dlogits, float* host_loss,
-                                   int64_t* host_correct) override {
-    if (absl::Status s = ValidateSoftmaxShape(batch, classes); !s.ok()) {
-      return s;
-    }
-    DP_RETURN_IF_ERROR(ReadPlain(logits, int64_t{batch} * classes));
-    DP_RETURN_IF_ERROR(ReadPlain(labels, batch));
-    if (dlogits != nullptr) {
-      DP_RETURN_IF_ERROR(Overwrite(dlogits, int64_t{batch} * classes));
-    }
-    return loops_->SoftmaxCrossEntropy(batch, classes, logits, labels,
-                                       label_smoothing, dlogits, host_loss,
-                                       host_correct);
-  }
-
-  // ---- oneDNN -------------------------------------------------------------
-  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
-                    float alpha, const float* a, const float* b, float beta,
-                    float* c) override;
-  absl::Status Conv2dForward(const ConvDesc& d, const float* x, const float* w,
-                             const float* b, float* y) override;
-  // The ReLU as the convolution's post-op where oneDNN has such a kernel for
-  // the shape (PrimitiveCache::FusedRelu), else Conv2dForward and
-  // ReluForward in place.
-  absl::Status Conv2dReluForward(const ConvDesc& d, const float* x,
-                                 const float* w, const float* b,
-                                 float* y) override;
-  absl::Status Conv2dBackwardData(const ConvDesc& d, const float* w,
-                                  const float* dy, float* dx) override;
-  absl::Status Conv2dBackwardFilter(const ConvDesc& d, const float* x,
-                                    const float* dy, float* dw,
-                                    float* db) override;
-  absl::Status ReluForward(int64_t n, const float* x, float* y) override;
-  absl::Status ReluBackward(int64_t n, const float* y, const float* dy,
-                            float* dx) override;
-  absl::Status MaxPoolForward(const PoolDesc& d, const float* x,
-                              float* y) override;
-  absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
-                               const float* y, const float* dy,
-                               float* dx) override;
-
- private:
-  static size_t Bytes(int64_t n) { return static_cast<size_t>(n) * 4; }
-
-  // Sets this thread's OpenMP thread count (a per-thread setting). oneDNN
-  // reads it both when a primitive is created (its work split) and when it
-  // runs, so it is set before either.
-  void EnterOp() const { omp_set_num_threads(options_.threads); }
-  // Runs the forward `f` of p (p.fwd or p.fwd_relu) with bias b (may be
-  // null) into y, which then holds f's output layout.
-  absl::Status RunConvForward(ConvPrims& p, ConvFwd& f, const ConvDesc& d,
-                              const float* x, const float* w, const float* b,
-                              float* y, const char* op);
-
-  // ---- Layouts (throw dnnl::error; run under Guard) -----------------------
-  // Before [p, p + n floats) is written: its regions are dropped (or
-  // converted, when they reach beyond it) and pooling workspaces recorded on
-  // it are cleared.
-  void OverwriteOrThrow(const float* p, int64_t n) {
-    prims_.ClearWorkspacesOverlapping(p, Bytes(n));
-    layouts_.Overwrite(p, n);
-  }
-  // The input tensor at p (plain layout `plain`) in layout `want`: p itself
-  // when it already is, else a copy reordered into `spare`.
-  void* Input(const float* p, const memory::desc& plain,
-              const memory::desc& want, std::unique_ptr<memory>& spare);
-  // Where an op writes its output of layout `want` for the plain tensor at p:
-  // p itself when `want` fits its bytes, else `spare`; FinishOutput then
-  // reorders the spare into p, or records p's layout.
-  void* Output(float* p, const memory::desc& plain, const memory::desc& want,
-               std::unique_ptr<memory>& spare);
-  void FinishOutput(float* p, const memory::desc& plain,
-                    const memory::desc& want, std::unique_ptr<memory>& spare);
-
-  // The same as Status, with a fast path when nothing is tracked.
-  absl::Status ReadPlain(const float* p, int64_t n) {
-    if (layouts_.empty()) return absl::OkStatus();
-    return Guard("layout conversion", [&] {
-      layouts_.ReadPlain(p, n);
-      return absl::OkStatus();
-    });
-  }
-  absl::Status Overwrite(const float* p, int64_t n) {
-    if (layouts_.empty() && !prims_.AnyWorkspace()) return absl::OkStatus();
-    return Guard("layout conversion", [&] {
-      OverwriteOrThrow(p, n);
-      return absl::OkStatus();
-    });
-  }
-
-  const OnednnOptions options_;
-  std::unique_ptr<Backend> loops_;
-  onednn::Context ctx_;
-  onednn::LayoutTracker layouts_;
-  onednn::PrimitiveCache prims_;
-  std::map<const float*, int64_t> allocations_;  // Allocate()d, in floats.
-};
+  allocations_[p] = n;
+  return p;
+}
 
 void* OnednnBackend::Input(const float* p, const memory::desc& plain,
                            const memory::desc& want,
@@ -491,89 +327,7 @@ absl::Status OnednnBackend::ReluBackward(int64_t n, const float* y,
   });
 }
 
-absl::Status OnednnBackend::MaxPoolForward(const PoolDesc& d, const float* x,
-                                           float* y) {
-  if (absl::Status s = ValidatePool(d, "MaxPoolForward"); !s.ok()) return s;
-  EnterOp();  // Before Pool(): see Conv2dForward.
-  const memory::desc x_plain =
-      Plain({d.batch, d.channels, d.in_h, d.in_w}, Tag::nchw);
-  const memory::desc y_plain =
-      Plain({d.batch, d.channels, d.OutH(), d.OutW()}, Tag::nchw);
-  memory::desc src;
-  DP_RETURN_IF_ERROR(Guard("MaxPoolForward", [&] {
-    src = layouts_.LayoutOf(x, x_plain);
-    return absl::OkStatus();
-  }));
-  absl::StatusOr<PoolPrims*> pp = prims_.Pool(d, src, "MaxPoolForward");
-  if (!pp.ok()) return pp.status();
-  PoolPrims& p = **pp;
-  return Guard("MaxPoolForward", [&] {
-    const dnnl::engine& e = ctx_.engine();
-    void* dst = Output(y, y_plain, p.dst, p.y_buf);
-    // The training forward also records the argmax workspace; it costs the
-    // same memory traffic as inference plus one byte per output.
-    p.train.execute(ctx_.stream(),
-                    {{DNNL_ARG_SRC, memory(p.src, e, const_cast<float*>(x))},
-                     {DNNL_ARG_DST, memory(p.dst, e, dst)},
-                     {DNNL_ARG_WORKSPACE, p.workspace},
-                     {DNNL_ARG_SCRATCHPAD,
-                      ctx_.Scratch(p.scratch_train, p.scratch_bytes)}});
-    ctx_.stream().wait();
-    FinishOutput(y, y_plain, p.dst, p.y_buf);
-    prims_.SetWorkspace(p, x, y);
-    return absl::OkStatus();
-  });
-}
-
-// oneDNN's max-pool backward routes dy through the argmax workspace of a
-// training forward. When the last forward of this shape and layout was on
-// these x and y, unchanged since, its workspace is used; otherwise the
-// forward runs again here (a cheap, memory-bound pass) into a spare output.
-absl::Status OnednnBackend::MaxPoolBackward(const PoolDesc& d, const float* x,
-                                            const float* y, const float* dy,
-                                            float* dx) {
-  if (absl::Status s = ValidatePool(d, "MaxPoolBackward"); !s.ok()) return s;
-  EnterOp();  // Before Pool(): see Conv2dForward.
-  const memory::desc x_plain =
-      Plain({d.batch, d.channels, d.in_h, d.in_w}, Tag::nchw);
-  const memory::desc y_plain =
-      Plain({d.batch, d.channels, d.OutH(), d.OutW()}, Tag::nchw);
-  memory::desc src;
-  DP_RETURN_IF_ERROR(Guard("MaxPoolBackward", [&] {
-    src = layouts_.LayoutOf(x, x_plain);
-    return absl::OkStatus();
-  }));
-  absl::StatusOr<PoolPrims*> pp = prims_.Pool(d, src, "MaxPoolBackward");
-  if (!pp.ok()) return pp.status();
-  PoolPrims& p = **pp;
-  return Guard("MaxPoolBackward", [&] {
-    const dnnl::engine& e = ctx_.engine();
-    if (p.ws_x != x || p.ws_y != y) {
-      memory& spare_y = Spare(p.spare_y, p.dst, e);
-      p.train.execute(ctx_.stream(),
-                      {{DNNL_ARG_SRC, memory(p.src, e, const_cast<float*>(x))},
-                       {DNNL_ARG_DST, spare_y},
-                       {DNNL_ARG_WORKSPACE, p.workspace},
-                       {DNNL_ARG_SCRATCHPAD,
-                        ctx_.Scratch(p.scratch_train, p.scratch_bytes)}});
-      // The workspace now belongs to the spare's forward.
-      prims_.ClearWorkspace(p);
-    }
-    void* ddst = Input(dy, y_plain, p.dst, p.dy_buf);
-    void* dsrc = Output(dx, x_plain, p.src, p.dx_buf);
-    p.bwd.execute(
-        ctx_.stream(),
-        {{DNNL_ARG_DIFF_DST, memory(p.dst, e, ddst)},
-         {DNNL_ARG_WORKSPACE, p.workspace},
-         {DNNL_ARG_DIFF_SRC, memory(p.src, e, dsrc)},
-         {DNNL_ARG_SCRATCHPAD, ctx_.Scratch(p.scratch_bwd, p.scratch_bytes)}});
-    ctx_.stream().wait();
-    FinishOutput(dx, x_plain, p.src, p.dx_buf);
-    return absl::OkStatus();
-  });
-}
-
-}  // namespace
+}  // namespace onednn
 
 absl::StatusOr<std::unique_ptr<Backend>> NewOnednnBackend(
     const OnednnOptions& options) {
@@ -584,7 +338,7 @@ absl::StatusOr<std::unique_ptr<Backend>> NewOnednnBackend(
     // keep spinning for a while after each primitive, and helper threads of
     // the loops' own pool would compete with them for the same cores.
     return std::unique_ptr<Backend>(
-        new OnednnBackend(o, NewOpenblasBackend(1)));
+        new onednn::OnednnBackend(o, NewOpenblasBackend(1)));
   } catch (const dnnl::error& e) {
     return absl::InternalError(
         absl::StrCat("oneDNN: cannot create a CPU engine: ", e.what()));

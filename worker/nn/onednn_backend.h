@@ -2,7 +2,8 @@
 //
 // The oneDNN CPU backend (Debian's libdnnl 2.6): convolutions (forward with
 // fused bias, backward-data, backward-weights with fused bias gradient), max
-// pooling and ReLU run as oneDNN primitives; matrix products go through
+// and average pooling, batch normalization and ReLU run as oneDNN
+// primitives; matrix products go through
 // oneDNN's sgemm; bias, loss and the rest reuse the OpenBLAS backend's loops
 // (single-threaded: they are small, and a second pool of threads would fight
 // oneDNN's spinning OpenMP threads). Conv2dReluForward runs the ReLU as the
@@ -13,10 +14,11 @@
 //
 // Layouts: the interface is NCHW / OIHW, but backend memory is opaque (read
 // and written through the Backend calls only, as on a GPU), so this backend
-// owns the layout of the activations it writes. A convolution, pooling or
-// ReLU writes its output in the layout oneDNN prefers (e.g. nChw16c) when
-// that layout has no padding, and records it for that buffer
-// (onednn_layouts.h); the next op reads it as it is. The reorders to and
+// owns the layout of the activations it writes. A convolution, pooling,
+// batch normalization or ReLU writes its output in the layout oneDNN prefers
+// (e.g. nChw16c) when that layout has no padding, and records it for that
+// buffer (onednn_layouts.h); the next op reads it as it is (Axpy and
+// Multiply too, when both inputs share the layout). The reorders to and
 // from NCHW happen at the model's edges only: CopyToHost and Copy (the
 // flatten before the dense layers) return NCHW, and any other op that reads
 // or partly writes a buffer in a blocked layout first converts it in place.

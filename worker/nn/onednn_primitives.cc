@@ -152,34 +152,72 @@ std::unique_ptr<ConvPrims> MakeConv(const ConvDesc& d, bool winograd,
   return c;
 }
 
-std::unique_ptr<PoolPrims> MakePool(const PoolDesc& d,
+std::unique_ptr<PoolPrims> MakePool(const PoolDesc& d, dnnl::algorithm alg,
                                     const memory::desc& src_md,
                                     const dnnl::engine& e) {
   using namespace dnnl;  // NOLINT
   const memory::desc y_any =
       Plain({d.batch, d.channels, d.OutH(), d.OutW()}, Tag::any);
-  const memory::dims k = {d.window, d.window}, zero = {0, 0};
+  const memory::dims k = {d.window, d.window};
+  const memory::dims strides = {d.Stride(), d.Stride()};
+  const memory::dims pad = {d.pad, d.pad};
   // Trailing rows/cols that do not fill a window are dropped: oneDNN's
-  // output size (in - window + pad) / window + 1 rounds down, as PyTorch's.
+  // output size (in + 2 pad - window) / stride + 1 rounds down, as
+  // PyTorch's. Max pooling skips padded cells; pooling_avg_include_padding
+  // divides by window^2 (PyTorch's count_include_pad).
   primitive_attr attr;
   attr.set_scratchpad_mode(scratchpad_mode::user);
   pooling_forward::primitive_desc tpd(
-      {prop_kind::forward_training, algorithm::pooling_max, src_md, y_any, k, k,
-       zero, zero},
+      {prop_kind::forward_training, alg, src_md, y_any, strides, k, pad, pad},
       attr, e);
   pooling_backward::primitive_desc bpd(
-      {algorithm::pooling_max, src_md, tpd.dst_desc(), k, k, zero, zero}, attr,
-      e, tpd);
+      {alg, src_md, tpd.dst_desc(), strides, k, pad, pad}, attr, e, tpd);
   auto p = std::make_unique<PoolPrims>();
   p->train = pooling_forward(tpd);
   p->bwd = pooling_backward(bpd);
   p->src = src_md;
   p->dst = tpd.dst_desc();
-  p->workspace = memory(tpd.workspace_desc(), e);
+  if (tpd.workspace_desc().get_size() > 0) {
+    p->workspace = memory(tpd.workspace_desc(), e);
+  }
   p->scratch_train = tpd.scratchpad_desc();
   p->scratch_bwd = bpd.scratchpad_desc();
   p->scratch_bytes =
       std::max(p->scratch_train.get_size(), p->scratch_bwd.get_size());
+  return p;
+}
+
+std::unique_ptr<BatchNormPrims> MakeBatchNorm(const BatchNormDesc& d,
+                                              const memory::desc& src_md,
+                                              const dnnl::engine& e) {
+  using namespace dnnl;  // NOLINT
+  primitive_attr attr;
+  attr.set_scratchpad_mode(scratchpad_mode::user);
+  const normalization_flags ss =
+      normalization_flags::use_scale | normalization_flags::use_shift;
+  batch_normalization_forward::primitive_desc tpd(
+      {prop_kind::forward_training, src_md, d.eps, ss}, attr, e);
+  batch_normalization_forward::primitive_desc ipd(
+      {prop_kind::forward_inference, src_md, d.eps,
+       ss | normalization_flags::use_global_stats},
+      attr, e);
+  batch_normalization_backward::primitive_desc bpd(
+      {prop_kind::backward, src_md, src_md, d.eps, ss}, attr, e, tpd);
+  auto p = std::make_unique<BatchNormPrims>();
+  p->train = batch_normalization_forward(tpd);
+  p->infer = batch_normalization_forward(ipd);
+  p->bwd = batch_normalization_backward(bpd);
+  p->src = src_md;
+  p->stat = Plain({d.channels}, Tag::x);
+  p->variance = memory(p->stat, e);
+  p->unused_shift = memory(p->stat, e);
+  std::memset(p->unused_shift.get_data_handle(), 0, p->stat.get_size());
+  p->scratch_train = tpd.scratchpad_desc();
+  p->scratch_infer = ipd.scratchpad_desc();
+  p->scratch_bwd = bpd.scratchpad_desc();
+  p->scratch_bytes =
+      std::max({p->scratch_train.get_size(), p->scratch_infer.get_size(),
+                p->scratch_bwd.get_size()});
   return p;
 }
 
@@ -237,16 +275,48 @@ ConvFwd* PrimitiveCache::FusedRelu(const ConvDesc& d, ConvPrims& p) {
 }
 
 absl::StatusOr<PoolPrims*> PrimitiveCache::Pool(const PoolDesc& d,
+                                                dnnl::algorithm alg,
                                                 const memory::desc& src,
                                                 const char* op) {
-  const PoolKey key = {d.batch, d.channels, d.in_h, d.in_w, d.window};
+  const PoolKey key = {d.batch,    d.channels, d.in_h, d.in_w,
+                       d.window,   d.Stride(), d.pad,  static_cast<int>(alg)};
   std::vector<std::unique_ptr<PoolPrims>>& list = pools_[key];
   for (auto& p : list) {
     if (p->src == src) return p.get();
   }
   std::unique_ptr<PoolPrims> p;
   DP_RETURN_IF_ERROR(Guard(op, [&] {
-    p = MakePool(d, src, ctx_->engine());
+    p = MakePool(d, alg, src, ctx_->engine());
+    return absl::OkStatus();
+  }));
+  list.push_back(std::move(p));
+  return list.back().get();
+}
+
+PoolPrims* PrimitiveCache::FindPoolByOutput(const PoolDesc& d,
+                                            dnnl::algorithm alg,
+                                            const memory::desc& dst) {
+  auto it = pools_.find(PoolKey{d.batch, d.channels, d.in_h, d.in_w, d.window,
+                                d.Stride(), d.pad, static_cast<int>(alg)});
+  if (it == pools_.end()) return nullptr;
+  for (auto& p : it->second) {
+    if (p->dst == dst) return p.get();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<BatchNormPrims*> PrimitiveCache::BatchNorm(
+    const BatchNormDesc& d, const memory::desc& src, const char* op) {
+  uint32_t eps_bits = 0;
+  std::memcpy(&eps_bits, &d.eps, sizeof(eps_bits));
+  const BatchNormKey key = {d.batch, d.channels, d.spatial, eps_bits};
+  std::vector<std::unique_ptr<BatchNormPrims>>& list = norms_[key];
+  for (auto& p : list) {
+    if (p->src == src) return p.get();
+  }
+  std::unique_ptr<BatchNormPrims> p;
+  DP_RETURN_IF_ERROR(Guard(op, [&] {
+    p = MakeBatchNorm(d, src, ctx_->engine());
     return absl::OkStatus();
   }));
   list.push_back(std::move(p));

@@ -3,8 +3,9 @@
 // The oneDNN primitives of the oneDNN backend (onednn_backend.h), built once
 // per shape and kept: convolution forward (with fused bias; with the ReLU as
 // eltwise post-op, made on first use), backward-data and backward-weights
-// (with fused bias gradient); max pooling forward and backward per input
-// layout; ReLU forward and backward. Every primitive runs in user scratchpad
+// (with fused bias gradient); max and average pooling forward and backward
+// and batch normalization (training, inference, backward) per input layout;
+// ReLU forward and backward. Every primitive runs in user scratchpad
 // mode: each family records the largest scratchpad it needs, and the backend
 // passes the shared one (Context::Scratch).
 //
@@ -80,9 +81,10 @@ struct ConvPrims {
   size_t scratch_bytes = 0;  // The largest of all the primitives' scratchpads.
 };
 
-// Max pooling of one shape whose input is in layout `src` (the output and
-// the gradients take the same layout): the training forward (which also
-// writes the workspace of argmax positions) and the backward.
+// Pooling (max, or average counting the padding) of one shape whose input
+// is in layout `src` (the output and the gradients take the same layout):
+// the training forward (for max pooling it also writes the workspace of
+// argmax positions; average pooling has none) and the backward.
 struct PoolPrims {
   dnnl::pooling_forward train;
   dnnl::pooling_backward bwd;
@@ -96,6 +98,25 @@ struct PoolPrims {
   const float* ws_x = nullptr;
   const float* ws_y = nullptr;
   dnnl::memory::desc scratch_train, scratch_bwd;
+  size_t scratch_bytes = 0;
+};
+
+// Batch normalization of one shape (dims {N, C, H, W} or {N, C, spatial, 1})
+// whose input is in layout `src` (y, dy and dx take the same layout), with
+// scale (gamma) and shift (beta): the training forward (batch statistics out),
+// the inference forward (running statistics in) and the backward (all
+// gradients). `variance` holds the channels' variance between oneDNN and the
+// interface, which passes 1 / sqrt(variance + eps) instead.
+struct BatchNormPrims {
+  dnnl::batch_normalization_forward train, infer;
+  dnnl::batch_normalization_backward bwd;
+  dnnl::memory::desc src, stat;
+  dnnl::memory variance;
+  // oneDNN 2.6's backward with use_shift will not run without a shift
+  // argument, though no result depends on it.
+  dnnl::memory unused_shift;
+  std::unique_ptr<dnnl::memory> dy_buf;
+  dnnl::memory::desc scratch_train, scratch_infer, scratch_bwd;
   size_t scratch_bytes = 0;
 };
 
@@ -127,11 +148,25 @@ class PrimitiveCache {
   // there is none: the caller then runs the convolution and the ReLU apart.
   ConvFwd* FusedRelu(const ConvDesc& d, ConvPrims& p);
 
-  // The max pooling of d whose input is in layout `src`, made on first use.
-  // Errors: Internal naming `op` when oneDNN cannot make it.
-  absl::StatusOr<PoolPrims*> Pool(const PoolDesc& d,
+  // The pooling of d with `alg` (pooling_max or
+  // pooling_avg_include_padding) whose input is in layout `src`, made on
+  // first use. Errors: Internal naming `op` when oneDNN cannot make it.
+  absl::StatusOr<PoolPrims*> Pool(const PoolDesc& d, dnnl::algorithm alg,
                                   const dnnl::memory::desc& src,
                                   const char* op);
+
+  // The pooling of d with `alg` made earlier whose output is in layout
+  // `dst`, or null: average pooling's backward has no input to take the
+  // layout from.
+  PoolPrims* FindPoolByOutput(const PoolDesc& d, dnnl::algorithm alg,
+                              const dnnl::memory::desc& dst);
+
+  // The batch normalization of d (eps included) whose input is in layout
+  // `src` (dims {N, C, ...} with the product of the rest d.spatial), made on
+  // first use. Errors: Internal naming `op` when oneDNN cannot make it.
+  absl::StatusOr<BatchNormPrims*> BatchNorm(const BatchNormDesc& d,
+                                            const dnnl::memory::desc& src,
+                                            const char* op);
 
   // The ReLU of n floats, made on first use. Throws dnnl::error.
   ReluPrims* Relu(int64_t n);
@@ -152,12 +187,14 @@ class PrimitiveCache {
 
  private:
   using ConvKey = std::array<int, 9>;
-  using PoolKey = std::array<int, 5>;
+  using PoolKey = std::array<int, 8>;
+  using BatchNormKey = std::array<int64_t, 4>;
 
   Context* const ctx_;  // Not owned.
   const bool winograd_;
   std::map<ConvKey, std::unique_ptr<ConvPrims>> convs_;
   std::map<PoolKey, std::vector<std::unique_ptr<PoolPrims>>> pools_;
+  std::map<BatchNormKey, std::vector<std::unique_ptr<BatchNormPrims>>> norms_;
   int workspaces_ = 0;  // Pool prims whose ws_x is set.
   std::map<int64_t, std::unique_ptr<ReluPrims>> relus_;
 };

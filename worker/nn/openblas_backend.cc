@@ -6,9 +6,10 @@
 // reused (it only grows), so steady-state training does no heap allocation.
 //
 // Parallelism: the backend owns a small worker pool (NewOpenblasBackend's
-// num_threads) and splits convolutions and pooling by image, elementwise ops
-// by range and large GEMMs by output rows; each piece calls single-threaded
-// OpenBLAS.
+// num_threads) and splits convolutions by image, pooling by plane, batch
+// normalization by channel (the loops of cpu_reference_ops.h), elementwise
+// ops by range and large GEMMs by output rows; each piece calls
+// single-threaded OpenBLAS.
 #include "worker/nn/openblas_backend.h"
 
 #include <cblas.h>
@@ -28,7 +29,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/cpu_reference_ops.h"
+#include "worker/nn/op_checks.h"
 
 namespace downpour {
 namespace {
@@ -441,111 +445,102 @@ class OpenblasBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // Pooling and batch normalization: cpu_reference_ops.h's loops, split by
+  // plane or channel over the pool.
   absl::Status MaxPoolForward(const PoolDesc& d, const float* x,
                               float* y) override {
-    absl::Status s = ValidatePool(d, "MaxPoolForward");
-    if (!s.ok()) return s;
-    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window, w = d.in_w;
-    const int64_t planes = int64_t{d.batch} * d.channels;
-    pool_.ParallelFor(planes, [&](int, int64_t pl_begin, int64_t pl_end) {
-      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
-        const float* xp = x + pl * d.in_h * w;
-        float* yp = y + pl * oh_n * ow_n;
-        for (int oh = 0; oh < oh_n; ++oh, yp += ow_n) {
-          const float* r0 = xp + int64_t{oh} * win * w;
-          if (win == 2) {
-            const float* r1 = r0 + w;
-            for (int ow = 0; ow < ow_n; ++ow) {
-              yp[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]),
-                                std::max(r1[2 * ow], r1[2 * ow + 1]));
-            }
-            continue;
-          }
-          for (int ow = 0; ow < ow_n; ++ow) {
-            const float* base = r0 + ow * win;
-            float m = base[0];
-            for (int i = 0; i < win; ++i) {
-              for (int j = 0; j < win; ++j) {
-                m = std::max(m, base[int64_t{i} * w + j]);
-              }
-            }
-            yp[ow] = m;
-          }
-        }
-      }
+    DP_RETURN_IF_ERROR(ValidatePool(d, "MaxPoolForward"));
+    ForPlanes(d, [&](int64_t b, int64_t e) {
+      cpu_ops::MaxPoolForward(d, x, y, b, e);
+    });
+    return absl::OkStatus();
+  }
+  absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
+                               const float* /*y*/, const float* dy,
+                               float* dx) override {
+    DP_RETURN_IF_ERROR(ValidatePool(d, "MaxPoolBackward"));
+    ForPlanes(d, [&](int64_t b, int64_t e) {
+      cpu_ops::MaxPoolBackward(d, x, dy, dx, b, e);
+    });
+    return absl::OkStatus();
+  }
+  absl::Status AvgPoolForward(const PoolDesc& d, const float* x,
+                              float* y) override {
+    DP_RETURN_IF_ERROR(ValidatePool(d, "AvgPoolForward"));
+    ForPlanes(d, [&](int64_t b, int64_t e) {
+      cpu_ops::AvgPoolForward(d, x, y, b, e);
+    });
+    return absl::OkStatus();
+  }
+  absl::Status AvgPoolBackward(const PoolDesc& d, const float* dy,
+                               float* dx) override {
+    DP_RETURN_IF_ERROR(ValidatePool(d, "AvgPoolBackward"));
+    ForPlanes(d, [&](int64_t b, int64_t e) {
+      cpu_ops::AvgPoolBackward(d, dy, dx, b, e);
+    });
+    return absl::OkStatus();
+  }
+  absl::Status BatchNormForwardTraining(const BatchNormDesc& d, const float* x,
+                                        const float* gamma, const float* beta,
+                                        float momentum, float* running_mean,
+                                        float* running_var, float* y,
+                                        float* save_mean,
+                                        float* save_invstd) override {
+    DP_RETURN_IF_ERROR(CheckBatchNormTraining(d, momentum));
+    ForChannels(d, [&](int c0, int c1) {
+      cpu_ops::BatchNormForwardTraining(d, x, gamma, beta, momentum,
+                                        running_mean, running_var, y,
+                                        save_mean, save_invstd, c0, c1);
+    });
+    return absl::OkStatus();
+  }
+  absl::Status BatchNormForwardInference(const BatchNormDesc& d,
+                                         const float* x, const float* gamma,
+                                         const float* beta,
+                                         const float* running_mean,
+                                         const float* running_var,
+                                         float* y) override {
+    DP_RETURN_IF_ERROR(ValidateBatchNorm(d, "BatchNormForwardInference"));
+    ForChannels(d, [&](int c0, int c1) {
+      cpu_ops::BatchNormForwardInference(d, x, gamma, beta, running_mean,
+                                         running_var, y, c0, c1);
+    });
+    return absl::OkStatus();
+  }
+  absl::Status BatchNormBackward(const BatchNormDesc& d, const float* x,
+                                 const float* dy, const float* gamma,
+                                 const float* save_mean,
+                                 const float* save_invstd, float* dx,
+                                 float* dgamma, float* dbeta) override {
+    DP_RETURN_IF_ERROR(ValidateBatchNorm(d, "BatchNormBackward"));
+    ForChannels(d, [&](int c0, int c1) {
+      cpu_ops::BatchNormBackward(d, x, dy, gamma, save_mean, save_invstd, dx,
+                                 dgamma, dbeta, c0, c1);
     });
     return absl::OkStatus();
   }
 
-  // The argmax is recomputed from x (first maximum in row-major window order)
-  // rather than matched against y. Every element of dx is written exactly
-  // once, so no separate zero-fill pass is needed.
-  absl::Status MaxPoolBackward(const PoolDesc& d, const float* x,
-                               const float* /*y*/, const float* dy,
-                               float* dx) override {
-    absl::Status s = ValidatePool(d, "MaxPoolBackward");
-    if (!s.ok()) return s;
-    const int oh_n = d.OutH(), ow_n = d.OutW(), win = d.window, w = d.in_w;
-    const int64_t planes = int64_t{d.batch} * d.channels;
-    const int64_t plane = int64_t{d.in_h} * w;
-    const int covered_w = ow_n * win;
-    pool_.ParallelFor(planes, [&](int, int64_t pl_begin, int64_t pl_end) {
-      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
-        const float* xp = x + pl * plane;
-        float* dxp = dx + pl * plane;
-        const float* dyp = dy + pl * oh_n * ow_n;
-        for (int oh = 0; oh < oh_n; ++oh, dyp += ow_n) {
-          const int64_t row0 = int64_t{oh} * win * w;
-          if (win == 2) {
-            const float* a = xp + row0;
-            const float* b = a + w;
-            float* da = dxp + row0;
-            float* db = da + w;
-            for (int ow = 0; ow < ow_n; ++ow) {
-              const int j = 2 * ow;
-              // Index 0..3 of the first maximum of (a[j], a[j+1], b[j],
-              // b[j+1]).
-              int best = 0;
-              float m = a[j];
-              if (a[j + 1] > m) {
-                best = 1;
-                m = a[j + 1];
-              }
-              if (b[j] > m) {
-                best = 2;
-                m = b[j];
-              }
-              if (b[j + 1] > m) best = 3;
-              const float g = dyp[ow];
-              da[j] = best == 0 ? g : 0.f;
-              da[j + 1] = best == 1 ? g : 0.f;
-              db[j] = best == 2 ? g : 0.f;
-              db[j + 1] = best == 3 ? g : 0.f;
-            }
-          } else {
-            for (int ow = 0; ow < ow_n; ++ow) {
-              const int64_t base = row0 + ow * win;
-              int64_t best = base;
-              for (int i = 0; i < win; ++i) {
-                for (int j = 0; j < win; ++j) {
-                  const int64_t idx = base + int64_t{i} * w + j;
-                  if (xp[idx] > xp[best]) best = idx;
-                  dxp[idx] = 0.f;
-                }
-              }
-              dxp[best] = dyp[ow];
-            }
-          }
-          // Columns past the last full window.
-          for (int i = 0; i < win; ++i) {
-            float* r = dxp + row0 + int64_t{i} * w;
-            for (int c = covered_w; c < w; ++c) r[c] = 0.f;
-          }
-        }
-        // Rows past the last full window.
-        std::fill(dxp + int64_t{oh_n} * win * w, dxp + plane, 0.f);
-      }
+  absl::Status DropoutMask(int64_t n, float rate, uint64_t seed,
+                           float* mask) override {
+    DP_RETURN_IF_ERROR(CheckDropoutMask(n, rate));
+    ParallelRange(n, [&](int64_t b, int64_t e) {
+      cpu_ops::DropoutMask(rate, seed, mask, b, e);
     });
+    return absl::OkStatus();
+  }
+  absl::Status Multiply(int64_t n, const float* a, const float* b,
+                        float* y) override {
+    DP_RETURN_IF_ERROR(CheckSize(n, "Multiply"));
+    ParallelRange(n, [&](int64_t lo, int64_t hi) {
+      cpu_ops::Multiply(a, b, y, lo, hi);
+    });
+    return absl::OkStatus();
+  }
+  absl::Status CopyRows(int64_t rows, int64_t cols, const float* src,
+                        int64_t src_stride, float* dst,
+                        int64_t dst_stride) override {
+    DP_RETURN_IF_ERROR(CheckCopyRows(rows, cols, src_stride, dst_stride));
+    cpu_ops::CopyRows(rows, cols, src, src_stride, dst, dst_stride);
     return absl::OkStatus();
   }
 
@@ -664,6 +659,17 @@ class OpenblasBackend : public Backend {
     }
     pool_.ParallelFor(n,
                       [&](int, int64_t begin, int64_t end) { fn(begin, end); });
+  }
+  template <typename F>
+  void ForPlanes(const PoolDesc& d, F fn) {
+    pool_.ParallelFor(int64_t{d.batch} * d.channels,
+                      [&](int, int64_t begin, int64_t end) { fn(begin, end); });
+  }
+  template <typename F>
+  void ForChannels(const BatchNormDesc& d, F fn) {
+    pool_.ParallelFor(d.channels, [&](int, int64_t begin, int64_t end) {
+      fn(static_cast<int>(begin), static_cast<int>(end));
+    });
   }
 
   WorkerPool pool_;
