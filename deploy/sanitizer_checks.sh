@@ -91,6 +91,7 @@ for stage in $stages; do
         //server:sync_policy_test //server:ssp_policy_test \
         //server:ps_host_test //rpc:call_window_test //rpc:fan_out_test \
         //worker:shard_incarnations_test //worker:trainer_test \
+        //worker/data:batcher_test //worker/data:readers_test \
         //worker:grpc_ps_client_test //tests:exactly_once_test \
         //tests:transport_test
       ;;

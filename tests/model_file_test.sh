@@ -9,11 +9,15 @@
 # that file, and each kind of bad spec stops launch before any process
 # starts, with exit code 2 and an error naming the layer.
 #
-# Usage: model_file_test.sh <launch> <user_net.prototxt> <torch_user_net.py>
+# A worker started by hand with a model that does not take the data set's
+# images stops before contacting any server.
+#
+# Usage: model_file_test.sh <launch> <user_net.prototxt> <torch_user_net.py> <ps_worker>
 set -euo pipefail
 launch="$(realpath "$1")"
 spec="$(realpath "$2")"
 torch_net="$(realpath "$3")"
+ps_worker="$(realpath "$4")"
 data=/usr/share/datasets/fashion-mnist
 if [[ ! -e "$data/train-labels-idx1-ubyte.gz" ]]; then
   echo "SKIP: dataset-fashion-mnist is not installed"
@@ -109,4 +113,11 @@ rc=0
 ((rc == 2)) && grep -q "12 classes" "$work/twelve.out" ||
   { cat "$work/twelve.out"; fail "a 12-class model on Fashion-MNIST was not refused"; }
 echo "ok: data classes: $(head -1 "$work/twelve.out")"
+# By hand, with no server at the address: refused at once, exit code 2.
+rc=0
+timeout 60 "$ps_worker" --model=cifar_vgg --ps_hosts=127.0.0.1:1 \
+  --worker_index=0 --num_workers=1 > "$work/mismatch.out" 2>&1 || rc=$?
+((rc == 2)) && grep -q "takes 3x32x32 inputs.*1x28x28 images" "$work/mismatch.out" ||
+  { cat "$work/mismatch.out"; fail "ps_worker --model=cifar_vgg on Fashion-MNIST: exit $rc"; }
+echo "ok: ps_worker: $(grep -m1 'takes 3x32x32' "$work/mismatch.out")"
 echo "PASS"

@@ -157,11 +157,15 @@ absl::Status Run() {
         }));
   }
   DP_ASSIGN_OR_RETURN(ReplicaSet set, BuildReplicas(f));
+  std::unique_ptr<ExampleSource> train;
+  if (f.task == WorkerTask::kTrain) {
+    DP_ASSIGN_OR_RETURN(train, OpenTrainingData(f, *set.models[0]));
+  }
   DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ParameterClient>> clients,
                       ConnectClients(f, set));
   if (f.task == WorkerTask::kEval) return Eval(f, set.models[0].get(), clients[0].get());
   DoneReport done;
-  const absl::Status trained = Train(f, set, clients, &done);
+  const absl::Status trained = Train(f, set, std::move(train), clients, &done);
   if (!f.spec.has_value()) return trained;
   return EndSpecJob(f, trained, done, set.models[0].get(), clients[0].get());
 }

@@ -202,13 +202,30 @@ absl::StatusOr<TrainResult> RunIndependentReplicas(
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTrainingData(
+    const WorkerOptions& f, const Model& model) {
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> train,
+                      OpenSplit(SplitFor(f, true, model)));
+  // Batches are copied to the model as input_dims() floats per example: a
+  // data set of another shape is refused before the first step.
+  const Dims in = model.input_dims();
+  if (train->channels() != in.c || train->height() != in.h ||
+      train->width() != in.w) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model \"", f.model, "\" takes ", in.c, "x", in.h, "x", in.w,
+        " inputs, but --dataset=", DatasetName(f.dataset), " in ", f.data_dir,
+        " has ", train->channels(), "x", train->height(), "x", train->width(),
+        " images"));
+  }
+  return train;
+}
+
 absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
+                   std::unique_ptr<ExampleSource> train,
                    std::vector<std::unique_ptr<ParameterClient>>& clients,
                    DoneReport* done) {
   const int w = f.client.worker_id;
   const int R = static_cast<int>(set.models.size());
-  DP_ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> train,
-                      OpenSplit(SplitFor(f, true, *set.models[0])));
   DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Batcher>> batchers,
                       MakeBatchers(f, train.get(), R, set.allocator()));
   // A batcher that failed (an unreadable image) ended its data early: the

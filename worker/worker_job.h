@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/dataset_kind.h"
@@ -40,6 +41,7 @@
 #include "common/host_allocator.h"
 #include "common/report.h"
 #include "worker/data/augment.h"
+#include "worker/data/example_source.h"
 #include "worker/data/input_options.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/job_end.h"
@@ -120,8 +122,15 @@ struct ReplicaSet {
 // `clients`, or one per replica when !f.local_sum. On success *done holds
 // this worker's DONE report (also printed).
 absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
+                   std::unique_ptr<ExampleSource> train,
                    std::vector<std::unique_ptr<ParameterClient>>& clients,
                    DoneReport* done);
+
+// The training split, opened for `model` (an image folder or tensor file is
+// converted to its input); InvalidArgument naming both shapes when the data
+// set's images are not the model's input, before any server is contacted.
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTrainingData(
+    const WorkerOptions& f, const Model& model);
 
 // Evaluates the servers' parameters with `model` on the test split, prints
 // the eval and server-stats lines and writes f.save_params if set; fills
