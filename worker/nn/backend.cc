@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace downpour {
 
@@ -60,6 +61,23 @@ absl::Status Backend::BatchNormBackward(const BatchNormDesc&, const float*,
                                         const float*, const float*, float*,
                                         float*, float*) {
   return NotImplemented(*this, "BatchNormBackward");
+}
+absl::Status Backend::BatchNormReluForwardTraining(
+    const BatchNormDesc& d, const float* x, const float* gamma,
+    const float* beta, float momentum, float* running_mean, float* running_var,
+    float* y, float* save_mean, float* save_invstd) {
+  DP_RETURN_IF_ERROR(BatchNormForwardTraining(d, x, gamma, beta, momentum,
+                                              running_mean, running_var, y,
+                                              save_mean, save_invstd));
+  return ReluForward(d.Size(), y, y);
+}
+absl::Status Backend::BatchNormReluForwardInference(
+    const BatchNormDesc& d, const float* x, const float* gamma,
+    const float* beta, const float* running_mean, const float* running_var,
+    float* y) {
+  DP_RETURN_IF_ERROR(BatchNormForwardInference(d, x, gamma, beta,
+                                               running_mean, running_var, y));
+  return ReluForward(d.Size(), y, y);
 }
 absl::Status Backend::DropoutMask(int64_t, float, uint64_t, float*) {
   return NotImplemented(*this, "DropoutMask");

@@ -182,6 +182,20 @@ class Backend {
       const BatchNormDesc& d, const float* x, const float* gamma,
       const float* beta, const float* running_mean, const float* running_var,
       float* y);
+  // y = max(batch norm, 0): BatchNormForwardTraining / Inference then
+  // ReluForward as one operation, which a backend may fuse (the oneDNN one
+  // applies the ReLU inside the normalization's pass: no separate pass over
+  // the activations). Its backward is ReluBackward on this y, then
+  // BatchNormBackward on the masked gradient. Default: the normalization,
+  // then ReluForward in place on y.
+  virtual absl::Status BatchNormReluForwardTraining(
+      const BatchNormDesc& d, const float* x, const float* gamma,
+      const float* beta, float momentum, float* running_mean,
+      float* running_var, float* y, float* save_mean, float* save_invstd);
+  virtual absl::Status BatchNormReluForwardInference(
+      const BatchNormDesc& d, const float* x, const float* gamma,
+      const float* beta, const float* running_mean, const float* running_var,
+      float* y);
   // Backward of the training forward: overwrites dx, dgamma and dbeta.
   virtual absl::Status BatchNormBackward(const BatchNormDesc& d,
                                          const float* x, const float* dy,

@@ -21,6 +21,10 @@ namespace downpour {
 // InvalidArgument naming the layer unless every dim is >= 1.
 absl::Status CheckDims(const std::string& name, const Dims& in);
 
+// `layer` with a following ReLU fused in, when it is an unfused batch norm
+// (NewBatchNorm); else null. For FuseConvReluGraph (layers_graph.cc).
+std::unique_ptr<Layer> FusedBatchNormRelu(const Layer* layer);
+
 class LayerBase : public Layer {
  public:
   explicit LayerBase(std::string name) : name_(std::move(name)) {}

@@ -520,7 +520,9 @@ std::vector<GraphNode> FuseConvReluGraph(std::vector<GraphNode> nodes) {
     if (IsRelu(node.layer.get()) && node.inputs.size() == 1) {
       const int c = node.inputs[0];
       if (c >= 0 && c < i && readers[c] == 1) {
-        std::unique_ptr<Layer> fused = FusedConv(out[remap[c]].layer.get());
+        const Layer* reader = out[remap[c]].layer.get();
+        std::unique_ptr<Layer> fused = FusedConv(reader);
+        if (fused == nullptr) fused = FusedBatchNormRelu(reader);
         if (fused != nullptr) {
           out[remap[c]].layer = std::move(fused);
           remap[i] = remap[c];

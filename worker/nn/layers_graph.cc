@@ -20,13 +20,24 @@
 namespace downpour {
 namespace {
 
-// PyTorch's BatchNorm2d over channels (BatchNorm1d for N x C x 1 x 1).
-// The batch statistics of the last training Forward are kept (save_mean_,
-// save_invstd_) for Backward.
+// PyTorch's BatchNorm2d over channels (BatchNorm1d for N x C x 1 x 1),
+// optionally followed by a ReLU in the same layer (`relu`: the backend's
+// BatchNormRelu* forwards, and a backward that masks dy by y > 0 into mask_
+// first, as Conv2dLayer's fused ReLU). The batch statistics of the last
+// training Forward are kept (save_mean_, save_invstd_) for Backward.
 class BatchNormLayer : public UnaryLayer {
  public:
-  BatchNormLayer(std::string name, float eps, float momentum)
-      : UnaryLayer(std::move(name)), eps_(eps), momentum_(momentum) {}
+  BatchNormLayer(std::string name, float eps, float momentum, bool relu)
+      : UnaryLayer(std::move(name)),
+        eps_(eps),
+        momentum_(momentum),
+        relu_(relu) {}
+
+  bool fused_relu() const { return relu_; }
+  // This layer with the ReLU fused in (not configured nor bound).
+  std::unique_ptr<Layer> WithRelu() const {
+    return std::make_unique<BatchNormLayer>(name_, eps_, momentum_, true);
+  }
 
   std::vector<ParamSpec> Params() const override {
     return {{"weight", {in_.c}, Init::kOnes, 1},
@@ -79,6 +90,10 @@ class BatchNormLayer : public UnaryLayer {
     }
     const BatchNormDesc d = Desc(batch);
     if (!pass.training) {
+      if (relu_) {
+        return backend_->BatchNormReluForwardInference(
+            d, x, gamma_, beta_, running_mean_, running_var_, y);
+      }
       return backend_->BatchNormForwardInference(d, x, gamma_, beta_,
                                                  running_mean_, running_var_,
                                                  y);
@@ -91,13 +106,30 @@ class BatchNormLayer : public UnaryLayer {
     }
     const float momentum =
         pass.stats_momentum >= 0.f ? pass.stats_momentum : momentum_;
+    if (relu_) {
+      return backend_->BatchNormReluForwardTraining(
+          d, x, gamma_, beta_, momentum, running_mean_, running_var_, y,
+          save_mean_.data(), save_invstd_.data());
+    }
     return backend_->BatchNormForwardTraining(
         d, x, gamma_, beta_, momentum, running_mean_, running_var_, y,
         save_mean_.data(), save_invstd_.data());
   }
 
-  absl::Status BackwardOne(int batch, const float* x, const float* /*y*/,
+  absl::Status BackwardOne(int batch, const float* x, const float* y,
                            const float* dy, float* dx) override {
+    if (relu_) {
+      // The ReLU's backward from the fused output (allocated by the first
+      // backward, so that an evaluation model does without it).
+      const int64_t n = batch * in_.Size();
+      if (mask_.data() == nullptr) {
+        DP_ASSIGN_OR_RETURN(mask_, DeviceBuffer::Create(
+                                       backend_, max_batch_ * in_.Size()));
+      }
+      DP_RETURN_IF_ERROR(backend_->Discard(mask_.data(), mask_.size()));
+      DP_RETURN_IF_ERROR(backend_->ReluBackward(n, y, dy, mask_.data()));
+      dy = mask_.data();
+    }
     // The backend writes dx always; without a reader it goes to scratch.
     float* out = dx;
     if (out == nullptr) {
@@ -123,6 +155,8 @@ class BatchNormLayer : public UnaryLayer {
   }
 
   const float eps_, momentum_;
+  const bool relu_;
+  DeviceBuffer mask_;  // With relu_: dy masked by y > 0, max_batch rows.
   const float* gamma_ = nullptr;
   const float* beta_ = nullptr;
   float* dgamma_ = nullptr;
@@ -350,7 +384,14 @@ class ConcatLayer : public MultiInputLayer {
 
 std::unique_ptr<Layer> NewBatchNorm(std::string name, float eps,
                                     float momentum) {
-  return std::make_unique<BatchNormLayer>(std::move(name), eps, momentum);
+  return std::make_unique<BatchNormLayer>(std::move(name), eps, momentum,
+                                          /*relu=*/false);
+}
+
+std::unique_ptr<Layer> FusedBatchNormRelu(const Layer* layer) {
+  const auto* bn = dynamic_cast<const BatchNormLayer*>(layer);
+  if (bn == nullptr || bn->fused_relu()) return nullptr;
+  return bn->WithRelu();
 }
 std::unique_ptr<Layer> NewDropout(std::string name, float rate) {
   return std::make_unique<DropoutLayer>(std::move(name), rate);

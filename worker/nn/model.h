@@ -158,8 +158,10 @@ struct GraphNode {
   std::vector<int> inputs;
 };
 
-// FuseConvRelu on a graph: a convolution whose only reader is a ReLU that
-// reads only it becomes a NewConv2dRelu, and the ReLU's readers read it.
+// FuseConvRelu on a graph: a convolution (or a batch norm) whose only
+// reader is a ReLU that reads only it becomes one layer with the ReLU fused
+// in (NewConv2dRelu; a batch norm running the backend's BatchNormRelu*
+// forwards), and the ReLU's readers read it. Parameters are unchanged.
 std::vector<GraphNode> FuseConvReluGraph(std::vector<GraphNode> nodes);
 
 struct StepResult {

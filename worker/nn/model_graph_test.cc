@@ -109,8 +109,8 @@ TEST_P(ModelGraphTest, GradientsMatchFiniteDifferences) {
 
 TEST_P(ModelGraphTest, FusedGraphMatchesUnfused) {
   std::vector<GraphNode> fused_graph = FuseConvReluGraph(BranchyGraph(0.f));
-  // relu_a is folded into conv a; relu1 (after batch norm) stays.
-  EXPECT_EQ(fused_graph.size(), BranchyGraph(0.f).size() - 1);
+  // relu_a is folded into conv a, relu1 into batch norm bn1.
+  EXPECT_EQ(fused_graph.size(), BranchyGraph(0.f).size() - 2);
   std::unique_ptr<Model> fused = MakeModel(be_.get(), std::move(fused_graph));
   std::unique_ptr<Model> plain = MakeModel(be_.get(), BranchyGraph(0.f));
   ASSERT_NE(fused, nullptr);
@@ -130,6 +130,11 @@ TEST_P(ModelGraphTest, FusedGraphMatchesUnfused) {
   for (size_t i = 0; i < ga.size(); ++i) {
     ASSERT_NEAR(ga[i], gb[i], 1e-4 + 1e-4 * std::fabs(gb[i])) << i;
   }
+  // Evaluation (the fused inference forwards) agrees too.
+  absl::StatusOr<StepResult> ea = fused->Evaluate(x.data(), y.data(), kBatch);
+  absl::StatusOr<StepResult> eb = plain->Evaluate(x.data(), y.data(), kBatch);
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  EXPECT_NEAR(ea->loss, eb->loss, 1e-5);
 }
 
 // Per-channel batch mean and unbiased / biased variance of an NCHW batch.

@@ -117,10 +117,13 @@ absl::Status OnednnBackend::Copy(const float* src, float* dst, int64_t n) {
   if (src == dst || n == 0) return absl::OkStatus();
   return Guard("Copy", [&] {
     if (const memory::desc* found = layouts_.Find(src, Bytes(n))) {
-      // Flatten's copy: the reorder to plain is the copy.
+      // A tensor in a layout of its own (without padding: it fills exactly
+      // n floats) is copied as it is and keeps that layout, so a residual
+      // sum or a branch's gradient does not convert it to plain and back.
       const memory::desc md = *found;
       OverwriteOrThrow(dst, n);
-      ctx_.Reorder(md, src, PlainOf(md), dst);
+      std::memcpy(dst, src, Bytes(n));
+      layouts_.Set(dst, md);
       return absl::OkStatus();
     }
     layouts_.ReadPlain(src, n);

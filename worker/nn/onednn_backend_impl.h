@@ -154,6 +154,18 @@ class OnednnBackend : public Backend {
                                          const float* running_mean,
                                          const float* running_var,
                                          float* y) override;
+  absl::Status BatchNormReluForwardTraining(
+      const BatchNormDesc& d, const float* x, const float* gamma,
+      const float* beta, float momentum, float* running_mean,
+      float* running_var, float* y, float* save_mean,
+      float* save_invstd) override;
+  absl::Status BatchNormReluForwardInference(const BatchNormDesc& d,
+                                             const float* x,
+                                             const float* gamma,
+                                             const float* beta,
+                                             const float* running_mean,
+                                             const float* running_var,
+                                             float* y) override;
   absl::Status BatchNormBackward(const BatchNormDesc& d, const float* x,
                                  const float* dy, const float* gamma,
                                  const float* save_mean,
@@ -186,6 +198,18 @@ class OnednnBackend : public Backend {
   // d's shape, else plain {N, C, spatial, 1} (x converted first).
   absl::StatusOr<BatchNormPrims*> BatchNormFor(const BatchNormDesc& d,
                                                const float* x, const char* op);
+  // The training / inference forwards, with the ReLU fused in when `relu`.
+  absl::Status RunBatchNormTraining(const BatchNormDesc& d, const float* x,
+                                    const float* gamma, const float* beta,
+                                    float momentum, float* running_mean,
+                                    float* running_var, float* y,
+                                    float* save_mean, float* save_invstd,
+                                    bool relu, const char* op);
+  absl::Status RunBatchNormInference(const BatchNormDesc& d, const float* x,
+                                     const float* gamma, const float* beta,
+                                     const float* running_mean,
+                                     const float* running_var, float* y,
+                                     bool relu, const char* op);
   // The layout two elementwise inputs a and b of n floats share, written to
   // *md, when both hold the same recorded one and y (the output) is one of
   // them or overlaps neither; else false, after converting them to plain.

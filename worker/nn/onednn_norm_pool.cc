@@ -275,8 +275,26 @@ absl::Status OnednnBackend::BatchNormForwardTraining(
     const BatchNormDesc& d, const float* x, const float* gamma,
     const float* beta, float momentum, float* running_mean, float* running_var,
     float* y, float* save_mean, float* save_invstd) {
+  return RunBatchNormTraining(d, x, gamma, beta, momentum, running_mean,
+                              running_var, y, save_mean, save_invstd,
+                              /*relu=*/false, "BatchNormForwardTraining");
+}
+
+absl::Status OnednnBackend::BatchNormReluForwardTraining(
+    const BatchNormDesc& d, const float* x, const float* gamma,
+    const float* beta, float momentum, float* running_mean, float* running_var,
+    float* y, float* save_mean, float* save_invstd) {
+  return RunBatchNormTraining(d, x, gamma, beta, momentum, running_mean,
+                              running_var, y, save_mean, save_invstd,
+                              /*relu=*/true, "BatchNormReluForwardTraining");
+}
+
+absl::Status OnednnBackend::RunBatchNormTraining(
+    const BatchNormDesc& d, const float* x, const float* gamma,
+    const float* beta, float momentum, float* running_mean, float* running_var,
+    float* y, float* save_mean, float* save_invstd, bool relu,
+    const char* op) {
   DP_RETURN_IF_ERROR(CheckBatchNormTraining(d, momentum));
-  const char* op = "BatchNormForwardTraining";
   DP_ASSIGN_OR_RETURN(BatchNormPrims * pp, BatchNormFor(d, x, op));
   BatchNormPrims& p = *pp;
   return Guard(op, [&] {
@@ -290,16 +308,18 @@ absl::Status OnednnBackend::BatchNormForwardTraining(
     const dnnl::engine& e = ctx_.engine();
     const memory::desc plain = PlainOf(p.src);
     void* dst = Output(y, plain, p.src, p.dy_buf);  // Never the spare.
-    p.train.execute(
-        ctx_.stream(),
-        {{DNNL_ARG_SRC, memory(p.src, e, const_cast<float*>(x))},
-         {DNNL_ARG_DST, memory(p.src, e, dst)},
-         {DNNL_ARG_MEAN, memory(p.stat, e, save_mean)},
-         {DNNL_ARG_VARIANCE, p.variance},
-         {DNNL_ARG_SCALE, memory(p.stat, e, const_cast<float*>(gamma))},
-         {DNNL_ARG_SHIFT, memory(p.stat, e, const_cast<float*>(beta))},
-         {DNNL_ARG_SCRATCHPAD,
-          ctx_.Scratch(p.scratch_train, p.scratch_bytes)}});
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(p.src, e, const_cast<float*>(x))},
+        {DNNL_ARG_DST, memory(p.src, e, dst)},
+        {DNNL_ARG_MEAN, memory(p.stat, e, save_mean)},
+        {DNNL_ARG_VARIANCE, p.variance},
+        {DNNL_ARG_SCALE, memory(p.stat, e, const_cast<float*>(gamma))},
+        {DNNL_ARG_SHIFT, memory(p.stat, e, const_cast<float*>(beta))},
+        {DNNL_ARG_SCRATCHPAD,
+         ctx_.Scratch(relu ? p.scratch_train_relu : p.scratch_train,
+                      p.scratch_bytes)}};
+    if (relu) args.insert({DNNL_ARG_WORKSPACE, p.relu_workspace});
+    (relu ? p.train_relu : p.train).execute(ctx_.stream(), args);
     ctx_.stream().wait();
     FinishOutput(y, plain, p.src, p.dy_buf);
     const float* var = static_cast<const float*>(p.variance.get_data_handle());
@@ -325,7 +345,23 @@ absl::Status OnednnBackend::BatchNormForwardInference(
     const BatchNormDesc& d, const float* x, const float* gamma,
     const float* beta, const float* running_mean, const float* running_var,
     float* y) {
-  const char* op = "BatchNormForwardInference";
+  return RunBatchNormInference(d, x, gamma, beta, running_mean, running_var,
+                               y, /*relu=*/false, "BatchNormForwardInference");
+}
+
+absl::Status OnednnBackend::BatchNormReluForwardInference(
+    const BatchNormDesc& d, const float* x, const float* gamma,
+    const float* beta, const float* running_mean, const float* running_var,
+    float* y) {
+  return RunBatchNormInference(d, x, gamma, beta, running_mean, running_var,
+                               y, /*relu=*/true,
+                               "BatchNormReluForwardInference");
+}
+
+absl::Status OnednnBackend::RunBatchNormInference(
+    const BatchNormDesc& d, const float* x, const float* gamma,
+    const float* beta, const float* running_mean, const float* running_var,
+    float* y, bool relu, const char* op) {
   DP_RETURN_IF_ERROR(ValidateBatchNorm(d, op));
   DP_ASSIGN_OR_RETURN(BatchNormPrims * pp, BatchNormFor(d, x, op));
   BatchNormPrims& p = *pp;
@@ -337,7 +373,7 @@ absl::Status OnednnBackend::BatchNormForwardInference(
     const dnnl::engine& e = ctx_.engine();
     const memory::desc plain = PlainOf(p.src);
     void* dst = Output(y, plain, p.src, p.dy_buf);  // Never the spare.
-    p.infer.execute(
+    (relu ? p.infer_relu : p.infer).execute(
         ctx_.stream(),
         {{DNNL_ARG_SRC, memory(p.src, e, const_cast<float*>(x))},
          {DNNL_ARG_DST, memory(p.src, e, dst)},
@@ -347,7 +383,8 @@ absl::Status OnednnBackend::BatchNormForwardInference(
          {DNNL_ARG_SCALE, memory(p.stat, e, const_cast<float*>(gamma))},
          {DNNL_ARG_SHIFT, memory(p.stat, e, const_cast<float*>(beta))},
          {DNNL_ARG_SCRATCHPAD,
-          ctx_.Scratch(p.scratch_infer, p.scratch_bytes)}});
+          ctx_.Scratch(relu ? p.scratch_infer_relu : p.scratch_infer,
+                       p.scratch_bytes)}});
     ctx_.stream().wait();
     FinishOutput(y, plain, p.src, p.dy_buf);
     return absl::OkStatus();

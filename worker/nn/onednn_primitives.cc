@@ -203,9 +203,21 @@ std::unique_ptr<BatchNormPrims> MakeBatchNorm(const BatchNormDesc& d,
       attr, e);
   batch_normalization_backward::primitive_desc bpd(
       {prop_kind::backward, src_md, src_md, d.eps, ss}, attr, e, tpd);
+  const normalization_flags relu = normalization_flags::fuse_norm_relu;
+  batch_normalization_forward::primitive_desc trpd(
+      {prop_kind::forward_training, src_md, d.eps, ss | relu}, attr, e);
+  batch_normalization_forward::primitive_desc irpd(
+      {prop_kind::forward_inference, src_md, d.eps,
+       ss | normalization_flags::use_global_stats | relu},
+      attr, e);
   auto p = std::make_unique<BatchNormPrims>();
   p->train = batch_normalization_forward(tpd);
   p->infer = batch_normalization_forward(ipd);
+  p->train_relu = batch_normalization_forward(trpd);
+  p->infer_relu = batch_normalization_forward(irpd);
+  p->relu_workspace = memory(trpd.workspace_desc(), e);
+  p->scratch_train_relu = trpd.scratchpad_desc();
+  p->scratch_infer_relu = irpd.scratchpad_desc();
   p->bwd = batch_normalization_backward(bpd);
   p->src = src_md;
   p->stat = Plain({d.channels}, Tag::x);
@@ -217,7 +229,8 @@ std::unique_ptr<BatchNormPrims> MakeBatchNorm(const BatchNormDesc& d,
   p->scratch_bwd = bpd.scratchpad_desc();
   p->scratch_bytes =
       std::max({p->scratch_train.get_size(), p->scratch_infer.get_size(),
-                p->scratch_bwd.get_size()});
+                p->scratch_bwd.get_size(), trpd.scratchpad_desc().get_size(),
+                irpd.scratchpad_desc().get_size()});
   return p;
 }
 

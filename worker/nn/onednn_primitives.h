@@ -109,6 +109,12 @@ struct PoolPrims {
 // interface, which passes 1 / sqrt(variance + eps) instead.
 struct BatchNormPrims {
   dnnl::batch_normalization_forward train, infer;
+  // The same with the ReLU fused in (fuse_norm_relu); train_relu writes
+  // its ReLU mask to relu_workspace, which nothing reads (the backward pass
+  // is ReluBackward, then bwd).
+  dnnl::batch_normalization_forward train_relu, infer_relu;
+  dnnl::memory relu_workspace;
+  dnnl::memory::desc scratch_train_relu, scratch_infer_relu;
   dnnl::batch_normalization_backward bwd;
   dnnl::memory::desc src, stat;
   dnnl::memory variance;
