@@ -1,6 +1,8 @@
 #include "common/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,15 +25,42 @@ std::string FolderOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// 16 random hex digits from the kernel's generator.
+std::string RandomSuffix() {
+  unsigned char bytes[8] = {};
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // Then O_EXCL still refuses a planted name.
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(
     const std::string& path, FileDurability durability) {
-  std::string tmp = path + ".tmp";
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  // A fresh name each time, and never an existing file or symlink: a name
+  // another user planted beside PATH cannot redirect the write.
+  std::string tmp;
+  int fd = -1;
+  int err = 0;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    tmp = absl::StrCat(path, ".tmp.", RandomSuffix());
+    fd = ::open(tmp.c_str(),
+                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    err = fd < 0 ? errno : 0;
+    if (fd < 0 && err != EEXIST) break;
+  }
   if (fd < 0) {
-    const int err = errno;
     return absl::UnavailableError(absl::StrCat(
         "cannot write ", path, ": cannot create ", tmp, ": ", ErrnoText(err)));
   }
@@ -144,6 +173,25 @@ absl::Status AtomicFileWriter::Commit() {
           ErrnoText(err)));
       return status_;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreatePrivateDirectories(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  // Each prefix ending at a '/', then the whole path.
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string prefix = dir.substr(0, i);
+    if (::mkdir(prefix.c_str(), 0700) == 0 || errno == EEXIST) continue;
+    const int err = errno;
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create folder ", prefix, ": ", ErrnoText(err)));
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create folder ", dir, ": not a folder"));
   }
   return absl::OkStatus();
 }

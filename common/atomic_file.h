@@ -1,10 +1,14 @@
 // File: common/atomic_file.h
 //
-// Replacing a file atomically: the new contents go to `PATH.tmp` beside it,
-// which is then renamed over PATH, so a reader (or a restart after a crash)
-// sees the old file or the new one, never half of one. The one
-// implementation behind the port files, data positions, snapshots, saved
-// parameters and launcher summaries.
+// Replacing a file atomically: the new contents go to a temporary file
+// beside it, `PATH.tmp.<random>`, created with O_CREAT|O_EXCL|O_NOFOLLOW
+// (a name planted in advance, a symlink included, is never opened), which
+// is then renamed over PATH, so a reader (or a restart after a crash) sees
+// the old file or the new one, never half of one. Every file is created
+// mode 0600 (owner only, whatever the umask): it may hold a model, a
+// snapshot or a worker's position. The one implementation behind the port
+// files, data positions, snapshots, saved parameters and launcher
+// summaries. CreatePrivateDirectories makes the folders for them (0700).
 //
 //   DP_RETURN_IF_ERROR(AtomicWriteFile(path, text));  // small files
 //
@@ -13,13 +17,14 @@
 //   for (...) DP_RETURN_IF_ERROR(w.Append(piece));
 //   DP_RETURN_IF_ERROR(w.Commit());
 //
-// Errors are Unavailable, naming PATH (and PATH.tmp where that failed) with
-// the system's reason; the temporary file is removed. A caller that reports
+// Errors are Unavailable, naming PATH (and the temporary file where that
+// failed) with the system's reason; the temporary file is removed. A crash
+// of the process may leave a `PATH.tmp.*` file behind. A caller that reports
 // another code maps it (e.g. a launcher's output path is configuration:
 // FailedPrecondition). The folder must exist.
 //
-// One writer per PATH at a time: two processes replacing the same file at
-// once share PATH.tmp. Free functions are thread-safe as far as the file
+// Two writers replacing one PATH at once each write their own temporary
+// file; the last rename wins. Free functions are thread-safe as far as the file
 // system is; an AtomicFileWriter is thread-compatible.
 #ifndef DOWNPOUR_COMMON_ATOMIC_FILE_H_
 #define DOWNPOUR_COMMON_ATOMIC_FILE_H_
@@ -41,18 +46,18 @@ enum class FileDurability {
   kFsync,
 };
 
-// Replaces `path` with `contents` (created with mode 0666 & ~umask).
+// Replaces `path` with `contents` (the new file has mode 0600).
 absl::Status AtomicWriteFile(
     const std::string& path, absl::string_view contents,
     FileDurability durability = FileDurability::kRenameOnly);
 
-// Streams a file's contents into PATH.tmp and renames it over PATH on
-// Commit(). Destroying an uncommitted writer (or any failure) removes
-// PATH.tmp and leaves PATH as it was. After a failure every later call
+// Streams a file's contents into a temporary file and renames it over PATH
+// on Commit(). Destroying an uncommitted writer (or any failure) removes the
+// temporary file and leaves PATH as it was. After a failure every later call
 // returns that failure.
 class AtomicFileWriter {
  public:
-  // Creates (truncates) PATH.tmp.
+  // Creates a new temporary file `PATH.tmp.<random>` (mode 0600).
   static absl::StatusOr<AtomicFileWriter> Open(const std::string& path,
                                                FileDurability durability);
 
@@ -65,7 +70,7 @@ class AtomicFileWriter {
   // Writes all of `data` (unbuffered: it is in PATH.tmp when this returns).
   absl::Status Append(absl::string_view data);
 
-  // Closes PATH.tmp (fsync first with kFsync) and renames it over PATH
+  // Closes the temporary file (fsync first with kFsync) and renames it over PATH
   // (then fsync of the folder with kFsync). If only that last fsync fails,
   // PATH already holds the new contents and the error says so.
   absl::Status Commit();
@@ -75,7 +80,8 @@ class AtomicFileWriter {
  private:
   AtomicFileWriter(std::string path, std::string tmp, int fd,
                    FileDurability durability);
-  // Records `s` as the writer's failure, closing and removing PATH.tmp.
+  // Records `s` as the writer's failure, closing and removing the
+  // temporary file.
   absl::Status Fail(absl::Status s);
   void CloseAndRemoveTmp();
 
@@ -86,6 +92,11 @@ class AtomicFileWriter {
   bool committed_ = false;
   absl::Status status_;  // The first failure.
 };
+
+// Creates `dir` and any missing parent, each new folder with mode 0700
+// (existing ones are left as they are). Unavailable naming the folder that
+// could not be made.
+absl::Status CreatePrivateDirectories(const std::string& dir);
 
 }  // namespace downpour
 

@@ -1,6 +1,9 @@
 #include "common/atomic_file.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <string>
 #include <utility>
@@ -16,6 +19,27 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// Whether a temporary file of `path` (`path.tmp.*`) exists beside it.
+bool TmpExists(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = path.substr(0, slash);
+  const std::string prefix = path.substr(slash + 1) + ".tmp";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  while (dirent* e = ::readdir(d)) {
+    found |= std::string(e->d_name).rfind(prefix, 0) == 0;
+  }
+  ::closedir(d);
+  return found;
+}
+
+int Mode(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777)
+                                        : -1;
+}
+
 class AtomicFileTest : public ::testing::TestWithParam<FileDurability> {};
 
 TEST_P(AtomicFileTest, WritesAndOverwritesLeavingNoTemporaryFile) {
@@ -28,7 +52,7 @@ TEST_P(AtomicFileTest, WritesAndOverwritesLeavingNoTemporaryFile) {
   ASSERT_TRUE(AtomicWriteFile(path, "", GetParam()).ok());
   EXPECT_TRUE(Exists(path));
   EXPECT_EQ(ReadBytes(path), "");
-  EXPECT_FALSE(Exists(path + ".tmp"));
+  EXPECT_FALSE(TmpExists(path));
 }
 
 TEST_P(AtomicFileTest, MissingFolderNamesThePath) {
@@ -53,7 +77,7 @@ TEST_P(AtomicFileTest, WriterStreamsAndCommits) {
   AtomicFileWriter moved = std::move(*w);
   ASSERT_TRUE(moved.Commit().ok());
   EXPECT_EQ(ReadBytes(path), std::string("ab\0\0\0", 5));
-  EXPECT_FALSE(Exists(path + ".tmp"));
+  EXPECT_FALSE(TmpExists(path));
   EXPECT_FALSE(moved.Append("late").ok());
 }
 
@@ -65,10 +89,10 @@ TEST_P(AtomicFileTest, AbandonedWriterLeavesTheOldFile) {
         AtomicFileWriter::Open(path, GetParam());
     ASSERT_TRUE(w.ok()) << w.status();
     ASSERT_TRUE(w->Append("new").ok());
-    EXPECT_TRUE(Exists(path + ".tmp"));
+    EXPECT_TRUE(TmpExists(path));
   }
   EXPECT_EQ(ReadBytes(path), "old");
-  EXPECT_FALSE(Exists(path + ".tmp"));
+  EXPECT_FALSE(TmpExists(path));
 }
 
 TEST_P(AtomicFileTest, FailedRenameRemovesTheTemporaryFile) {
@@ -78,8 +102,44 @@ TEST_P(AtomicFileTest, FailedRenameRemovesTheTemporaryFile) {
   const absl::Status s = AtomicWriteFile(path, "x", GetParam());
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("rename"), absl::string_view::npos) << s;
-  EXPECT_FALSE(Exists(path + ".tmp"));
+  EXPECT_FALSE(TmpExists(path));
   ::rmdir(path.c_str());
+}
+
+TEST_P(AtomicFileTest, FilesAreOwnerOnlyWhateverTheUmask) {
+  const mode_t old = ::umask(022);
+  const std::string path = TestTmpPath("private.txt");
+  ASSERT_TRUE(AtomicWriteFile(path, "secret", GetParam()).ok());
+  ::umask(old);
+  EXPECT_EQ(Mode(path), 0600);
+}
+
+TEST_P(AtomicFileTest, PlantedSymlinkAtTheOldTemporaryNameIsNotFollowed) {
+  // The temporary name was once PATH.tmp: a symlink there made the writer
+  // overwrite the file it points to.
+  const std::string victim = TestTmpPath("victim.txt");
+  WriteBytes(victim, "keep me");
+  ASSERT_EQ(::chmod(victim.c_str(), 0600), 0);
+  const std::string path = TestTmpPath("target.txt");
+  ASSERT_EQ(::symlink(victim.c_str(), (path + ".tmp").c_str()), 0);
+  ASSERT_TRUE(AtomicWriteFile(path, "new", GetParam()).ok());
+  EXPECT_EQ(ReadBytes(victim), "keep me");
+  EXPECT_EQ(ReadBytes(path), "new");
+  ::unlink((path + ".tmp").c_str());
+}
+
+TEST(CreatePrivateDirectoriesTest, NewFoldersAre0700) {
+  const mode_t old = ::umask(022);
+  const std::string dir = TestTmpPath("private_a/b/c");
+  ASSERT_TRUE(CreatePrivateDirectories(dir).ok());
+  ASSERT_TRUE(CreatePrivateDirectories(dir).ok());  // Already there.
+  ::umask(old);
+  EXPECT_EQ(Mode(TestTmpPath("private_a")), 0700);
+  EXPECT_EQ(Mode(dir), 0700);
+  const std::string file = TestTmpPath("a_file");
+  WriteBytes(file, "x");
+  const absl::Status s = CreatePrivateDirectories(file + "/sub");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Durability, AtomicFileTest,

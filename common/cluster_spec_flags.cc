@@ -18,8 +18,8 @@ ABSL_FLAG(int, base_port, downpour::ClusterSpecInputs{}.base_port,
           "Slurm: a task listens on base_port + its offset on its node.");
 ABSL_FLAG(int, num_workers, 0,
           "Workers in a job started without a cluster spec (a spec gives its "
-          "own count). 0: not given (a worker counts 1; a server knows no "
-          "count, which only async allows).");
+          "own count). Required by ps_server, in every mode: it bounds what "
+          "a shard keeps per worker. 0: not given (a worker counts 1).");
 
 namespace downpour {
 

@@ -25,7 +25,7 @@ namespace downpour {
 ClusterSpecInputs ClusterSpecInputsFromFlags(absl::string_view default_task_type);
 
 // --num_workers: the workers of a job started without a spec; 0 when not
-// given (a worker then counts itself alone, a server knows no count).
+// given (a worker then counts itself alone; ps_server refuses to start).
 int NumWorkersFromFlags();
 
 // The names of the six spec flags, for `node`'s own reading of them.

@@ -1,15 +1,17 @@
 // File: common/exit_codes.h
 //
-// The one exit-code rule of ps_server, ps_worker and
-// launch, so that a restart policy (Kubernetes' podFailurePolicy on
+// The one exit-code rule of ps_server, ps_worker, launch and node (which
+// becomes one of the first two), so that a restart policy (Kubernetes' podFailurePolicy on
 // ExitCode, Slurm's --requeue in an epilog, launch --max_restarts) can tell a
 // failure worth retrying from one that will fail the same way again:
 //
 //   0  kExitOk         done (also after SIGTERM: drained, snapshot written or
-//                      step pushed and left).
+//                      step pushed and left), and --help.
 //   1  kExitOther      any other failure (a bug, a failed write, an internal
 //                      error): retrying may help once; do not loop on it.
-//   2  kExitFatal      bad flags or configuration (InvalidArgument,
+//   2  kExitFatal      bad flags or configuration (an unknown flag or a bad
+//                      value, common/command_line.h; an output path that
+//                      cannot be written; InvalidArgument,
 //                      FailedPrecondition, NotFound, AlreadyExists,
 //                      PermissionDenied, Unauthenticated, OutOfRange,
 //                      Unimplemented): never retry, fix the command.

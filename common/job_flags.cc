@@ -34,7 +34,8 @@ ABSL_FLAG(int, replicas, downpour::JobFlags{}.replicas,
 ABSL_FLAG(std::string, gpus, "",
           "Comma-separated GPU ordinals of each worker process, one replica "
           "per entry (0,0 runs two replicas on GPU 0). Empty: one replica "
-          "on GPU 0 for --device=cuda.");
+          "on GPU 0 for --device=cuda. launch deals its list among its "
+          "worker processes (--gpus_per_worker).");
 ABSL_FLAG(std::string, local_aggregation, "sum",
           "With several replicas in a process: sum (average their gradients "
           "and push once, one worker id) or none (each replica is a worker "

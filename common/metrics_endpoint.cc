@@ -1,12 +1,28 @@
 #include "common/metrics_endpoint.h"
 
+#include <cstring>
 #include <exception>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/exposer.h"
+#include "CivetServer.h"
+#include "civetweb.h"
 
 namespace downpour {
+namespace {
+
+// civetweb's first look at a request: anything but GET /metrics is answered
+// 404 here (returning 1: handled).
+int RefuseAllButMetrics(mg_connection* conn) {
+  const mg_request_info* info = mg_get_request_info(conn);
+  const char* uri = info == nullptr ? nullptr : info->local_uri;
+  if (uri != nullptr && std::strcmp(uri, "/metrics") == 0) return 0;
+  mg_send_http_error(conn, 404, "%s", "only /metrics is served here");
+  return 1;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& bind, int port,
@@ -17,8 +33,18 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
   const std::string address = absl::StrCat(bind, ":", port);
   try {
-    // One listening thread; scrapes are rare and small.
-    e->exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
+    // Several threads, and a short timeout for a request to arrive: a few
+    // idle connections cannot hold every thread and blind the endpoint.
+    // Only /metrics is served (civetweb would also serve /metrics/x and
+    // /metricsX through the same handler).
+    e->callbacks_ = std::make_unique<CivetCallbacks>();
+    e->callbacks_->begin_request = &RefuseAllButMetrics;
+    e->exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{
+            "listening_ports", address,
+            "num_threads", absl::StrCat(kMetricsThreads),
+            "request_timeout_ms", absl::StrCat(kMetricsRequestTimeoutMs)},
+        e->callbacks_.get());
   } catch (const std::exception& ex) {
     return absl::UnavailableError(absl::StrCat(
         "could not serve metrics on ", address, ": ", ex.what()));
@@ -29,6 +55,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   return e;
 }
 
+MetricsEndpoint::MetricsEndpoint() = default;
 MetricsEndpoint::~MetricsEndpoint() = default;
 
 void MetricsEndpoint::AddCollectable(std::shared_ptr<prometheus::Collectable> c) {

@@ -10,6 +10,10 @@
 //                       MetricsEndpoint::Start("127.0.0.1", 9100, registry));
 //   endpoint->port();   // the bound port (port 0 picks a free one)
 //
+// The endpoint serves only `/metrics` (404 for any other path), with
+// kMetricsThreads threads and a kMetricsRequestTimeoutMs wait for a request
+// on a connection, so that idle connections cannot hold it for long.
+//
 // Thread-safety: the library serves scrapes on its own threads; metrics are
 // updated concurrently (prometheus-cpp's counters/histograms are atomic).
 #ifndef DOWNPOUR_COMMON_METRICS_ENDPOINT_H_
@@ -25,8 +29,12 @@
 namespace prometheus {
 class Exposer;
 }  // namespace prometheus
+struct CivetCallbacks;
 
 namespace downpour {
+
+inline constexpr int kMetricsThreads = 8;
+inline constexpr int kMetricsRequestTimeoutMs = 2000;
 
 class MetricsEndpoint {
  public:
@@ -42,7 +50,8 @@ class MetricsEndpoint {
   void AddCollectable(std::shared_ptr<prometheus::Collectable> c);
 
  private:
-  MetricsEndpoint() = default;
+  MetricsEndpoint();
+  std::unique_ptr<CivetCallbacks> callbacks_;  // Read by the server below.
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::vector<std::shared_ptr<prometheus::Collectable>> kept_;
   int port_ = 0;

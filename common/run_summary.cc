@@ -107,7 +107,8 @@ std::string Summary::ToJson() const {
   if (staleness_p50) j["staleness_p50"] = Number(*staleness_p50);
   if (staleness_p99) j["staleness_p99"] = Number(*staleness_p99);
   if (dropped_stale) j["dropped_stale"] = *dropped_stale;
-  j["log_dir"] = log_dir;
+  if (!log_dir.empty()) j["log_dir"] = log_dir;
+  if (!saved_params.empty()) j["saved_params"] = saved_params;
   return j.dump(-1, ' ', false,
                 nlohmann::ordered_json::error_handler_t::replace);
 }

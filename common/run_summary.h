@@ -74,7 +74,10 @@ struct Summary {
   // training (more than the final point); absent otherwise.
   std::optional<double> time_to_85;
   std::optional<double> time_to_88;
-  std::string log_dir;         // Where the per-child logs are.
+  std::string log_dir;         // Where the per-child logs are; "" when
+                               // they were removed.
+  std::string saved_params;    // Where the parameters were saved; "" for
+                               // nowhere.
 
   // {"mode":..,"servers":..,"workers":..,"epochs":..,"batch_size":..,
   //  "optimizer":..,"lr":..,"steps":..,"examples":..,"wall_seconds":..,
@@ -82,7 +85,8 @@ struct Summary {
   //  "test_accuracy":..,"test_loss":..,"bad_images":..
   //  [,"time_to_85":..,"time_to_88":..]
   //  [,"staleness_mean":..][,"staleness_max":..][,"staleness_p50":..]
-  //  [,"staleness_p99":..][,"dropped_stale":..],"log_dir":..}
+  //  [,"staleness_p99":..][,"dropped_stale":..][,"log_dir":..]
+  //  [,"saved_params":..]}
   // Numbers are rounded to 10 significant digits and integral ones written
   // without a fraction; non-finite ones are null. The curve itself is not in
   // the JSON (the launcher writes it with --curve_csv).

@@ -26,9 +26,7 @@
 namespace downpour {
 namespace {
 
-// The reference implementation refuses headers above 100 MB; so do we, so
-// that a garbage length cannot make us allocate gigabytes.
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr uint64_t kMaxHeaderBytes = kMaxSafetensorsHeaderBytes;
 
 // Product of `shape`, or -1 if a dim is negative or the product exceeds
 // `limit`.
@@ -301,6 +299,11 @@ absl::Status WriteSafetensors(const std::string& path,
   std::string header = HeaderJson(tensors, counts, metadata);
   // Pad so the data starts 8-byte aligned, as the reference writer does.
   header.append((8 - header.size() % 8) % 8, ' ');
+  if (header.size() > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": a header of ", header.size(), " bytes is above the ",
+        kMaxHeaderBytes, " that readers accept; not written"));
+  }
 
   std::string prefix;
   const uint64_t n = header.size();

@@ -19,6 +19,7 @@
 #ifndef DOWNPOUR_COMMON_SAFETENSORS_H_
 #define DOWNPOUR_COMMON_SAFETENSORS_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@
 
 namespace downpour {
 
+// The largest JSON header ReadSafetensors accepts (the reference
+// implementation's limit too): a garbage length cannot make a reader
+// allocate gigabytes. WriteSafetensors refuses to write a larger one.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 // Writes `tensors` (float32, data taken in order from `flat`, the
 // concatenation of the tensors) and string `metadata` to `path`.
 //
@@ -38,13 +44,16 @@ namespace downpour {
 //    element counts must sum to flat.size(). Otherwise InvalidArgument and
 //    nothing is written. Names and metadata should be valid UTF-8 (JSON
 //    requires it); they are escaped, not validated.
-//  * The file is written to `path + ".tmp"` and renamed over `path`, so a
-//    crash leaves either the old file or the new one, never half of one.
+//  * The file is written to a fresh temporary file beside `path` and renamed
+//    over it (common/atomic_file.h; mode 0600), so a crash leaves either the
+//    old file or the new one, never half of one.
+//  * A header above kMaxSafetensorsHeaderBytes is InvalidArgument and
+//    nothing is written: no reader would accept the file.
 //  * Output is a pure function of the arguments: tensors appear in the given
 //    order, metadata in key order (std::map), "__metadata__" first and
 //    omitted when empty.
-//  * An I/O failure returns Unavailable naming the path; the .tmp file is
-//    removed.
+//  * An I/O failure returns Unavailable naming the path; the temporary file
+//    is removed.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<TensorSpec>& tensors,
                               absl::Span<const float> flat,

@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # Builds ps_server, ps_worker, launch and the compute benchmark
-# (//tests/bench:compute_bench) with Bazel (-c opt) and packs them, with the shared libraries a bare GPU host lacks,
-# the Fashion-MNIST files and run_gpu_checks.sh, into one folder and a
-# tarball (deploy/make_bundle.sh does the packing; its comment describes the
+# (//tests/bench:compute_bench) with Bazel (-c opt) and packs them, stripped,
+# with the shared libraries a bare GPU host lacks, a Fashion-MNIST subset,
+# the PyTorch side of the benchmark (with tools/spec_to_torch.py and
+# models/) and run_gpu_checks.sh, into one folder and an xz tarball
+# (deploy/make_bundle.sh does the packing; its comment describes the
 # layout). GPU test programs (cc_tests named *cuda* or *gpu*, or tagged cuda
-# or gpu) are packed too, for run_gpu_checks.sh; the build fails when the
-# query fails or misses //worker/nn:cuda_backend_test or :cuda_train_test.
+# or gpu: the CUDA unit tests and the backend conformance suites) are packed
+# too, for run_gpu_checks.sh; the build fails when the query fails or misses
+# a required one, and when the tarball is over 40 MiB (the GPU host's
+# working-tree limit is 64 MiB; docs/operations.md "GPU hosts").
 #
-#   bash deploy/bundle.sh                   # dist/downpour-bundle{,.tar.gz}
+#   bash deploy/bundle.sh                   # dist/downpour-bundle{,.tar.xz}
 #   bash deploy/bundle.sh --out=/tmp/b --no_data
-#   scp dist/downpour-bundle.tar.gz gpuhost: && ssh gpuhost \
-#     'tar xzf downpour-bundle.tar.gz && downpour-bundle/run_gpu_checks.sh'
+#   scp dist/downpour-bundle.tar.xz gpuhost: && ssh gpuhost \
+#     'tar xJf downpour-bundle.tar.xz && downpour-bundle/run_gpu_checks.sh --results=out'
 #
 # Options:
 #   --out=DIR            bundle folder (default dist/downpour-bundle); the
 #                        tarball is DIR.tar.gz
-#   --no_data            leave out Fashion-MNIST (~30 MiB)
+#   --no_data            leave out Fashion-MNIST
+#   --data_examples=TRAIN[,TEST]  the subset packed (default 30000,10000:
+#                        half the training set, the whole test set)
+#   --xz_level=L         (default 9e)
+#   --max_tarball_mib=N  (default 40)
 #   --with_cuda_libs     also pack cudart, cuBLAS, cuBLASLt (+~600 MB; see
 #                        make_bundle.sh)
 #   --no_tarball         folder only
@@ -26,12 +34,15 @@ set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
 out=dist/downpour-bundle output_base="" jobs="" make_args=()
+data_examples=30000,10000 max_mib=40
 for arg in "$@"; do
   case "$arg" in
     --out=*) out="${arg#*=}" ;;
     --output_base=*) output_base="${arg#*=}" ;;
     --jobs=*) jobs="${arg#*=}" ;;
-    --no_data|--with_cuda_libs|--no_tarball|--quiet) make_args+=("$arg") ;;
+    --no_data|--with_cuda_libs|--no_tarball|--quiet|--xz_level=*) make_args+=("$arg") ;;
+    --data_examples=*) data_examples="${arg#*=}" ;;
+    --max_tarball_mib=*) max_mib="${arg#*=}" ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bundle.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
@@ -46,7 +57,9 @@ programs=(//server:ps_server //worker:ps_worker //deploy:launch //tests/bench:co
 # GPU tests. A failed query is an error (not "no tests"), and the bundle
 # must carry at least the two CUDA test programs: run_gpu_checks.sh treats a
 # bundle without GPU tests as a failure, so find that out here.
-required_gpu_tests=(//worker/nn:cuda_backend_test //worker/nn:cuda_train_test)
+required_gpu_tests=(//worker/nn:cuda_backend_test //worker/nn:cuda_train_test
+                    //worker/nn:backend_conformance_test
+                    //worker/nn:backend_conformance_norm_test)
 query_err="$(mktemp)"
 if ! query_out="$("${bazel_cmd[@]}" query --output=label \
     'kind("cc_test", attr(name, "cuda|gpu", //...) + attr(tags, "\b(cuda|gpu)\b", //...))' \
@@ -89,8 +102,13 @@ for t in "${required_gpu_tests[@]}"; do
   [[ -x "$bin_dir/$p" ]] ||
     { echo "bundle.sh: $t did not build to $bin_dir/$p" >&2; exit 1; }
 done
-args+=(--file=bench/compute_bench.sh=tests/bench/compute_bench.sh
-       --file=bench/pytorch_fashion_cnn.py=tests/bench/pytorch_fashion_cnn.py)
+# The PyTorch twin finds tools/ and models/ relative to itself
+# (../../tools, ../../models), so they keep their repository paths.
+args+=(--file=tests/bench/compute_bench.sh=tests/bench/compute_bench.sh
+       --file=tests/bench/pytorch_fashion_cnn.py=tests/bench/pytorch_fashion_cnn.py
+       --file=tools/spec_to_torch.py=tools/spec_to_torch.py)
+for m in models/*.prototxt; do args+=(--file="$m=$m"); done
+args+=(--data_examples="$data_examples" --max_tarball_mib="$max_mib")
 version="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
   version="$version+local-changes"

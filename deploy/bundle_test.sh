@@ -2,7 +2,8 @@
 # Test of deploy/make_bundle.sh on the real binaries (the sh_test's data
 # deps; Bazel cannot run inside Bazel, so this is make_bundle.sh without
 # bundle.sh's build step):
-#   1. pack a bundle and its tarball; the layout and what is (not) packed;
+#   1. pack a bundle (a 2048/1000-example data subset, xz -0 for speed) and
+#      its tarball; the layout and what is (not) packed;
 #   2. unpack the tarball elsewhere and delete the original (relocatable);
 #   3. with `env -i PATH=/usr/bin:/bin` (no LD_LIBRARY_PATH from outside):
 #      bin/ps_server --helpfull, bin/check_libs (every library resolves, the
@@ -25,7 +26,8 @@
 #      JSON line;
 #   7. ps_worker links no CUDA library (ldd), and run_gpu_checks.sh on a
 #      bundle without GPU test programs fails its gpu_tests step (zero tests
-#      is not a pass).
+#      is not a pass). bundle_gpu_checks_test.sh tests the rest of the GPU
+#      check route.
 #   Step 4 hides the CUDA toolkit's cudart, cuBLAS and cuDNN as well: the CPU
 #   path must run without any CUDA library.
 #
@@ -60,7 +62,8 @@ if ! "$MAKE_BUNDLE" --out="$T/build/downpour-bundle" \
     --binary=worker/ps_worker="$(abs "$PS_WORKER")" \
     --binary=deploy/launch="$(abs "$LAUNCH")" \
     --binary=tests/bench/compute_bench="$(abs "$COMPUTE_BENCH")" \
-    --data_dir="$DATA" --version=test --quiet > "$T/make_bundle.log" 2>&1; then
+    --data_dir="$DATA" --data_examples=2048,1000 --xz_level=0 --version=test \
+    --quiet > "$T/make_bundle.log" 2>&1; then
   cat "$T/make_bundle.log"
   echo "FAIL: make_bundle.sh"
   exit 1
@@ -81,15 +84,15 @@ check "lib/cxx/ has libstdc++ and libgcc_s" \
 check "no glibc, loader or driver library is packed" \
   bash -c "! ls -R '$S/lib' | grep -qE '^(libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libcuda\.so|libnvidia)'"
 check "the 4 Fashion-MNIST files are packed" \
-  bash -c "[[ \$(ls '$S/data/fashion-mnist' | grep -c 'ubyte.gz$') == 4 ]]"
+  bash -c "[[ \$(ls '$S/data/fashion-mnist' | grep -c 'ubyte$') == 4 ]]"
 lib_mb="$(du -sm "$S/lib" | cut -f1)"
 check "lib/ is tens of MiB, not hundreds ($lib_mb MiB)" test "$lib_mb" -lt 150
-check "the tarball exists" test -s "$T/build/downpour-bundle.tar.gz"
+check "the tarball exists" test -s "$T/build/downpour-bundle.tar.xz"
 
 # ---- 2. Relocate -------------------------------------------------------------
 echo "== 2. unpack elsewhere"
 mkdir -p "$T/moved"
-tar -C "$T/moved" -xzf "$T/build/downpour-bundle.tar.gz"
+tar -C "$T/moved" -xJf "$T/build/downpour-bundle.tar.xz"
 rm -rf "$T/build/downpour-bundle"
 B="$T/moved/downpour-bundle"
 check "unpacked bundle has bin/launch" test -x "$B/bin/launch"
@@ -251,13 +254,13 @@ check "ps_worker links no CUDA library (cudart static, cuBLAS/cuDNN dlopened)" \
   bash -c "! grep -qE 'libcudart|libcublas|libcudnn' '$T/ldd_plain.log'"
 check "cuda_dlopen.txt names cuBLAS and cuDNN" \
   bash -c "grep -qx 'libcudnn.so.9' '$B/libexec/cuda_dlopen.txt' && grep -qx 'libcublas.so.13' '$B/libexec/cuda_dlopen.txt'"
-env -i PATH=/usr/bin:/bin HOME="$T" "$B/run_gpu_checks.sh" --skip_train \
-  --skip_bench --results="$T/gpu_checks" > "$T/gpu_checks.log" 2>&1
+env -i PATH=/usr/bin:/bin HOME="$T" "$B/run_gpu_checks.sh" --steps=gpu_tests \
+  --results="$T/gpu_checks" > "$T/gpu_checks.log" 2>&1
 rc=$?
-grep -E '^(FAIL|PASS) |passed,|no GPU tests' "$T/gpu_checks.log"
+grep -E '^(FAIL|PASS) ' "$T/gpu_checks/summary.txt"
 check "run_gpu_checks fails with no GPU test programs (exit $rc)" test "$rc" -ne 0
 check "its gpu_tests step is the failure, naming the cause" \
-  bash -c "grep -q '^FAIL gpu_tests' '$T/gpu_checks.log' && grep -q 'no GPU tests in this bundle' '$T/gpu_checks.log'"
+  bash -c "grep -qE '^FAIL +gpu_tests .*no GPU tests in this bundle' '$T/gpu_checks/summary.txt'"
 
 if ((failures > 0)); then
   echo "bundle_test: $failures check(s) failed"

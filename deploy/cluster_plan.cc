@@ -32,7 +32,8 @@ std::vector<std::string> ClusterPlan::JobArgs() const {
       absl::StrCat("--n_push=", o.n_push),
       absl::StrCat("--data_dir=", o.data_dir),
       absl::StrCat("--replicas=", o.replicas),
-      absl::StrCat("--gpus=", o.gpus),
+      // Worker 0's GPUs: every worker process has as many.
+      absl::StrCat("--gpus=", o.WorkerGpus(0)),
       absl::StrCat("--local_aggregation=", o.local_aggregation),
   };
   if (o.max_train_examples > 0) {
@@ -69,6 +70,12 @@ std::vector<std::string> ClusterPlan::ServerArgv(
   argv.insert(argv.end(), job.begin(), job.end());
   argv.push_back(absl::StrCat("--lr_schedule=", o.lr_schedule));
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
+  if (!o.task_cert_dir.empty()) {
+    const std::string cert = absl::StrCat(o.task_cert_dir, "/ps-", shard);
+    argv.push_back(absl::StrCat("--tls_cert=", cert, ".pem"));
+    argv.push_back(absl::StrCat("--tls_key=", cert, ".key"));
+    argv.push_back("--require_task_certificates");
+  }
   if (o.metrics_base_port >= 0) {
     argv.push_back(absl::StrCat("--metrics_port=", o.metrics_base_port + shard));
   }
@@ -117,7 +124,7 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
       absl::StrCat("--n_fetch=", o.n_fetch),
       absl::StrCat("--n_push=", o.n_push),
       absl::StrCat("--device=", o.device),
-      absl::StrCat("--gpus=", o.gpus),
+      absl::StrCat("--gpus=", o.WorkerGpus(index)),
       absl::StrCat("--replicas=", o.replicas),
       absl::StrCat("--local_aggregation=", o.local_aggregation),
       absl::StrCat("--label_smoothing=", o.label_smoothing),
@@ -130,6 +137,11 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
     argv.push_back(absl::StrCat("--dataset=", DatasetName(o.dataset)));
   }
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
+  if (!o.task_cert_dir.empty()) {
+    const std::string cert = absl::StrCat(o.task_cert_dir, "/worker-", index);
+    argv.push_back(absl::StrCat("--tls_cert=", cert, ".pem"));
+    argv.push_back(absl::StrCat("--tls_key=", cert, ".key"));
+  }
   if (o.metrics_base_port >= 0) {
     argv.push_back(absl::StrCat("--metrics_port=",
                                 o.metrics_base_port + o.servers + index));
@@ -156,9 +168,9 @@ std::vector<TaskSpec> ClusterPlan::Workers(
   return workers;
 }
 
-std::vector<std::string> ClusterPlan::EvalArgv(const std::string& ps_hosts,
-                                               int64_t max_test_examples,
-                                               bool save_params) const {
+std::vector<std::string> ClusterPlan::EvalArgv(
+    const std::string& ps_hosts, int64_t max_test_examples,
+    const std::string& save_params) const {
   const LaunchOptions& o = options_;
   std::vector<std::string> argv = {
       o.ps_worker_bin,
@@ -173,8 +185,8 @@ std::vector<std::string> ClusterPlan::EvalArgv(const std::string& ps_hosts,
   if (max_test_examples > 0) {
     argv.push_back(absl::StrCat("--max_test_examples=", max_test_examples));
   }
-  if (save_params && !o.save_params.empty()) {
-    argv.push_back(absl::StrCat("--save_params=", o.save_params));
+  if (!save_params.empty()) {
+    argv.push_back(absl::StrCat("--save_params=", save_params));
   }
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
   argv.insert(argv.end(), o.forwarded_worker_args.begin(),
@@ -187,7 +199,14 @@ TaskSpec ClusterPlan::FinalEval(
     const std::vector<std::string>& server_addresses) const {
   TaskSpec t = Task(TaskRole::kEval, 0, "eval");
   t.argv = EvalArgv(absl::StrJoin(server_addresses, ","), 0,
-                    /*save_params=*/true);
+                    options_.save_params);
+  return t;
+}
+
+TaskSpec ClusterPlan::SaveEval(const std::vector<std::string>& server_addresses,
+                               const std::string& path) const {
+  TaskSpec t = Task(TaskRole::kCurveEval, 0, "save");
+  t.argv = EvalArgv(absl::StrJoin(server_addresses, ","), 100, path);
   return t;
 }
 
@@ -195,7 +214,7 @@ TaskSpec ClusterPlan::CurveEval(
     const std::vector<std::string>& server_addresses) const {
   TaskSpec t = Task(TaskRole::kCurveEval, 0, "curve eval");
   t.argv = EvalArgv(absl::StrJoin(server_addresses, ","),
-                    options_.eval_examples, /*save_params=*/false);
+                    options_.eval_examples, /*save_params=*/"");
   return t;
 }
 

@@ -65,6 +65,10 @@ class ClusterPlan {
   // An evaluation during training on options.eval_examples test examples;
   // saves nothing.
   TaskSpec CurveEval(const std::vector<std::string>& server_addresses) const;
+  // Saves the parameters to `path` (after the final evaluation could not
+  // write options.save_params), evaluating on a few test examples only.
+  TaskSpec SaveEval(const std::vector<std::string>& server_addresses,
+                    const std::string& path) const;
 
   const LaunchOptions& options() const { return options_; }
   const std::string& log_dir() const { return log_dir_; }
@@ -78,10 +82,11 @@ class ClusterPlan {
   std::vector<std::string> ServerArgv(int shard, const std::string& port_file) const;
   std::vector<std::string> WorkerArgv(int index,
                                       const std::string& ps_hosts) const;
-  // `max_test_examples` 0 means the whole test set.
+  // `max_test_examples` 0 means the whole test set; `save_params` "" saves
+  // nothing.
   std::vector<std::string> EvalArgv(const std::string& ps_hosts,
                                     int64_t max_test_examples,
-                                    bool save_params) const;
+                                    const std::string& save_params) const;
 
   const LaunchOptions options_;
   const std::string log_dir_;

@@ -95,7 +95,7 @@ TEST(ClusterPlanTest, WorkersAndEvaluationsUseTheServerAddresses) {
 
 TEST(ClusterPlanTest, ReplicasThatPushAloneCountAsServerWorkers) {
   LaunchOptions o = Options();
-  o.gpus = "0,1";
+  o.gpus = "0,1,2,3";
   o.local_aggregation = "none";
   o.max_train_examples = 0;
   const ClusterPlan plan(o, "/logs");
@@ -104,6 +104,53 @@ TEST(ClusterPlanTest, ReplicasThatPushAloneCountAsServerWorkers) {
   EXPECT_THAT(w, ::testing::HasSubstr(" --num_workers=2 "));
   EXPECT_THAT(w, ::testing::HasSubstr(" --gpus=0,1 "));
   EXPECT_THAT(w, ::testing::Not(::testing::HasSubstr("--max_train_examples")));
+}
+
+// The GPUs of the job each worker process gets, and the count the servers see.
+std::vector<std::string> WorkerGpuArgs(const LaunchOptions& o) {
+  std::vector<std::string> out;
+  const ClusterPlan plan(o, "/logs");
+  for (const TaskSpec& t : plan.Workers({"h:1"})) {
+    for (const std::string& a : t.argv) {
+      if (a.rfind("--gpus=", 0) == 0) out.push_back(a);
+    }
+  }
+  return out;
+}
+
+TEST(ClusterPlanTest, EachWorkerProcessGetsItsOwnGpus) {
+  LaunchOptions o = Options();  // 2 workers.
+  o.gpus = "0,1";
+  EXPECT_THAT(WorkerGpuArgs(o), ::testing::ElementsAre("--gpus=0", "--gpus=1"));
+  EXPECT_THAT(Args(ClusterPlan(o, "/logs").Servers()[0]),
+              ::testing::HasSubstr(" --gpus=0 "));  // One replica each.
+  o.gpus = "0,1,2,3";
+  EXPECT_THAT(WorkerGpuArgs(o),
+              ::testing::ElementsAre("--gpus=0,1", "--gpus=2,3"));
+  o.gpus = "0,1";
+  o.gpus_per_worker = 2;  // Both processes on both GPUs, on purpose.
+  EXPECT_THAT(WorkerGpuArgs(o),
+              ::testing::ElementsAre("--gpus=0,1", "--gpus=0,1"));
+  o.gpus = "0";
+  o.gpus_per_worker = 0;  // More processes than GPUs: one each, shared.
+  EXPECT_THAT(WorkerGpuArgs(o), ::testing::ElementsAre("--gpus=0", "--gpus=0"));
+  o.workers = 1;
+  o.gpus = "0,0";  // One process, two replicas on GPU 0.
+  EXPECT_THAT(WorkerGpuArgs(o), ::testing::ElementsAre("--gpus=0,0"));
+}
+
+TEST(ClusterPlanTest, AMultiGpuHostSpreadsTheProcessesByDefault) {
+  LaunchOptions o = Options();
+  o.host_gpus = 2;
+  EXPECT_THAT(WorkerGpuArgs(o), ::testing::ElementsAre("--gpus=0", "--gpus=1"));
+  o.workers = 1;  // One process with all of them.
+  EXPECT_THAT(WorkerGpuArgs(o), ::testing::ElementsAre("--gpus=0,1"));
+  o.workers = 2;
+  o.device = "cpu";
+  EXPECT_THAT(WorkerGpuArgs(o), ::testing::ElementsAre("--gpus=", "--gpus="));
+  o.device = "auto";
+  o.host_gpus = 1;  // A single GPU: as before, each process on GPU 0.
+  EXPECT_THAT(WorkerGpuArgs(o), ::testing::ElementsAre("--gpus=", "--gpus="));
 }
 
 // --augment and --label_smoothing reach the workers as ps_worker's flags.
@@ -160,6 +207,25 @@ TEST(ClusterPlanTest, SecurityFlagsToEveryChildAndOneMetricsPortEach) {
   o.metrics_base_port = -1;
   EXPECT_THAT(Args(ClusterPlan(o, "/logs").Servers()[0]),
               testing::Not(testing::HasSubstr("--metrics_port")));
+}
+
+// --secure: each task presents its own certificate after the job-wide
+// flags, and the servers require them; the evaluation keeps the job's.
+TEST(ClusterPlanTest, EachTaskPresentsItsOwnCertificate) {
+  LaunchOptions o = Options();
+  o.security_args = {"--tls_cert=/c/server.pem", "--tls_key=/c/server.key",
+                     "--tls_ca=/c/ca.pem"};
+  o.task_cert_dir = "/c";
+  const ClusterPlan plan(o, "/logs");
+  EXPECT_THAT(Args(plan.Servers()[1]), testing::HasSubstr(
+      "--tls_ca=/c/ca.pem --tls_cert=/c/ps-1.pem --tls_key=/c/ps-1.key "
+      "--require_task_certificates"));
+  const std::string worker = Args(plan.Workers({"h:1", "h:2"})[1]);
+  EXPECT_THAT(worker, testing::HasSubstr(
+      "--tls_ca=/c/ca.pem --tls_cert=/c/worker-1.pem --tls_key=/c/worker-1.key"));
+  const std::string eval = Args(plan.FinalEval({"h:1", "h:2"}));
+  EXPECT_THAT(eval, testing::HasSubstr("--tls_cert=/c/server.pem"));
+  EXPECT_THAT(eval, testing::Not(testing::HasSubstr("worker-")));
 }
 
 }  // namespace

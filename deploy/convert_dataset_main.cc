@@ -20,6 +20,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/command_line.h"
 #include "worker/data/data.h"
 #include "worker/data/image_encode.h"
 
@@ -108,6 +109,6 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Writes an IDX data set as an image folder and safetensors files.");
-  absl::ParseCommandLine(argc, argv);
+  downpour::ParseCommandLineOrExit(argc, argv);
   return downpour::Main();
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <tuple>
@@ -9,6 +10,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/job_flags.h"
@@ -17,6 +20,7 @@
 #include "deploy/launch_security.h"
 #include "rpc/security_flags.h"
 #include "server/lr_rules.h"
+#include "server/optimizer.h"
 #include "server/store_flags.h"
 #include "worker/backend_flags.h"
 #include "worker/input_flags.h"
@@ -25,6 +29,11 @@
 
 ABSL_FLAG(int, servers, 2, "Number of parameter-server shards (>= 1).");
 ABSL_FLAG(int, workers, 2, "Number of training worker processes (>= 1).");
+ABSL_FLAG(int, gpus_per_worker, 0,
+          "GPUs of --gpus each worker process takes: worker i gets entries "
+          "i*K .. i*K+K-1 (modulo the list). 0: the list split evenly among "
+          "--workers, one each when they outnumber it. Without --gpus on a "
+          "host with 2 or more GPUs, the list is every GPU of the host.");
 ABSL_FLAG(double, eval_every_s, 0,
           "Accuracy-vs-time curve: every N seconds of training, evaluate the "
           "servers' parameters on --eval_examples test examples (skipped "
@@ -68,6 +77,30 @@ ABSL_FLAG(int, metrics_base_port, -1,
           "Prometheus endpoints: server k on this port + k, worker i on this "
           "port + servers + i (deploy/prometheus.yml scrapes 9400-9403); -1 off.");
 
+namespace downpour {
+
+int CountHostGpus() {
+  if (const char* visible = getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    // As CUDA reads it: the entries up to the first that names no device.
+    int n = 0;
+    for (absl::string_view e : absl::StrSplit(visible, ',')) {
+      e = absl::StripAsciiWhitespace(e);
+      if (e.empty() || e[0] == '-') break;
+      ++n;
+    }
+    return n;
+  }
+  int n = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace downpour
+
 namespace {
 
 std::vector<std::string> SplitArgs(const std::string& s) {
@@ -89,9 +122,27 @@ bool ReadFlags(downpour::LaunchOptions* o) {
       downpour::BackendFlagsFromFlags();
   absl::StatusOr<downpour::InputOptions> input =
       downpour::InputOptionsFromFlags();
-  for (const absl::Status& s : {job.status(), store.status(),
-                                training.status(), backend.status(),
-                                input.status()}) {
+  // The servers' optimizer and the workers' wire encodings, checked here
+  // so that a bad value stops the job before any child starts.
+  absl::Status optimizer = store.status();
+  if (optimizer.ok()) {
+    downpour::OptimizerOptions opt = store->store.optimizer;
+    if (!(opt.learning_rate > 0)) {
+      opt.learning_rate = downpour::DefaultLearningRate(opt.name);
+    }
+    optimizer = downpour::CreateOptimizer(opt).status();
+    if (!optimizer.ok()) {
+      optimizer = absl::InvalidArgumentError(absl::StrCat(
+          "--optimizer=", opt.name, ": ", optimizer.message(),
+          opt.name == "adamw" ? "; AdamW is --optimizer=adam --weight_decay=W"
+                              : ""));
+    }
+  }
+  downpour::GrpcClientOptions transport;
+  for (const absl::Status& s :
+       {job.status(), store.status(), optimizer, training.status(),
+        backend.status(), input.status(),
+        downpour::TransportOptionsFromFlags(&transport)}) {
     if (!s.ok()) {
       std::cerr << "launch: " << s.message() << "\n";
       return false;
@@ -101,6 +152,8 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   o->workers = absl::GetFlag(FLAGS_workers);
   o->device = downpour::DeviceKindName(backend->device);
   o->gpus = downpour::GpusFlagValue(job->gpus);
+  o->gpus_per_worker = absl::GetFlag(FLAGS_gpus_per_worker);
+  o->host_gpus = downpour::CountHostGpus();
   o->replicas = job->replicas;
   o->local_aggregation = job->local_sum ? "sum" : "none";
   o->mode = job->mode;
@@ -204,9 +257,15 @@ bool ReadSecurityFlags(const char* argv0, downpour::LaunchOptions* o) {
     }
     s = !script.ok() ? script.status()
         : dir.empty() ? absl::InternalError("--secure: cannot make a directory")
-                      : downpour::MakeJobCredentials(*script, dir);
-    if (s.ok()) std::cout << "launch: --secure: mutual TLS and a token, files in "
-                          << dir << std::endl;
+                      : downpour::MakeJobCredentials(*script, dir, o->servers,
+                                                     o->workers);
+    if (s.ok()) {
+      std::cout << "launch: --secure: mutual TLS and a token, files in "
+                << dir << std::endl;
+      // One certificate per task, unless a process holds several worker
+      // ids (independent replicas).
+      if (o->ServerWorkers() == o->workers) o->task_cert_dir = dir;
+    }
   }
   if (!s.ok()) {
     std::cerr << "launch: " << s.status().message() << "\n";

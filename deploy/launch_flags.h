@@ -23,6 +23,10 @@ namespace downpour {
 // missing binary or failed certificates.
 bool LaunchOptionsFromFlags(const char* argv0, LaunchOptions* o);
 
+// The GPUs this host shows a process: the entries of CUDA_VISIBLE_DEVICES
+// when it is set, else the NVIDIA driver's /proc/driver/nvidia/gpus.
+int CountHostGpus();
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_DEPLOY_LAUNCH_FLAGS_H_

@@ -3,18 +3,23 @@
 //
 //   bazel run //deploy:launch -- --servers=2 --workers=4 --epochs=1
 //
-// Exit codes: 0 success; 2 bad flags / missing binaries; 130 interrupted
-// (SIGINT/SIGTERM); 1 any other failure.
+// Exit codes (common/exit_codes.h): 0 success; 2 a bad flag, value, file or
+// output path, found before any child starts, or a child that exited 2; 3 a
+// child that exited 3 or was killed; 1 a child that exited 1, or any other
+// failure; 130 interrupted (SIGINT/SIGTERM).
 #include <signal.h>
 
 #include <iostream>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "common/command_line.h"
 #include "common/exit_codes.h"
+#include "common/output_paths.h"
 #include "common/process_setup.h"
 #include "deploy/launch_flags.h"
 #include "deploy/launcher.h"
@@ -37,7 +42,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a Downpour-SGD cluster on localhost: parameter servers, workers "
       "and a final evaluation.\n  launch --servers=2 --workers=2 --epochs=3");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional = downpour::ParseCommandLineOrExit(argc, argv);
   downpour::SetUpProcess();
   if (positional.size() > 1) {
     std::cerr << "launch: unexpected argument '" << positional[1]
@@ -60,6 +65,22 @@ int main(int argc, char** argv) {
   if (!model_ok.ok()) {
     std::cerr << "launch: " << model_ok.message() << "\n";
     return 2;
+  }
+  // Every file written at the end, before anything starts.
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"save_params",
+                                                   o.save_params},
+        {"summary_json", o.summary_json},
+        {"curve_csv", o.curve_csv}}) {
+    if (absl::Status s = downpour::PrepareOutputFile(flag, path); !s.ok()) {
+      std::cerr << "launch: " << s.message() << "\n";
+      return downpour::kExitFatal;
+    }
+  }
+  if (absl::Status s = downpour::PrepareOutputDir("log_dir", o.log_dir);
+      !s.ok()) {
+    std::cerr << "launch: " << s.message() << "\n";
+    return downpour::kExitFatal;
   }
   // SIGINT/SIGTERM: RunCluster polls the signal's number, stops every child
   // and returns Cancelled (exit 130).

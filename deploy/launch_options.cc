@@ -1,20 +1,46 @@
 #include "deploy/launch_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "deploy/fs.h"
 
 namespace downpour {
 
+std::vector<std::string> LaunchOptions::JobGpus() const {
+  if (!gpus.empty()) return absl::StrSplit(gpus, ',', absl::SkipEmpty());
+  std::vector<std::string> list;
+  if (device != "cpu" && host_gpus >= 2) {
+    for (int g = 0; g < host_gpus; ++g) list.push_back(absl::StrCat(g));
+  }
+  return list;
+}
+
+int LaunchOptions::GpusPerWorker() const {
+  const int n = static_cast<int>(JobGpus().size());
+  if (n == 0) return 0;
+  if (gpus_per_worker > 0) return gpus_per_worker;
+  return std::max(1, n / std::max(1, workers));
+}
+
+std::string LaunchOptions::WorkerGpus(int index) const {
+  const std::vector<std::string> list = JobGpus();
+  const int k = GpusPerWorker();
+  std::vector<std::string> mine;
+  for (int j = 0; j < k; ++j) {
+    mine.push_back(list[(static_cast<size_t>(index) * k + j) % list.size()]);
+  }
+  return absl::StrJoin(mine, ",");
+}
+
 int LaunchOptions::ReplicasPerWorker() const {
-  if (gpus.empty()) return replicas;
-  return static_cast<int>(
-      std::vector<std::string>(absl::StrSplit(gpus, ',', absl::SkipEmpty()))
-          .size());
+  const int k = GpusPerWorker();
+  return k > 0 ? k : replicas;
 }
 
 absl::StatusOr<TrainMode> ParseModeFlag(absl::string_view value) {
@@ -55,6 +81,24 @@ absl::Status ValidateTopology(const LaunchOptions& o) {
   }
   if (!o.gpus.empty() && o.device == "cpu") {
     return absl::InvalidArgumentError("--gpus needs --device=cuda or auto");
+  }
+  const int listed = static_cast<int>(o.JobGpus().size());
+  if (o.gpus_per_worker < 0 || o.gpus_per_worker > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus_per_worker must be in [0, 64] (0: split --gpus evenly), got ",
+        o.gpus_per_worker));
+  }
+  if (o.gpus_per_worker > 0 && listed == 0) {
+    return absl::InvalidArgumentError(
+        "--gpus_per_worker needs --gpus (this host shows fewer than 2 GPUs)");
+  }
+  if (!o.gpus.empty() && o.gpus_per_worker == 0 && listed > o.workers &&
+      listed % o.workers != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus lists ", listed, " GPUs for --workers=", o.workers,
+        " processes, which do not split evenly: give --gpus_per_worker=K "
+        "(worker i takes entries i*K to i*K+K-1), or a list of a multiple of ",
+        o.workers, " entries"));
   }
   return absl::OkStatus();
 }

@@ -35,17 +35,32 @@ namespace downpour {
 struct LaunchOptions {
   int servers = 2;                 // Parameter-server shards, >= 1.
   int workers = 2;                 // Training worker processes, >= 1.
-  // Compute devices of each worker process: "auto", "cpu" or "cuda", and the
-  // GPUs it runs one replica on each (e.g. "0,1,2,3"; "0,0" runs two replicas
-  // on GPU 0). Empty gpus: one replica (or `replicas` CPU replicas).
+  // Compute devices of the worker processes: "auto", "cpu" or "cuda", and
+  // the job's GPUs on this host, dealt among the worker processes
+  // gpus_per_worker at a time (one replica per entry; "0,0" is two replicas
+  // on GPU 0): worker i gets entries i*K .. i*K+K-1, modulo the list's
+  // length. gpus_per_worker 0: the list split evenly (a list longer than
+  // the workers must divide among them), or one each when the workers
+  // outnumber it. Empty gpus on a host with host_gpus >= 2 (device not
+  // cpu): the list 0..host_gpus-1, so the processes spread over the GPUs
+  // instead of all using GPU 0. Otherwise one replica (or `replicas` CPU
+  // replicas) per process.
   std::string device = "auto";
   std::string gpus;
+  int gpus_per_worker = 0;
+  int host_gpus = 0;  // GPUs this host shows (launch counts them).
   int replicas = 1;
+  // Worker `index`'s --gpus ("" for none), per the rule above.
+  std::string WorkerGpus(int index) const;
   // Replicas of one process: "sum" (one push of their mean gradient) or
   // "none" (each replica is a worker of its own, as far as servers know).
   std::string local_aggregation = "sum";
-  // Replicas per worker process (from gpus or replicas).
+  // Replicas per worker process (from the GPUs dealt, or replicas).
   int ReplicasPerWorker() const;
+  // The job's GPU list (gpus, or the host's default) and how many entries
+  // each worker process gets.
+  std::vector<std::string> JobGpus() const;
+  int GpusPerWorker() const;
   // Workers the servers see: workers, times the replicas when each replica
   // pushes on its own.
   int ServerWorkers() const {
@@ -102,6 +117,13 @@ struct LaunchOptions {
   // --secure), and the Prometheus ports: server k gets metrics_base_port + k,
   // worker i metrics_base_port + servers + i; -1 = off.
   std::vector<std::string> security_args;
+  // --secure: the folder with one certificate per task (make_certs.sh
+  // --ps --workers): server k presents ps-k, worker i worker-i, and the
+  // servers take each worker's pushes only from its own certificate
+  // (--require_task_certificates). Empty otherwise, or when workers run
+  // independent replicas (one worker id per replica, one certificate per
+  // process). The evaluation keeps the job-wide certificate.
+  std::string task_cert_dir;
   int metrics_base_port = -1;
   // The shared flags given to the launcher that it does not place itself
   // (e.g. --momentum, --part_kb), passed on as given, before server_args /

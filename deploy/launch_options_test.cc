@@ -20,11 +20,11 @@ using ::testing::HasSubstr;
 TEST(LaunchOptionsTest, ServersCountReplicasThatPushOnTheirOwn) {
   LaunchOptions o;
   o.workers = 2;
-  o.gpus = "0,0,1";
-  EXPECT_EQ(o.ReplicasPerWorker(), 3);
+  o.gpus = "0,0,1,1";  // Two replicas per process.
+  EXPECT_EQ(o.ReplicasPerWorker(), 2);
   EXPECT_EQ(o.ServerWorkers(), 2);
   o.local_aggregation = "none";
-  EXPECT_EQ(o.ServerWorkers(), 6);
+  EXPECT_EQ(o.ServerWorkers(), 4);
   o.gpus.clear();
   o.replicas = 2;
   EXPECT_EQ(o.ServerWorkers(), 4);
@@ -77,6 +77,16 @@ TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   }
   bad.label_smoothing = 0.1;
   EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  // GPUs that do not split evenly among the worker processes (2 here).
+  bad = o;
+  bad.gpus = "0,1,2";
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--gpus lists 3 GPUs for --workers=2 processes"));
+  bad.gpus_per_worker = 1;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad.gpus.clear();
+  EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
+              HasSubstr("--gpus_per_worker needs --gpus"));
   bad = o;
   bad.augment = "rotate";
   EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),

@@ -11,9 +11,11 @@
 namespace downpour {
 
 absl::StatusOr<TransportSecurityOptions> MakeJobCredentials(
-    const std::string& make_certs_script, const std::string& dir) {
+    const std::string& make_certs_script, const std::string& dir, int servers,
+    int workers) {
   SubprocessOptions so;
-  so.argv = {"/bin/bash", make_certs_script, dir};
+  so.argv = {"/bin/bash", make_certs_script, absl::StrCat("--ps=", servers),
+             absl::StrCat("--workers=", workers), dir};
   DP_ASSIGN_OR_RETURN(std::unique_ptr<Subprocess> p, Subprocess::Start(so));
   std::vector<std::string> lines;
   if (!p->WaitFor(absl::Seconds(60), &lines) || !p->exit_status().success()) {

@@ -23,13 +23,15 @@
 
 namespace downpour {
 
-// Runs `bash make_certs_script dir` and returns options naming the files it
-// wrote: mutual TLS with the job's CA, and its token. Every child presents
-// server.pem (make_certs.sh makes it valid for serverAuth and clientAuth, and
-// for localhost, 127.0.0.1 and ::1). Internal error with the script's output
-// when it fails.
+// Runs `bash make_certs_script --ps=servers --workers=workers dir` and
+// returns options naming the job-wide files it wrote: mutual TLS with the
+// job's CA, server.pem (valid for serverAuth and clientAuth, and for
+// localhost, 127.0.0.1 and ::1) and the token. The per-task certificates
+// (ps-<k>, worker-<i>) are in `dir` too (LaunchOptions::task_cert_dir).
+// Internal error with the script's output when it fails.
 absl::StatusOr<TransportSecurityOptions> MakeJobCredentials(
-    const std::string& make_certs_script, const std::string& dir);
+    const std::string& make_certs_script, const std::string& dir,
+    int servers, int workers);
 
 }  // namespace downpour
 

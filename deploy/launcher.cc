@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <utility>
@@ -9,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/strings/match.h"
 #include "common/exit_codes.h"
@@ -44,9 +47,20 @@ class ClusterRun {
 
   absl::StatusOr<Summary> Run();
 
+  // Where the logs are (known once Run has started).
+  const std::string& log_dir() const { return log_dir_; }
+  // What the final evaluation could not write, when it saved the parameters
+  // into the log folder instead: "cannot write --save_params=...".
+  const std::string& save_error() const { return save_error_; }
+
  private:
   void OnLine(const Child& c, const std::string& line) {
     RecordChildLine(c.role(), line, &reports_[&c]);
+  }
+  // The machine-readable SERVER_STATS lines of an evaluation stay in its log:
+  // each server prints its statistics as it stops.
+  static bool Quiet(TaskRole role, const std::string& line) {
+    return role == TaskRole::kEval && absl::StartsWith(line, "SERVER_STATS ");
   }
   absl::StatusOr<Child*> Start(const TaskSpec& spec);
   // A server or training worker `c` exited `phase`
@@ -61,6 +75,9 @@ class ClusterRun {
   // Lets a curve evaluation still running finish after training.
   absl::Status FinishRunningCurveEval();
   absl::Status RunEval();
+  // The final evaluation `failed` after its EVAL line: --save_params could
+  // not be written. Saves the parameters into the log folder instead.
+  absl::Status SaveIntoLogDir(const Child& failed);
   // Starts a curve evaluation when one is due and none is running.
   absl::Status MaybeStartCurveEval();
   // Handles the exit of a curve evaluation: a point or a warning.
@@ -87,6 +104,10 @@ class ClusterRun {
   std::vector<CurvePoint> curve_;
   std::vector<int> ports_;
   std::vector<std::string> addresses_;  // host:port of each shard.
+
+  std::string log_dir_;
+  std::string saved_params_;  // Where the parameters were saved.
+  std::string save_error_;
 
   absl::Time start_;
   absl::Time train_start_;
@@ -188,7 +209,7 @@ void ClusterRun::MaybeReportRate() {
   std::vector<WorkerProgress> latest;
   for (Child* w : workers_) {
     const ChildReport& r = reports_[w];
-    if (!w->exit_handled && r.latest) latest.push_back(*r.latest);
+    if (!w->exit_handled && !r.done && r.latest) latest.push_back(*r.latest);
   }
   std::optional<std::string> line = ClusterRateLine(latest);
   if (!line) return;
@@ -235,8 +256,15 @@ absl::Status ClusterRun::RunTraining() {
     if (running > 0) DP_RETURN_IF_ERROR(MaybeStartCurveEval());
   }
   train_end_ = absl::Now();
-  sup_->Print(absl::StrFormat("launch: training done in %.1f s",
-                              absl::ToDoubleSeconds(train_end_ - train_start_)));
+  int64_t examples = 0;
+  for (Child* w : workers_) {
+    if (reports_[w].done) examples += reports_[w].done->examples;
+  }
+  const double seconds = absl::ToDoubleSeconds(train_end_ - train_start_);
+  sup_->Print(absl::StrFormat(
+      "launch: training done in %.1f s (%.1f examples/sec over the whole "
+      "training, as in SUMMARY)",
+      seconds, seconds > 0 ? examples / seconds : 0.0));
   return FinishRunningCurveEval();
 }
 
@@ -315,14 +343,54 @@ absl::Status ClusterRun::RunEval() {
         continue;
       }
       if (exited != eval_) continue;
-      if (!st.success()) return sup_->Fail(*exited, st.ToString());
       const ChildReport& r = reports_[exited];
+      if (!st.success() && r.eval && !options_.save_params.empty()) {
+        DP_RETURN_IF_ERROR(SaveIntoLogDir(*exited));
+      } else if (!st.success()) {
+        return sup_->Fail(*exited, st.ToString());
+      } else if (!options_.save_params.empty()) {
+        saved_params_ = options_.save_params;
+      }
       if (!r.eval) {
         return sup_->Fail(*exited, "exit code 0 but no EVAL line was printed");
       }
       eval_end_ = absl::Now();
       AddCurvePoint(absl::ToDoubleSeconds(train_end_ - train_start_),
                     r.eval->test_accuracy);
+      return absl::OkStatus();
+    }
+    DP_RETURN_IF_ERROR(sup_->CheckStopSignal());
+  }
+}
+
+absl::Status ClusterRun::SaveIntoLogDir(const Child& failed) {
+  const std::deque<std::string>& tail = failed.proc->tail();
+  const std::string path =
+      absl::StrCat(log_dir_, "/", options_.save_params.substr(
+                                      options_.save_params.rfind('/') + 1));
+  save_error_ = absl::StrCat("cannot write --save_params=",
+                             options_.save_params, " (",
+                             tail.empty() ? failed.proc->exit_status().ToString()
+                                          : tail.back(),
+                             ")");
+  sup_->Print(absl::StrCat("launch: ", save_error_,
+                           "; saving the parameters to ", path, " instead"));
+  absl::StatusOr<Child*> c = Start(plan_->SaveEval(addresses_, path));
+  if (!c.ok()) return c.status();
+  while (true) {
+    sup_->Pump(kPumpSlice);
+    for (Child* exited : sup_->ReapExited()) {
+      if (exited->role() == TaskRole::kServer) {
+        DP_RETURN_IF_ERROR(RestartOrFail(exited, ", during evaluation"));
+        continue;
+      }
+      if (exited != *c) continue;
+      if (!exited->proc->exit_status().success()) {
+        return sup_->Fail(**c, absl::StrCat(
+                                   exited->proc->exit_status().ToString(),
+                                   " after ", save_error_));
+      }
+      saved_params_ = path;
       return absl::OkStatus();
     }
     DP_RETURN_IF_ERROR(sup_->CheckStopSignal());
@@ -363,21 +431,28 @@ RunRecord ClusterRun::Record() const {
 }
 
 absl::StatusOr<Summary> ClusterRun::Run() {
-  DP_ASSIGN_OR_RETURN(std::string log_dir, PrepareLogDir(options_.log_dir));
-  plan_ = std::make_unique<ClusterPlan>(options_, log_dir);
+  DP_ASSIGN_OR_RETURN(log_dir_, PrepareLogDir(options_.log_dir));
+  plan_ = std::make_unique<ClusterPlan>(options_, log_dir_);
   SupervisorOptions so;
-  so.log_dir = log_dir;
+  so.log_dir = log_dir_;
   so.stop_grace = options_.stop_grace;
   so.stop_signal = stop_signal_;
+  so.quiet = &ClusterRun::Quiet;
   sup_ = std::make_unique<Supervisor>(
       launcher_, out_, so,
       [this](const Child& c, const std::string& line) { OnLine(c, line); });
-  sup_->Print(absl::StrCat("launch: logs in ", log_dir));
+  sup_->Print(absl::StrCat(
+      "launch: logs in ", log_dir_,
+      options_.log_dir.empty() ? " (removed after a successful run; "
+                                 "--log_dir keeps them)"
+                               : ""));
   DP_RETURN_IF_ERROR(StartServersAndWaitForPorts());
   DP_RETURN_IF_ERROR(RunTraining());
   DP_RETURN_IF_ERROR(RunEval());
   StopServers();
-  return Summarize(options_, Record());
+  Summary summary = Summarize(options_, Record());
+  summary.saved_params = saved_params_;
+  return summary;
 }
 
 }  // namespace
@@ -387,20 +462,46 @@ absl::StatusOr<Summary> RunCluster(const LaunchOptions& options,
                                    std::ostream& out,
                                    const std::atomic<int>* stop_signal) {
   absl::StatusOr<Summary> summary;
+  std::string log_dir;
+  std::vector<std::string> errors;  // Outputs written into log_dir instead.
   {
     ClusterRun run(options, launcher, out, stop_signal);
     summary = run.Run();
+    log_dir = run.log_dir();
+    if (!run.save_error().empty()) {
+      errors.push_back(absl::StrCat(run.save_error(), "; the parameters are in ",
+                                    summary.ok() ? summary->saved_params : "",
+                                    " instead"));
+    }
   }  // Every child is reaped here.
   if (!summary.ok()) return summary;
+  // An output that cannot be written goes into the log folder, named.
+  const auto write = [&](const char* flag, const std::string& path,
+                         const std::string& contents) {
+    if (path.empty()) return;
+    absl::Status s = WriteFileAtomically(path, contents);
+    if (s.ok()) return;
+    const std::string instead =
+        absl::StrCat(log_dir, "/", path.substr(path.rfind('/') + 1));
+    absl::Status again = WriteFileAtomically(instead, contents);
+    errors.push_back(absl::StrCat(
+        "cannot write --", flag, "=", path, " (", s.message(), ")",
+        again.ok() ? absl::StrCat("; written to ", instead, " instead") : ""));
+  };
+  write("curve_csv", options.curve_csv, CurveCsv(summary->curve));
+  // A temporary log folder goes after a run that left nothing in it.
+  const bool remove_logs = options.log_dir.empty() && errors.empty();
+  if (remove_logs) summary->log_dir.clear();
   const std::string json = summary->ToJson();
+  write("summary_json", options.summary_json, json + "\n");
   out << "SUMMARY " << json << '\n';
   out.flush();
-  if (!options.summary_json.empty()) {
-    DP_RETURN_IF_ERROR(WriteFileAtomically(options.summary_json, json + "\n"));
+  if (!errors.empty()) {
+    return absl::FailedPreconditionError(absl::StrJoin(errors, "; "));
   }
-  if (!options.curve_csv.empty()) {
-    DP_RETURN_IF_ERROR(
-        WriteFileAtomically(options.curve_csv, CurveCsv(summary->curve)));
+  if (remove_logs) {
+    std::error_code ignored;
+    std::filesystem::remove_all(log_dir, ignored);
   }
   return summary;
 }

@@ -18,27 +18,42 @@
 //   absl::StatusOr<Summary> summary = RunCluster(options, std::cout, nullptr);
 //
 // Output contract (one line each, written to `out` and flushed per line):
-//   launch: logs in <log_dir>
+//   launch: logs in <log_dir>[ (removed after a successful run; ...)]
+//                    the second part for a temporary folder (no --log_dir),
+//                    which is removed when the run succeeded and wrote
+//                    nothing there in place of an output.
 //   launch: server <k> listening on <host>:<port>  (host: kDefaultHost)
 //   <child output>   every line of every child, prefixed with "<name>: "
 //                    unless it already starts with that; names are "ps <k>",
 //                    "worker <i>", "curve eval" (the evaluations during
-//                    training) and "eval". Worker progress lines therefore
-//                    pass through unchanged.
+//                    training), "eval" and "save". Worker progress lines
+//                    therefore pass through unchanged. The evaluation's
+//                    SERVER_STATS lines stay in its log only (each server
+//                    prints its statistics as it stops).
 //   cluster: <R> examples/sec (<n> workers, step <s>)
 //                    at most every rate_report_interval while training: R is
-//                    the sum of the latest rate of each still-running worker
-//                    that reported one, n how many such workers, s the
-//                    largest latest step among them.
+//                    the sum of the latest rate of each worker still
+//                    training (no DONE line yet) that reported one, n how
+//                    many such workers, s the largest latest step among them.
 //   curve: t=<T> s test_accuracy=<A>
 //                    one per point of the accuracy-vs-time curve, when its
 //                    evaluation has finished (see Summary::curve).
 //   launch: warning: curve eval failed (<why>)
 //                    an evaluation during training failed; training goes on.
-//   launch: training done in <T> s
+//   launch: training done in <T> s (<R> examples/sec over the whole training, ...)
+//                    R as SUMMARY's examples_per_sec.
 //   launch: evaluating
+//   launch: cannot write --save_params=<path> (<why>); saving the parameters
+//           to <log_dir>/<name> instead
+//                    the final evaluation failed to save: a "save" child
+//                    writes them into the log folder, and RunCluster ends
+//                    with FailedPrecondition after the SUMMARY.
 //   launch: stopping servers
-//   SUMMARY {json}   last line, on success only (see Summary::ToJson).
+//   SUMMARY {json}   last line, on success (see Summary::ToJson; with
+//                    saved_params, and without log_dir for a removed
+//                    temporary folder); also after outputs that could not
+//                    be written where asked and were written into the log
+//                    folder, before the FailedPrecondition naming them.
 // A failure is returned as a Status (nothing else is printed for it); for a
 // child failure the message is
 //   "<name> failed (exit code N | signal S (Name)); last lines:\n    <line>..."
@@ -61,7 +76,8 @@
 namespace downpour {
 
 // Runs the cluster as described in the file comment, then writes
-// options.summary_json and options.curve_csv. Preconditions: options
+// options.summary_json and options.curve_csv (into the log folder, and
+// FailedPrecondition, when they cannot be written where asked). Preconditions: options
 // passed ValidateLaunchOptions. `stop_signal` (not owned, may be null) is
 // polled: when it becomes non-zero all children are stopped and Cancelled is
 // returned ("interrupted by signal N"). `out` is not owned. Children are

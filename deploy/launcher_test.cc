@@ -257,6 +257,35 @@ TEST_F(LauncherTest, SuccessfulRun) {
   ExpectServersGone();
 }
 
+// The final evaluation evaluates but cannot save: the parameters go into the
+// log folder, SUMMARY says so, and the run ends with FailedPrecondition
+// (exit code 2) naming both paths.
+TEST_F(LauncherTest, SaveThatFailsAtTheEndGoesIntoTheLogFolder) {
+  Setup(-1);
+  WriteExecutable(
+      options_.ps_worker_bin,
+      absl::StrReplaceAll(
+          ReadBytes(options_.ps_worker_bin),
+          {{"    exit 0 ;;\nesac",
+            absl::StrCat("    case \"$*\" in *--save_params=", dir_,
+                         "/out/*) echo 'error: cannot write: Read-only file "
+                         "system' >&2; exit 2 ;; esac\n    exit 0 ;;\nesac")}}));
+  options_.save_params = dir_ + "/out/params.safetensors";
+  std::ostringstream out;
+  absl::StatusOr<Summary> s = RunCluster(options_, out, nullptr);
+  ASSERT_FALSE(s.ok()) << out.str();
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string fallback = options_.log_dir + "/params.safetensors";
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("cannot write --save_params=" + options_.save_params +
+                        " (error: cannot write: Read-only file system); the "
+                        "parameters are in " + fallback + " instead"));
+  EXPECT_THAT(out.str(), HasSubstr("\"saved_params\":\"" + fallback + "\""));
+  EXPECT_THAT(ReadBytes(dir_ + "/curve_eval.args"),
+              HasSubstr("--save_params=" + fallback));
+  ExpectServersGone();
+}
+
 TEST_F(LauncherTest, FailingWorkerStopsEverything) {
   // Worker 0 would run for a minute; it must be stopped, not waited for.
   Setup(/*fail_worker=*/1, "", "sleep 60");

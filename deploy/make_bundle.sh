@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Packs already-built Downpour binaries into a self-contained folder (and a
-# tarball) that runs on a Linux host without gRPC, protobuf, abseil, OpenBLAS
-# or zlib: the programs, the ldd closure of their shared libraries less what
-# every host (glibc) or the GPU host (NVIDIA driver, CUDA runtime) provides,
-# wrapper scripts that set LD_LIBRARY_PATH, the Fashion-MNIST files and
-# run_gpu_checks.sh. deploy/bundle.sh builds the binaries with Bazel and
-# calls this; deploy/bundle_test.sh calls it on the test's data deps.
+# Packs already-built Downpour binaries into a self-contained folder (and an
+# xz tarball) that runs on a Linux host without gRPC, protobuf, abseil,
+# OpenBLAS or zlib: the programs (stripped), the ldd closure of their shared
+# libraries less what every host (glibc) or the GPU host (NVIDIA driver,
+# CUDA runtime) provides, wrapper scripts that set LD_LIBRARY_PATH, the
+# Fashion-MNIST files (uncompressed IDX, which xz packs smaller than their
+# .gz; optionally a subset) and run_gpu_checks.sh. deploy/bundle.sh builds
+# the binaries with Bazel and calls this; deploy/bundle_test.sh and
+# bundle_gpu_checks_test.sh call it on their tests' data deps.
 #
 #   deploy/make_bundle.sh --out=dist/downpour-bundle \
 #       --binary=server/ps_server=bazel-bin/server/ps_server \
@@ -25,7 +27,7 @@
 #   libexec/programs.txt, libexec/gpu_tests.txt
 #                        "REL<TAB>CUDA sonames it needs from the host"
 #   lib/                 the packed shared libraries (see libclass.sh)
-#   data/fashion-mnist/  the IDX .gz files (unless --no_data)
+#   data/fashion-mnist/  the IDX files (unless --no_data), uncompressed
 #   run_gpu_checks.sh    the checks to run on the GPU host
 #   MANIFEST             what was packed, from where, and what the host needs
 #
@@ -40,19 +42,26 @@
 #   --data_dir=DIR        where the Fashion-MNIST files are
 #                         (default /usr/share/datasets/fashion-mnist)
 #   --no_data             do not pack them (~30 MiB)
+#   --data_examples=TRAIN[,TEST]  only the first TRAIN training and TEST
+#                         test examples (default: all; 0 = all)
+#   --no_strip            keep the binaries' symbols (strip --strip-all on
+#                         the programs, --strip-unneeded on lib/ otherwise)
 #   --with_cuda_libs      also pack cudart, cuBLAS and cuBLASLt from the build
 #                         machine. Size: cudart 0.7 MB, cuBLAS 54 MB, cuBLASLt
 #                         542 MB (CUDA 13.0), so ~600 MB more unpacked, about
 #                         10x the bundle. Only worth it for a host whose
 #                         toolkit and Python wheels both lack them; cuDNN is
 #                         never packed (~1 GB with its engines).
-#   --tarball=PATH        default <out>.tar.gz;  --no_tarball: none
+#   --tarball=PATH        default <out>.tar.xz;  --no_tarball: none
+#   --xz_level=L          xz preset for the tarball (default 9e, the
+#                         smallest; 0 to 9, optionally with e)
+#   --max_tarball_mib=N   fail (exit 1) when the tarball is larger
 #   --version=TEXT        recorded in MANIFEST (bundle.sh passes the commit)
 #   --quiet               do not print the ldd listings (they are still
 #                         written to <out>/ldd.txt)
 # Exit status: 0 ok; 2 bad arguments; 1 anything else (a library that cannot
-# be resolved here, or a packed program that still resolves a library from
-# outside the bundle).
+# be resolved here, a packed program that still resolves a library from
+# outside the bundle, or a tarball over --max_tarball_mib).
 set -euo pipefail
 
 HERE="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,7 +73,8 @@ die() { echo "make_bundle: $*" >&2; exit 1; }
 usage() { echo "make_bundle: $*" >&2; echo "  see the comment at the top of $0" >&2; exit 2; }
 
 out="" tarball="" no_tarball=0 data_dir=/usr/share/datasets/fashion-mnist
-no_data=0 with_cuda=0 quiet=0 version=""
+no_data=0 with_cuda=0 quiet=0 version="" strip=1 xz_level=9e max_tarball_mib=""
+data_train=0 data_test=0
 programs=() tests=() extra_files=()
 for arg in "$@"; do
   case "$arg" in
@@ -74,6 +84,18 @@ for arg in "$@"; do
     --file=*=*) extra_files+=("${arg#--file=}") ;;
     --data_dir=*) data_dir="${arg#*=}" ;;
     --no_data) no_data=1 ;;
+    --data_examples=*)
+      v="${arg#*=}"
+      [[ "$v" =~ ^[0-9]+(,[0-9]+)?$ ]] || usage "bad --data_examples=$v"
+      data_train="${v%%,*}"
+      [[ "$v" == *,* ]] && data_test="${v#*,}" ;;
+    --no_strip) strip=0 ;;
+    --xz_level=*)
+      xz_level="${arg#*=}"
+      [[ "$xz_level" =~ ^[0-9]e?$ ]] || usage "bad --xz_level=$xz_level" ;;
+    --max_tarball_mib=*)
+      max_tarball_mib="${arg#*=}"
+      [[ "$max_tarball_mib" =~ ^[0-9]+$ ]] || usage "bad --max_tarball_mib" ;;
     --with_cuda_libs) with_cuda=1 ;;
     --tarball=*) tarball="${arg#*=}" ;;
     --no_tarball) no_tarball=1 ;;
@@ -85,7 +107,7 @@ for arg in "$@"; do
 done
 [[ -n "$out" ]] || usage "--out=DIR is required"
 ((${#programs[@]} > 0)) || usage "no --binary=REL=PATH given"
-for cmd in ldd objdump tar gzip sha256sum; do
+for cmd in ldd objdump strip tar xz gzip sha256sum python3; do
   command -v "$cmd" >/dev/null || die "needs '$cmd' on PATH"
 done
 
@@ -100,7 +122,7 @@ if [[ -e "$out" ]]; then
     die "$out exists and is not a Downpour bundle; refusing to replace it"
   fi
 fi
-[[ "$no_tarball" == 1 ]] || tarball="${tarball:-$out.tar.gz}"
+[[ "$no_tarball" == 1 ]] || tarball="${tarball:-$out.tar.xz}"
 mkdir -p "$out/bin" "$out/libexec" "$out/lib/cxx"
 touch "$out/.downpour-bundle"
 manifest="$out/MANIFEST"
@@ -109,6 +131,11 @@ manifest="$out/MANIFEST"
   echo "version: ${version:-unknown}"
   echo "made: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"))"
   echo "with_cuda_libs: $with_cuda"
+  # cuDNN loaded on the host must be at least this version (same major).
+  cudnn_h="${CUDA_HOME:-/usr/local/cuda}/include/cudnn_version.h"
+  if [[ -f "$cudnn_h" ]]; then
+    echo "cudnn_headers: $(awk '/#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{printf "%s%s", s, $3; s="."}' "$cudnn_h")"
+  fi
 } > "$manifest"
 
 # ---- Binaries and the ldd closure ----------------------------------------
@@ -151,6 +178,9 @@ pack_closure() {
       [[ "$class" == cxx ]] && dest="$out/lib/cxx/$soname"
       cp -L -- "$path" "$dest"
       chmod 644 "$dest"
+      if [[ "$strip" == 1 ]]; then
+        strip --strip-unneeded -- "$dest" || die "strip $dest failed"
+      fi
       packed["$soname"]="$(readlink -f -- "$path")"
     fi
   done <<< "$ldd_out"
@@ -166,6 +196,9 @@ add_binary() {  # list-file REL=PATH
   mkdir -p "$out/libexec/$(dirname -- "$rel")"
   cp -L -- "$bin" "$out/libexec/$rel"
   chmod 755 "$out/libexec/$rel"
+  if [[ "$strip" == 1 ]]; then
+    strip --strip-all -- "$out/libexec/$rel" || die "strip $rel failed"
+  fi
   pack_closure "$rel" "$bin"
   # cuBLAS/cuDNN are dlopened by the CUDA backend (worker/nn/cuda_libs.cc),
   # so ldd does not list them: find their sonames in the binary. The
@@ -277,14 +310,40 @@ if [[ "$no_data" == 0 ]]; then
   mkdir -p "$out/data/fashion-mnist"
   for f in train-images-idx3-ubyte train-labels-idx1-ubyte \
            t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    n="$data_train"
+    [[ "$f" == t10k-* ]] && n="$data_test"
     if [[ -f "$data_dir/$f.gz" ]]; then
-      cp -L -- "$data_dir/$f.gz" "$out/data/fashion-mnist/"
+      src="$data_dir/$f.gz"
     elif [[ -f "$data_dir/$f" ]]; then
-      gzip -c -- "$data_dir/$f" > "$out/data/fashion-mnist/$f.gz"
+      src="$data_dir/$f"
     else
       die "no $f(.gz) in $data_dir (install dataset-fashion-mnist, pass --data_dir=DIR, or --no_data)"
     fi
-  done
+    # The IDX header (magic, then one big-endian uint32 per dimension) with
+    # the item count cut to n, then the first n items.
+    python3 - "$src" "$out/data/fashion-mnist/$f" "$n" <<'PYEOF' ||
+import gzip, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with (gzip.open if src.endswith(".gz") else open)(src, "rb") as f:
+    data = f.read()
+ndim = data[3]
+dims = list(struct.unpack(">%dI" % ndim, data[4:4 + 4 * ndim]))
+item = 1
+for d in dims[1:]:
+    item *= d
+if n == 0 or n > dims[0]:
+    n = dims[0]
+dims[0] = n
+body = 4 + 4 * ndim
+with open(dst, "wb") as f:
+    f.write(data[:4] + struct.pack(">%dI" % ndim, *dims))
+    f.write(data[body:body + n * item])
+print("%s: %d items" % (dst.rsplit("/", 1)[-1], n))
+PYEOF
+      die "cannot write $f from $src"
+  done > "$out/data/fashion-mnist/README.txt"
+  sed -i '1i Fashion-MNIST (uncompressed IDX), first items of each file:' \
+    "$out/data/fashion-mnist/README.txt"
   chmod 644 "$out/data/fashion-mnist/"*
 fi
 
@@ -358,11 +417,18 @@ fi
 # ---- Tarball -------------------------------------------------------------------
 if [[ -n "$tarball" ]]; then
   mkdir -p "$(dirname -- "$tarball")"
-  tar -C "$(dirname -- "$out")" -czf "$tarball" "$(basename -- "$out")"
+  tar -C "$(dirname -- "$out")" --sort=name --owner=0 --group=0 --numeric-owner \
+      -cf - "$(basename -- "$out")" | xz -T0 "-$xz_level" -c > "$tarball.tmp" ||
+    die "tar | xz failed"
+  mv -f -- "$tarball.tmp" "$tarball"
 fi
 
 size_of() { du -sh -- "$1" | cut -f1; }
 echo "make_bundle: $out: $(size_of "$out") (lib $(size_of "$out/lib"), libexec $(size_of "$out/libexec")$([[ -d "$out/data" ]] && echo ", data $(size_of "$out/data")"))"
 if [[ -n "$tarball" ]]; then
-  echo "make_bundle: $tarball: $(size_of "$tarball")"
+  bytes="$(stat -c %s -- "$tarball")"
+  echo "make_bundle: $tarball: $(size_of "$tarball") ($bytes bytes, xz -$xz_level)"
+  if [[ -n "$max_tarball_mib" ]] && ((bytes > max_tarball_mib * 1024 * 1024)); then
+    die "$tarball is $bytes bytes, over the limit of $max_tarball_mib MiB"
+  fi
 fi

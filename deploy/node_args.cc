@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/cluster_spec_flags.h"
 
 namespace downpour {
@@ -50,6 +51,11 @@ absl::StatusOr<NodeArgs> ParseNodeArgs(const std::vector<std::string>& args) {
       out.print_spec = eq == std::string::npos || body.substr(eq + 1) == "true";
       continue;
     }
+    if (name == "help" || name == "helpfull" || name == "helpshort" ||
+        name == "h") {
+      out.help = true;
+      continue;
+    }
     out.passthrough.push_back(arg);
     if (name.empty() || name == "undefok") continue;
     names.insert(name);
@@ -78,18 +84,59 @@ absl::StatusOr<NodeArgs> ParseNodeArgs(const std::vector<std::string>& args) {
 }
 
 std::vector<std::string> ChildArgv(const std::string& binary,
-                                   const NodeArgs& args) {
+                                   const NodeArgs& args,
+                                   const std::vector<std::string>& other_flags) {
   std::vector<std::string> argv = {binary};
   argv.insert(argv.end(), args.passthrough.begin(), args.passthrough.end());
-  if (!args.flag_names.empty()) {
-    argv.push_back(absl::StrCat("--undefok=", absl::StrJoin(args.flag_names, ",")));
+  std::vector<std::string> undefok;
+  for (const std::string& name : args.flag_names) {
+    if (other_flags.empty() ||
+        std::find(other_flags.begin(), other_flags.end(), name) !=
+            other_flags.end()) {
+      undefok.push_back(name);
+    }
+  }
+  if (!undefok.empty()) {
+    argv.push_back(absl::StrCat("--undefok=", absl::StrJoin(undefok, ",")));
   }
   return argv;
+}
+
+std::vector<std::string> FlagNamesFromHelp(const std::string& helpfull) {
+  std::vector<std::string> names;
+  for (absl::string_view line : absl::StrSplit(helpfull, '\n')) {
+    if (!absl::ConsumePrefix(&line, "    --")) continue;
+    const size_t end = line.find(" (");
+    if (end == absl::string_view::npos || end == 0) continue;
+    names.emplace_back(line.substr(0, end));
+  }
+  return names;
 }
 
 const char* ChildBinaryFor(const ClusterSpec& spec) {
   return spec.task_type == TaskType::kPs ? "server/ps_server"
                                          : "worker/ps_worker";
+}
+
+const char* OtherBinaryFor(const ClusterSpec& spec) {
+  return spec.task_type == TaskType::kPs ? "worker/ps_worker"
+                                         : "server/ps_server";
+}
+
+std::string NodeUsage() {
+  return "node: runs as the parameter server or the worker that its cluster "
+         "spec names,\nwith the same command line on every task.\n\n"
+         "  node --ps_hosts=a:2222 --worker_hosts=b:2222,c:2222 "
+         "--task_type=worker --task_index=0 --epochs=3\n"
+         "  TF_CONFIG='{...}' node ...       (Kubeflow's TFJob)\n"
+         "  srun -n 4 node --num_ps=1 ...    (Slurm)\n\n"
+         "Its own flags:\n"
+         "  --print_spec   print the resolved role, index and peers and exit\n"
+         "  --ps_hosts, --worker_hosts, --task_type, --task_index, --num_ps, "
+         "--base_port: the cluster spec\n"
+         "Every other flag goes to ps_server or ps_worker: see "
+         "`ps_server --help` and `ps_worker --help` (docs/flags.md).\n"
+         "Exit status: the child's; 2 for a missing or bad spec.\n";
 }
 
 std::string DescribeRole(const ClusterSpec& spec) {

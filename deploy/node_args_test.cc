@@ -19,10 +19,30 @@ TEST(NodeArgsTest, SpecFlagsAreReadAndEverythingPassesThrough) {
   EXPECT_THAT(a->passthrough,
               ElementsAre("--num_ps=2", "--base_port", "3000", "--epochs=3",
                           "--bind=0.0.0.0", "--nooverlap"));
-  const auto argv = ChildArgv("/bin/ps_worker", *a);
+  const auto argv = ChildArgv("/bin/ps_worker", *a, {});
   EXPECT_EQ(argv.front(), "/bin/ps_worker");
   EXPECT_EQ(argv.back(),
             "--undefok=base_port,bind,epochs,nooverlap,num_ps,overlap");
+  // Knowing the other binary's flags, only those are let through: a flag
+  // neither binary defines reaches the child as unknown.
+  auto typo = ParseNodeArgs({"--epocs=3", "--bind=0.0.0.0", "--num_ps=1"});
+  ASSERT_TRUE(typo.ok());
+  EXPECT_EQ(ChildArgv("/bin/ps_worker", *typo, {"bind", "num_ps", "port"})
+                .back(),
+            "--undefok=bind,num_ps");
+}
+
+TEST(NodeArgsTest, HelpAndTheOtherBinarysFlags) {
+  auto a = ParseNodeArgs({"--help"});
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->help);
+  EXPECT_TRUE(a->passthrough.empty());
+  EXPECT_THAT(NodeUsage(), HasSubstr("--print_spec"));
+  EXPECT_THAT(FlagNamesFromHelp("ps_server: usage\n\n  Flags from server/x.cc:\n"
+                                "    --bind (Address.); default: \"\";\n"
+                                "      continued (text)\n"
+                                "    --port (Port.); default: 0;\n"),
+              ElementsAre("bind", "port"));
 }
 
 TEST(NodeArgsTest, FlagsSourceGivesRoleLine) {

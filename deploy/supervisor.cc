@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/exit_codes.h"
 
 namespace downpour {
 namespace {
@@ -61,7 +62,9 @@ absl::Status Supervisor::Restart(Child* c) {
 }
 
 void Supervisor::HandleLine(const Child& c, const std::string& line) {
-  if (absl::StartsWith(line, c.name() + ":")) {
+  if (options_.quiet && options_.quiet(c.role(), line)) {
+    // Not printed.
+  } else if (absl::StartsWith(line, c.name() + ":")) {
     Print(line);
   } else {
     Print(absl::StrCat(c.name(), ": ", line));
@@ -135,7 +138,19 @@ absl::Status Supervisor::Fail(const Child& c, absl::string_view why) {
     absl::StrAppend(&msg, "\n    ", tail[i]);
   }
   absl::StrAppend(&msg, "\n(full logs in ", options_.log_dir, ")");
-  return absl::AbortedError(msg);
+  return absl::Status(StatusCodeForExit(c.proc->exit_status()), msg);
+}
+
+absl::StatusCode StatusCodeForExit(const ExitStatus& st) {
+  if (st.signal != 0) return absl::StatusCode::kAborted;  // Killed: retry.
+  switch (st.exit_code) {
+    case kExitFatal:
+      return absl::StatusCode::kFailedPrecondition;
+    case kExitRetryable:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kUnknown;
+  }
 }
 
 absl::Status Supervisor::CheckStopSignal() {

@@ -47,7 +47,16 @@ struct SupervisorOptions {
   const std::atomic<int>* stop_signal = nullptr;
   // How many output lines of a failed child Fail shows.
   size_t failure_tail_lines = 20;
+  // Lines of a child with this role for which it returns true go to the
+  // observer (and the child's log) but not to `out`. May be null.
+  std::function<bool(TaskRole, const std::string&)> quiet;
 };
+
+// The status code whose exit code (common/exit_codes.h) is a child's: exit
+// code 2 FailedPrecondition (2), 3 Unavailable (3), any other Unknown (1);
+// killed by a signal (a crash, the OOM killer, a stop at a timeout) Aborted
+// (3).
+absl::StatusCode StatusCodeForExit(const ExitStatus& status);
 
 class Supervisor {
  public:
@@ -88,8 +97,10 @@ class Supervisor {
   absl::Status CheckStopSignal();
   // SIGTERM to every running child, up to stop_grace, then SIGKILL.
   void StopAll();
-  // Stops every child and returns Aborted:
+  // Stops every child and returns
   //   "<name> failed (<why>); last lines:\n    <line>...\n(full logs in <dir>)"
+  // with the code StatusCodeForExit gives c's exit status, so that launch
+  // exits with its child's code.
   absl::Status Fail(const Child& c, absl::string_view why);
   // Writes one line to `out` and flushes.
   void Print(absl::string_view line);

@@ -142,7 +142,7 @@ TEST_F(SupervisorTest, FailStopsEveryoneAndShowsTheTail) {
   p->Exit(3);
   ASSERT_EQ(sup.ReapExited().size(), 1u);
   absl::Status st = sup.Fail(**w, "exit code 3");
-  EXPECT_EQ(st.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);  // Its exit code, 3.
   EXPECT_EQ(st.message(),
             "worker 0 failed (exit code 3); last lines:\n    b\n    c\n"
             "(full logs in /logs)");
@@ -168,6 +168,14 @@ TEST_F(SupervisorTest, StartFailureAndStopSignal) {
   EXPECT_THAT(out_.str(),
               HasSubstr("launch: got signal 2; stopping all children\n"));
   EXPECT_TRUE(launcher_.started["ps 0"]->exited);
+}
+
+TEST(StatusCodeForExitTest, PassesTheChildsExitCodeThrough) {
+  EXPECT_EQ(StatusCodeForExit({2, 0}), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StatusCodeForExit({3, 0}), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeForExit({1, 0}), absl::StatusCode::kUnknown);
+  EXPECT_EQ(StatusCodeForExit({0, 0}), absl::StatusCode::kUnknown);
+  EXPECT_EQ(StatusCodeForExit({-1, SIGKILL}), absl::StatusCode::kAborted);
 }
 
 TEST(LocalProcessLauncherTest, RunsLocallyOnly) {

@@ -158,3 +158,31 @@ def image_seeds():
     st = struct.pack("<Q", len(hdr)) + hdr + bytes(range(8)) + struct.pack("<qq", 0, 1)
     write("image_data_fuzzer", "safetensors_u8", bytes([1 | 16, 1 + 0]) + st)
 image_seeds()
+
+
+def snapshot_seed(name, mode, clocks, seq=3, parts_hex="1"):
+    """A shard snapshot (server/shard_snapshot.h) of one 4-float chunk,
+    sgd, with its FNV-1a checksum."""
+    values = f32([0.5, -1.0, 2.0, 0.25])
+    h, prime = 1469598103934665603, 1099511628211
+    for i in range(0, len(values), 8):
+        h = ((h ^ struct.unpack("<Q", values[i:i + 8])[0]) * prime) % (1 << 64)
+    meta = {"layout": {"tensors": [{"name": "w", "shape": [4]}], "num_shards": 1,
+                       "max_chunk_bytes": 1 << 20, "spread_min_bytes": 1 << 20},
+            "shard_index": 0, "num_shards": 1, "optimizer": "sgd", "mode": mode,
+            "step": 3, "created_unix_ms": 1, "versions": [[0, 3]],
+            "dedup": [{"worker": 0, "incarnation": "7", "seq": seq, "num_parts": 1,
+                       "parts_hex": parts_hex, "retired": []}],
+            "clocks": clocks, "checksum": str(h)}
+    header = {"__metadata__": {"downpour_snapshot": json.dumps(meta)},
+              "chunk.0.values": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    write("snapshot_fuzzer", name, struct.pack("<Q", len(h)) + h + values)
+
+
+snapshot_seed("async", "async", [])
+snapshot_seed("ssp", "ssp", [3, 3, 2, 3])
+snapshot_seed("sync", "sync", [3])
+snapshot_seed("async_fresh_row", "async", [], seq=0, parts_hex="")
+

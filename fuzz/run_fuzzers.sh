@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-25}"
 out="${FUZZ_OUT:-/tmp/downpour_fuzz}"
-targets="${FUZZ_TARGETS:-wire_fuzzer store_fuzzer layout_fuzzer safetensors_fuzzer data_fuzzer image_data_fuzzer cluster_spec_fuzzer model_spec_fuzzer}"
+targets="${FUZZ_TARGETS:-wire_fuzzer store_fuzzer layout_fuzzer safetensors_fuzzer snapshot_fuzzer data_fuzzer image_data_fuzzer cluster_spec_fuzzer model_spec_fuzzer}"
 root="${HOME}/.cache/bazel_fuzz"
 
 if ! bazel --output_user_root="$root" build --config=fuzz --symlink_prefix=/ //fuzz/...; then

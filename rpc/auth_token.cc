@@ -22,7 +22,9 @@ void Sha256(const std::string& s, unsigned char out[32]) {
 absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::Create(
     const TransportSecurityOptions& options) {
   if (options.auth_token_file.empty()) return std::unique_ptr<TokenAuthenticator>();
-  DP_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.auth_token_file));
+  DP_ASSIGN_OR_RETURN(std::string token,
+                      ReadTokenFile(options.auth_token_file,
+                                    options.allow_readable_token_file));
   return std::make_unique<TokenAuthenticator>(token);
 }
 

@@ -4,7 +4,13 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -13,6 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -167,8 +174,23 @@ absl::StatusOr<TransportSecurityOptions> MakeSecurityOptions(
   return o;
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          bool allow_readable) {
   DP_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, "--auth_token_file"));
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 007) != 0) {
+    const std::string mode = absl::StrFormat("%04o", st.st_mode & 07777);
+    if (!allow_readable) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--auth_token_file ", path, " has mode ", mode,
+          ": users outside its group may read it; chmod 600 it (or pass "
+          "--allow_readable_token_file)"));
+    }
+    std::fprintf(stderr,
+                 "WARNING: --auth_token_file %s has mode %s: other users may "
+                 "read the job's token (--allow_readable_token_file)\n",
+                 path.c_str(), mode.c_str());
+  }
   const size_t nl = text.find('\n');
   std::string token(absl::StripAsciiWhitespace(text.substr(0, nl)));
   if (token.empty()) {
@@ -222,7 +244,9 @@ absl::StatusOr<ClientSecurity> BuildClientSecurity(
   ClientSecurity c;
   DP_ASSIGN_OR_RETURN(c.credentials, BuildChannelCredentials(options));
   if (!options.auth_token_file.empty()) {
-    DP_ASSIGN_OR_RETURN(c.bearer_token, ReadTokenFile(options.auth_token_file));
+    DP_ASSIGN_OR_RETURN(c.bearer_token,
+                        ReadTokenFile(options.auth_token_file,
+                                      options.allow_readable_token_file));
   }
   c.tls = options.mode == TransportSecurityOptions::Mode::kTls;
   c.allow_insecure = options.allow_insecure;
@@ -244,17 +268,68 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
       target, security.credentials, args, std::move(interceptors));
 }
 
+namespace {
+
+// Whether a socket address is in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104.
+bool IsLoopbackSockaddr(const sockaddr* a) {
+  if (a->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a->sa_family == AF_INET6) {
+    const in6_addr& in6 = reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&in6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&in6) && in6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool IsLoopbackAddress(const std::string& host_port) {
-  const std::string host = absl::AsciiStrToLower(HostOf(host_port));
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.") ||
-         absl::StartsWith(host, "ipv4:127.") || host == "ipv6:[::1]";
+  std::string target = absl::AsciiStrToLower(host_port);
+  for (absl::string_view scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {
+    if (absl::StartsWith(target, scheme)) {
+      target = target.substr(scheme.size());
+      break;
+    }
+  }
+  const std::string host = HostOf(target);
+  if (host.empty()) return false;
+  // What the name resolves to, not how it reads: "localhost" or any other
+  // name counts only when every address it has is loopback.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool all_loopback = found != nullptr;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    all_loopback &= IsLoopbackSockaddr(a->ai_addr);
+  }
+  ::freeaddrinfo(found);
+  return all_loopback;
 }
 
 absl::Status CheckListenAddressIsSafe(const std::string& address,
                                       const TransportSecurityOptions& options) {
-  if (options.mode == TransportSecurityOptions::Mode::kTls ||
-      options.allow_insecure || IsLoopbackAddress(address)) {
+  const bool tls = options.mode == TransportSecurityOptions::Mode::kTls;
+  const bool checks_clients =
+      !options.tls_ca_file.empty() || !options.auth_token_file.empty();
+  // (Resolving the address is left for last: it may ask DNS.)
+  if (options.allow_insecure || (tls && checks_clients) ||
+      IsLoopbackAddress(address)) {
     return absl::OkStatus();
+  }
+  if (tls) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve ", address,
+        " with TLS but no client check: without --tls_ca (client "
+        "certificates) or --auth_token_file anyone who can reach this port "
+        "could read and overwrite the model. Give --tls_ca and "
+        "--auth_token_file (deploy/make_certs.sh makes them), or bind "
+        "127.0.0.1, or accept the risk on a trusted network with "
+        "--allow_insecure"));
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "refusing to serve ", address,

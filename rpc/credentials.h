@@ -57,6 +57,13 @@ struct TransportSecurityOptions {
   std::string auth_token_file;
   // Allow plaintext listening on / connecting to non-loopback addresses.
   bool allow_insecure = false;
+  // Accept a token file that others (outside its group) may read or write
+  // (with a warning on stderr); otherwise such a file is refused.
+  bool allow_readable_token_file = false;
+  // Servers, with mutual TLS: calls for worker k only from the client
+  // certificate "worker-<k>", never from a job-wide one (rpc/
+  // peer_identity.h).
+  bool require_task_certificates = false;
 };
 
 // Options from the flag values: kTls when any TLS file is given, and
@@ -93,12 +100,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const std::string& target, const ClientSecurity& security,
     const grpc::ChannelArguments& args);
 
-// True for 127.0.0.0/8, ::1 and localhost (with or without ":port").
+// True when the host of `host_port` (":port" and an ipv4:/ipv6:/dns:
+// scheme optional) is or resolves only to loopback addresses (127.0.0.0/8,
+// ::1): a literal is parsed, a name such as "localhost" is resolved, so a
+// name that /etc/hosts maps elsewhere is not loopback.
 bool IsLoopbackAddress(const std::string& host_port);
 
 // FailedPrecondition, naming the risk and the flags that fix it, when a
-// server would listen in plaintext on `address` ("host:port") that is not
-// loopback and allow_insecure is off. Every server start calls it (the
+// server would listen on `address` ("host:port") that is not loopback,
+// allow_insecure is off, and it would be in plaintext or TLS that checks
+// no client (no tls_ca for client certificates and no token). Every server start calls it (the
 // host does), so ps_server and the node entry point both obey it.
 absl::Status CheckListenAddressIsSafe(const std::string& address,
                                       const TransportSecurityOptions& options);
@@ -108,8 +119,13 @@ absl::Status CheckTargetIsSafe(const std::string& target, bool tls,
                                bool allow_insecure);
 
 // Reads a token file: the first line, surrounding whitespace removed.
-// InvalidArgument naming the file when it is missing, unreadable or empty.
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// InvalidArgument naming the file when it is missing, unreadable or empty,
+// or when its mode lets others (users outside its group) read or write it
+// (a token anyone can read is no secret; chmod 600 it) unless
+// `allow_readable`, which warns on stderr instead. Group access is left to
+// the owner (Kubernetes' fsGroup mounts Secrets 0440).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          bool allow_readable = false);
 
 }  // namespace downpour
 

@@ -1,5 +1,6 @@
 #include "rpc/grpc_config.h"
 
+#include "grpc/compression.h"
 #include "grpcpp/resource_quota.h"
 
 namespace downpour {
@@ -10,6 +11,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   // gRPC sets SO_REUSEPORT by default, so a second
   // server on a port in use would start and take half the connections.
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Only uncompressed requests: a compressed one is refused (UNIMPLEMENTED)
+  // instead of inflated, so a small request cannot make the server hold up
+  // to the message limit. Clients never compress.
+  builder->AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
+                              1 << GRPC_COMPRESS_NONE);
 }
 
 void ConfigureChannelArguments(grpc::ChannelArguments* args) {

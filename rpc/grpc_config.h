@@ -37,7 +37,8 @@ inline constexpr char kPushPullMethod[] =
 // Sets the message limits above on a server being built / on a client
 // channel. A server also turns SO_REUSEPORT off, so that a second server on
 // a port in use fails to start ("could not listen on ...") instead of
-// sharing the port's connections. (Larger HTTP/2 frames and TCP read chunks were measured with
+// sharing the port's connections, and accepts only uncompressed requests
+// (a compressed one is UNIMPLEMENTED, never inflated). (Larger HTTP/2 frames and TCP read chunks were measured with
 // tests/bench:transport_bench and were slower than gRPC's defaults here.)
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 

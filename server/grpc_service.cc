@@ -17,6 +17,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "rpc/grpc_config.h"
+#include "rpc/peer_identity.h"
 #include "rpc/rpc_convert.h"
 #include "rpc/wire.h"
 
@@ -202,7 +203,8 @@ class ParameterServerService final : public ServiceBase {
                                  grpc::ByteBuffer* response) override {
     if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
-    absl::StatusOr<PushResult> r = ApplyPush(*request, /*push_pull=*/false, &msg);
+    absl::StatusOr<PushResult> r =
+        ApplyPush(*ctx, *request, /*push_pull=*/false, &msg);
     if (r.ok() && DropThisReply()) r = DroppedReply();
     if (r.ok()) {
       proto::PushResponse resp;
@@ -223,7 +225,8 @@ class ParameterServerService final : public ServiceBase {
                                      grpc::ByteBuffer* response) override {
     if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
-    absl::StatusOr<PushResult> r = ApplyPush(*request, /*push_pull=*/true, &msg);
+    absl::StatusOr<PushResult> r =
+        ApplyPush(*ctx, *request, /*push_pull=*/true, &msg);
     if (!r.ok()) return Finish(ctx, r.status());
     std::vector<int32_t> ids;
     ids.reserve(msg.chunks.size());
@@ -268,8 +271,10 @@ class ParameterServerService final : public ServiceBase {
 
   // Parses a push and hands it to the store; a leave's result is an empty
   // PushResult. For a PushPull (push_pull), a leave or an unknown
-  // pull_encoding is refused before anything is applied.
-  absl::StatusOr<PushResult> ApplyPush(const grpc::ByteBuffer& request,
+  // pull_encoding is refused before anything is applied; so is a push for a
+  // worker the caller's certificate does not name (rpc/peer_identity.h).
+  absl::StatusOr<PushResult> ApplyPush(const grpc::ServerContextBase& ctx,
+                                       const grpc::ByteBuffer& request,
                                        bool push_pull, wire::PushMessage* msg) {
     std::vector<grpc::Slice> slices;
     if (!request.Dump(&slices).ok()) {
@@ -279,6 +284,8 @@ class ParameterServerService final : public ServiceBase {
     absl::StatusOr<wire::PushMessage> parsed = wire::ParsePushRequest(pieces);
     if (!parsed.ok()) return parsed.status();
     *msg = *std::move(parsed);
+    DP_RETURN_IF_ERROR(CheckActsForWorker(PeerIdentityOf(ctx), msg->worker_id,
+                                          options_.require_task_certificates));
     if (push_pull && (msg->pull_encoding < 0 ||
                       msg->pull_encoding > std::numeric_limits<int>::max() ||
                       !proto::Encoding_IsValid(

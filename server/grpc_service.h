@@ -38,6 +38,10 @@ struct ServiceOptions {
   // Pull, Push and PushPull reply so that workers notice a restarted shard.
   // 0: NewParameterServerService draws a random nonzero one.
   uint64_t server_incarnation = 0;
+  // Mutual TLS: a push or leave for worker k is taken only from the client
+  // certificate "worker-<k>" (or one with no task name, unless this is set;
+  // or with no client certificate at all), rpc/peer_identity.h.
+  bool require_task_certificates = false;
 };
 
 // `store` must outlive the service. Handlers run on gRPC's callback threads;

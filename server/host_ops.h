@@ -58,6 +58,9 @@ class HostOps : public ServiceObserver {
   ~HostOps() override;
 
   const TokenAuthenticator* authenticator() const { return auth_.get(); }
+  std::shared_ptr<const TokenAuthenticator> shared_authenticator() const {
+    return auth_;
+  }
   ServiceObserver* observer() { return this; }
   // Adds the metrics interceptors (when metrics are on).
   void ConfigureBuilder(grpc::ServerBuilder* builder);

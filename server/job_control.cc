@@ -6,6 +6,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/job_control.grpc.pb.h"
 #include "rpc/auth_token.h"
+#include "rpc/peer_identity.h"
 #include "rpc/rpc_convert.h"
 
 namespace downpour {
@@ -14,8 +15,9 @@ namespace {
 class JobControlService final : public proto::JobControl::CallbackService {
  public:
   JobControlService(JobState* state, std::function<std::string()> aborted,
-                    const TokenAuthenticator* auth)
-      : state_(state), aborted_(std::move(aborted)), auth_(auth) {}
+                    const TokenAuthenticator* auth, bool require_task_certificates)
+      : state_(state), aborted_(std::move(aborted)), auth_(auth),
+        strict_(require_task_certificates) {}
 
   grpc::ServerUnaryReactor* WorkerDone(
       grpc::CallbackServerContext* context,
@@ -23,6 +25,12 @@ class JobControlService final : public proto::JobControl::CallbackService {
       proto::WorkerDoneResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     if (Refused(*context, reactor)) return reactor;
+    if (absl::Status s = CheckActsForWorker(PeerIdentityOf(*context),
+                                            request->worker_id(), strict_);
+        !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
     reactor->Finish(ToGrpcStatus(state_->WorkerDone(
         {request->worker_id(), request->error(), request->done_line()})));
     return reactor;
@@ -53,6 +61,14 @@ class JobControlService final : public proto::JobControl::CallbackService {
                                    proto::EndJobResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     if (Refused(*context, reactor)) return reactor;
+    // Only the chief (worker 0) ends the job.
+    const PeerIdentity peer = PeerIdentityOf(*context);
+    absl::Status s = CheckActsForWorker(peer, 0, strict_);
+    if (s.ok()) s = CheckActsForWorker(peer, request->worker_id(), strict_);
+    if (!s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
     reactor->Finish(ToGrpcStatus(
         state_->EndJob(request->worker_id(), request->error())));
     return reactor;
@@ -73,6 +89,7 @@ class JobControlService final : public proto::JobControl::CallbackService {
   JobState* const state_;  // Not owned.
   const std::function<std::string()> aborted_;
   const TokenAuthenticator* const auth_;  // Not owned; null: no token.
+  const bool strict_;  // require_task_certificates
 };
 
 }  // namespace
@@ -139,8 +156,9 @@ std::optional<JobEnd> JobState::WaitForEnd(absl::Duration timeout) {
 
 std::unique_ptr<grpc::Service> NewJobControlService(
     JobState* state, std::function<std::string()> aborted,
-    const TokenAuthenticator* auth) {
-  return std::make_unique<JobControlService>(state, std::move(aborted), auth);
+    const TokenAuthenticator* auth, bool require_task_certificates) {
+  return std::make_unique<JobControlService>(state, std::move(aborted), auth,
+                                             require_task_certificates);
 }
 
 absl::Status ApplyClusterSpec(const ClusterSpec& spec, const std::string& bind,

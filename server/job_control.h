@@ -93,9 +93,13 @@ class JobState {
 // `aborted` returns the store's abort reason ("" when none); called on
 // GetJobState. `auth` (not owned, may be null: no token) is checked first in
 // every handler; pass the host's (ParameterServerHostOptions::authenticator).
+// With mutual TLS, WorkerDone for worker k is taken only from the certificate
+// "worker-<k>" and EndJob only from the chief's, "worker-0" (or, unless
+// `require_task_certificates`, from a job-wide certificate; rpc/
+// peer_identity.h): PERMISSION_DENIED otherwise.
 std::unique_ptr<grpc::Service> NewJobControlService(
     JobState* state, std::function<std::string()> aborted,
-    const TokenAuthenticator* auth);
+    const TokenAuthenticator* auth, bool require_task_certificates = false);
 
 // A spec server's options: shard = task index, shards = number of ps
 // entries, num_workers = number of workers (unless already set), listening

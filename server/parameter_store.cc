@@ -1,5 +1,6 @@
 #include "server/parameter_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -94,6 +95,11 @@ class ParameterStoreImpl final : public ParameterStore {
   void TimerLoop(absl::Duration tick) ABSL_LOCKS_EXCLUDED(timer_mu_);
   // The snapshot's chunks into the staged layout's chunks.
   absl::Status RestoreChunks(const ShardSnapshot& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(declare_mu_);
+  // The snapshot's dedup rows this shard takes: rows of workers outside the
+  // job dropped; InvalidArgument for a row larger than the shard allows.
+  absl::Status CheckRestoredClaims(const std::vector<DedupEntry>& saved,
+                                   std::vector<DedupEntry>* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(declare_mu_);
 
   const ParameterStoreOptions options_;
@@ -347,13 +353,25 @@ absl::Status ParameterStoreImpl::ValidatePush(
             "push needs worker_id >= 0 and seq >= 1, got worker_id ",
             id.worker_id, ", seq ", id.seq)));
   }
-  if (id.num_parts < 1 || id.num_parts > (1 << 20) || id.part < 0 ||
+  // Each part carries at least one chunk, so a push has at most as many
+  // parts as the shard has chunks: the dedup table's row of a worker stays
+  // within the shard's size. (A shard that owns no chunk takes one empty
+  // part.)
+  const int64_t max_parts = std::max<int64_t>(1, chunks_.size());
+  if (id.num_parts < 1 || id.num_parts > max_parts || id.part < 0 ||
       id.part >= id.num_parts) {
     return metrics_.Reject(
         "bad_request",
         absl::InvalidArgumentError(absl::StrCat(
-            "push needs 0 <= part < num_parts <= 2^20, got part ", id.part,
-            " of ", id.num_parts)));
+            "push needs 0 <= part < num_parts <= ", max_parts,
+            " (this shard's chunks), got part ", id.part, " of ",
+            id.num_parts)));
+  }
+  if (grads.empty() && chunks_.size() > 0) {
+    return metrics_.Reject(
+        "bad_request", absl::InvalidArgumentError(
+                           "push without gradients: every part carries at "
+                           "least one of this shard's chunks"));
   }
   DP_RETURN_IF_ERROR(policy_->CheckPush(id, grads.size()));
   absl::flat_hash_set<int32_t> ids;
@@ -478,6 +496,25 @@ absl::Status ParameterStoreImpl::RestoreChunks(const ShardSnapshot& s) {
   return absl::OkStatus();
 }
 
+absl::Status ParameterStoreImpl::CheckRestoredClaims(
+    const std::vector<DedupEntry>& saved, std::vector<DedupEntry>* out) const {
+  const int64_t max_parts = std::max<int64_t>(1, chunks_.size());
+  for (const DedupEntry& e : saved) {
+    // A worker outside this job (a job restarted with fewer) pushes no more.
+    if (options_.num_workers > 0 && e.worker_id >= options_.num_workers) continue;
+    if (e.num_parts > max_parts ||
+        e.retired.size() > PushDedupTable::kMaxRetired) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "snapshot dedup entry of worker ", e.worker_id, " has ",
+          e.num_parts, " parts and ", e.retired.size(),
+          " retired incarnations; at most ", max_parts, " and ",
+          PushDedupTable::kMaxRetired));
+    }
+    out->push_back(e);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParameterStoreImpl::Restore(const ShardSnapshot& s) {
   absl::MutexLock l(&declare_mu_);
   if (layout_published_ || initialized_.load(std::memory_order_acquire)) {
@@ -493,9 +530,12 @@ absl::Status ParameterStoreImpl::Restore(const ShardSnapshot& s) {
         options_.shard_index, " of ", options_.num_shards, " (",
         optimizer_->name(), ", ", TrainModeName(options_.mode), ")"));
   }
+  DP_RETURN_IF_ERROR(CheckSnapshotValues(s));
   DP_RETURN_IF_ERROR(StageLayout(s.layout));
   absl::Status st = RestoreChunks(s);
-  if (st.ok()) st = dedup_.Import(policy_->RestoredClaims(s.dedup));
+  std::vector<DedupEntry> claims;
+  if (st.ok()) st = CheckRestoredClaims(s.dedup, &claims);
+  if (st.ok()) st = dedup_.Import(policy_->RestoredClaims(std::move(claims)));
   if (st.ok()) st = policy_->RestoreClocks(s.clocks);
   if (!st.ok()) {
     UnstageLayout();

@@ -115,7 +115,9 @@ class ParameterStore {
 
   // Applies gradients with the server optimizer (see the file comment).
   // worker_id >= 0 (and < num_workers when num_workers > 0, in every mode),
-  // seq >= 1, 0 <= part < num_parts, each chunk at most once per push. In
+  // seq >= 1, 0 <= part < num_parts <= the shard's chunks (1 for a shard
+  // with none), at least one chunk per part when the shard has any, each
+  // chunk at most once per push. In
   // sync mode a push must carry every chunk of the shard: the step's update
   // is the mean of whole gradients. A one-part push missing chunks is
   // InvalidArgument; a push cut into parts carries each chunk in exactly one
@@ -149,7 +151,9 @@ class ParameterStore {
   // layout, values, optimizer state, versions, dedup table and clocks, and
   // serves from then on; FailedPrecondition for another shard, shard count,
   // optimizer or mode, or an already declared shard; InvalidArgument for sizes
-  // that do not match the layout.
+  // that do not match the layout, a value that is not finite, a counter
+  // beyond kMaxSnapshotCounter or a dedup row larger than the shard allows.
+  // Dedup rows of workers at or above num_workers (when given) are dropped.
   virtual absl::StatusOr<ShardSnapshot> Save() const = 0;
   virtual absl::Status Restore(const ShardSnapshot& snapshot) = 0;
   // The snapshot writer reports each write (written at `when`, or failed) for

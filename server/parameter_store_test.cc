@@ -307,6 +307,33 @@ TEST(ParameterStoreTest, BadPushesAreRejectedCountedAndChangeNothing) {
   EXPECT_NE(Snapshot(*store, f), before);
 }
 
+TEST(ParameterStoreTest, EmptyPushesAndMorePartsThanChunksAreRefused) {
+  // Each would add a dedup row (or a bitmap of num_parts bits) per worker
+  // id: refused before anything is recorded.
+  Fixture f = MakeFixture(2);
+  auto store = NewStore(0, 2);
+  ASSERT_TRUE(store->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  const int chunks = static_cast<int>(f.map.shard_chunks[0].size());
+  std::vector<float> grad(f.flat.size(), 1.0f);
+  auto r = store->Push(PushId{0, 1, 0, 1, 7}, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("without gradients"), std::string::npos)
+      << r.status();
+  r = store->Push(PushId{0, 1, 0, chunks + 1, 7}, ChunksOf(f, 0, grad));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("this shard's chunks"), std::string::npos)
+      << r.status();
+  r = store->Push(PushId{0, 1, 0, 1 << 20, 7}, ChunksOf(f, 0, grad));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store->Save()->dedup.empty());
+  EXPECT_EQ(store->Stats().rejected["bad_request"], 3);
+  // A push in as many parts as chunks is fine.
+  std::vector<ChunkBytes> all = ChunksOf(f, 0, grad);
+  for (int p = 0; p < chunks; ++p) {
+    ASSERT_TRUE(store->Push(PushId{0, 1, p, chunks, 7}, {all[p]}).ok()) << p;
+  }
+}
+
 TEST(ParameterStoreTest, PullOfUnknownChunkIsRejected) {
   Fixture f = MakeFixture(2);
   auto store = NewStore(0, 2);

@@ -7,6 +7,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "rpc/grpc_config.h"
+#include "rpc/server_auth.h"
 
 namespace downpour {
 namespace {
@@ -51,7 +52,12 @@ absl::StatusOr<std::unique_ptr<ParameterServerHost>> ParameterServerHost::Create
   DP_ASSIGN_OR_RETURN(host->ops_, HostOps::Create(OpsOptions(options),
                                                   host->store_.get(),
                                                   [raw] { raw->SetServing(true); }));
+  // The token is checked from a call's headers, before its body is read.
+  credentials = WithTokenCheck(std::move(credentials), options.security,
+                               host->ops_->shared_authenticator());
   ServiceOptions service_options = options.service;
+  service_options.require_task_certificates =
+      options.security.require_task_certificates;
   service_options.authenticator = host->ops_->authenticator();
   service_options.observer = host->ops_->observer();
   host->service_ = NewParameterServerService(host->store_.get(), service_options);

@@ -14,15 +14,22 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/command_line.h"
 #include "common/process_setup.h"
+#include "server/connection_guard.h"
 #include "server/server_flags.h"
 #include "server/shard_server.h"
 
 namespace {
 
 // The shard's options from its flags.
-downpour::ShardServerOptions ShardServerOptionsFrom(downpour::ServerFlags f) {
+downpour::ShardServerOptions ShardServerOptionsFrom(downpour::ServerFlags f,
+                                                    int64_t file_limit) {
   downpour::ShardServerOptions o;
+  o.max_connections =
+      f.max_connections > 0
+          ? f.max_connections
+          : downpour::DefaultMaxConnections(f.host.store.num_workers, file_limit);
   o.host = std::move(f.host);
   o.spec = std::move(f.spec);
   o.lr = f.lr;
@@ -48,8 +55,11 @@ int ReportStartFailure(const absl::Status& status) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Downpour parameter-server shard. See README.md for the flags.");
-  absl::ParseCommandLine(argc, argv);
+  downpour::ParseCommandLineOrExit(argc, argv);  // --help: 0; a bad flag: 2.
   downpour::SetUpProcess();
+  // Many connections must not run the process out of descriptors, after
+  // which gRPC stops accepting (server/connection_guard.h).
+  const int64_t file_limit = downpour::RaiseFileLimit();
   absl::StatusOr<downpour::ServerFlags> flags = downpour::ReadServerFlags();
   if (!flags.ok()) {
     std::fprintf(stderr, "ps_server: %s\n",
@@ -65,7 +75,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::StatusOr<std::unique_ptr<downpour::ShardServer>> server =
-      downpour::ShardServer::Create(ShardServerOptionsFrom(*std::move(flags)));
+      downpour::ShardServer::Create(
+          ShardServerOptionsFrom(*std::move(flags), file_limit));
   if (!server.ok()) return ReportStartFailure(server.status());
   return (*server)->Run((*stop)->stopped());
 }

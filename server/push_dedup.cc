@@ -38,6 +38,19 @@ absl::StatusOr<PushClaim> PushDedupTable::Claim(const PushId& id) {
   Worker* worker = GetWorker(id.worker_id);
   absl::MutexLock l(&worker->mu);
   PushClaim claim;
+  // A worker's seq grows by one a push; after a shard's restore the workers
+  // may be ahead of it by the pushes the snapshot missed. A far larger jump
+  // would make every later push of the real worker a "duplicate". Checked
+  // before anything changes.
+  const bool starts = (worker->seq == 0 && worker->retired.empty()) ||
+                      id.incarnation != worker->incarnation;
+  const int64_t last = starts ? 0 : worker->seq;
+  const int64_t max_jump = last == 0 ? kMaxFirstSeq : kMaxSeqJump;
+  if (id.seq - last > max_jump) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push seq ", id.seq, " of worker ", id.worker_id, " is more than ",
+        max_jump, " beyond its last (", last, ")"));
+  }
   if (worker->seq == 0 && worker->retired.empty()) {
     worker->incarnation = id.incarnation;  // The worker's first push.
   } else if (id.incarnation != worker->incarnation) {

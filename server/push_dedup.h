@@ -21,6 +21,10 @@
 //   if (c.duplicate) return acknowledged;
 //   ... apply; c.completes_push says the worker's seq is now whole ...
 //
+// Memory: one row per worker id and one bit per part of its latest push; the
+// store bounds both (ids below num_workers, parts at most the shard's
+// chunks), so the table holds at most W x chunks bits.
+//
 // Thread-safety: Claim may be called concurrently; claims of different
 // workers do not wait on each other.
 #ifndef DOWNPOUR_SERVER_PUSH_DEDUP_H_
@@ -66,7 +70,8 @@ class PushDedupTable {
   // Records part `id.part` of push `id.seq` of worker `id.worker_id`.
   // Preconditions (the store checks them): worker_id >= 0, seq >= 1,
   // 0 <= part < num_parts. A num_parts that differs from an earlier part of
-  // the same seq is InvalidArgument and records nothing.
+  // the same seq, or a seq beyond kMaxSeqJump (kMaxFirstSeq), is
+  // InvalidArgument and records nothing.
   absl::StatusOr<PushClaim> Claim(const PushId& id)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -77,6 +82,11 @@ class PushDedupTable {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   static constexpr size_t kMaxRetired = 8;
+  // How far a push's seq may run ahead of the worker's last one: refused
+  // with InvalidArgument beyond (2^20 after a seq, 2^40 for the first of
+  // an incarnation or after a sync shard's restore, which resets the rows).
+  static constexpr int64_t kMaxSeqJump = int64_t{1} << 20;
+  static constexpr int64_t kMaxFirstSeq = int64_t{1} << 40;
 
  private:
   // Which parts of its latest seq one worker has delivered.

@@ -125,5 +125,25 @@ TEST(PushDedupTableTest, ExportImportKeepsRetriesAndIncarnations) {
   EXPECT_FALSE(u.Import({bad}).ok());
 }
 
+TEST(PushDedupTest, SeqFarAheadOfTheWorkersIsRefusedAndChangesNothing) {
+  PushDedupTable t;
+  ASSERT_TRUE(t.Claim(PushId{0, 5, 0, 1, 9}).ok());
+  // 2^62 would make every later push of worker 0 look like a retry.
+  auto r = t.Claim(PushId{0, int64_t{1} << 62, 0, 1, 9});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = t.Claim(PushId{0, 5 + PushDedupTable::kMaxSeqJump + 1, 0, 1, 9});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  // Also with a new incarnation, which is not switched to.
+  r = t.Claim(PushId{0, int64_t{1} << 62, 0, 1, 10});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  // Worker 0's next push still applies.
+  r = t.Claim(PushId{0, 6, 0, 1, 9});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->duplicate);
+  EXPECT_FALSE(r->new_incarnation);
+  // A jump within the bound (pushes a restored shard missed) is fine.
+  EXPECT_TRUE(t.Claim(PushId{0, 6 + 5000, 0, 1, 9}).ok());
+}
+
 }  // namespace
 }  // namespace downpour

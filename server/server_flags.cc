@@ -54,6 +54,10 @@ ABSL_FLAG(int64_t, heap_trim_min_mb, 64,
           "no pull or push for 2 s and at least this much (MiB) is free and "
           "was taken since the last time, e.g. by refused oversize messages "
           "(0: never; common/heap_trimmer.h).");
+ABSL_FLAG(int, max_connections, 0,
+          "Most client connections to this shard; above it the ones silent "
+          "longest are closed (server/connection_guard.h). 0: 64 + 16 per "
+          "worker, at most half the file-descriptor limit.");
 ABSL_FLAG(int, max_streams_per_connection,
           downpour::kDefaultMaxConcurrentStreams,
           "Concurrent calls per client connection (0: gRPC's default); more "
@@ -63,10 +67,17 @@ ABSL_FLAG(int, max_streams_per_connection,
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Folder of this shard's snapshots: restored at start, written every "
           "--checkpoint_every_s and on SIGTERM. Empty: no snapshots.");
+ABSL_FLAG(bool, start_empty_if_snapshots_unusable, false,
+          "When --checkpoint_dir holds snapshots of this shard but none can "
+          "be used (corrupt, truncated, refused values), start the shard "
+          "empty instead of exiting with the reason (exit 2).");
 ABSL_FLAG(int64_t, debug_snapshot_crash_after_bytes, -1,
           "Testing only: exit(86) after writing this many bytes of a snapshot.");
 
 namespace {
+
+// The most workers a shard takes (--num_workers).
+constexpr int kMaxServerWorkers = 1 << 16;
 
 // The --max_layout_* flags, checked.
 absl::Status LayoutLimitsFromFlags(downpour::LayoutLimits* limits) {
@@ -173,6 +184,14 @@ absl::StatusOr<ServerFlags> ReadServerFlags() {
     DP_RETURN_IF_ERROR(
         ApplyClusterSpec(*flags.spec, absl::GetFlag(FLAGS_bind), &host_options));
   }
+  // What a shard keeps per worker (dedup rows, ssp clocks) is bounded by
+  // the job's worker count, so every shard must know it.
+  if (options.num_workers < 1 || options.num_workers > kMaxServerWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num_workers is required (the job's workers, ids 0..W-1; a cluster "
+        "spec gives it) and must be in [1, ", kMaxServerWorkers, "], got ",
+        options.num_workers));
+  }
   std::optional<JobShape> shape;
   if (store.lr_schedule_auto) shape = JobShapeFor(job, options);
   DP_RETURN_IF_ERROR(ApplyStoreFlags(store, shape, &options));
@@ -189,8 +208,14 @@ absl::StatusOr<ServerFlags> ReadServerFlags() {
   flags.port_file = absl::GetFlag(FLAGS_port_file);
   flags.snapshots.dir = absl::GetFlag(FLAGS_checkpoint_dir);
   flags.snapshots.every = store.checkpoint_every;
+  flags.snapshots.start_empty_if_unusable =
+      absl::GetFlag(FLAGS_start_empty_if_snapshots_unusable);
   flags.snapshots.write.debug_crash_after_bytes =
       absl::GetFlag(FLAGS_debug_snapshot_crash_after_bytes);
+  flags.max_connections = absl::GetFlag(FLAGS_max_connections);
+  if (flags.max_connections < 0) {
+    return absl::InvalidArgumentError("--max_connections must be >= 0");
+  }
   flags.heap_trim_min_mb = absl::GetFlag(FLAGS_heap_trim_min_mb);
   if (flags.heap_trim_min_mb < 0 || flags.heap_trim_min_mb > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("--heap_trim_min_mb must be in [0, 2^30]");

@@ -34,6 +34,8 @@ struct ServerFlags {
   // the caller.
   SnapshotterOptions snapshots;
   int64_t heap_trim_min_mb = 0;  // common/heap_trimmer.h.
+  // --max_connections; 0: sized from the job (DefaultMaxConnections).
+  int max_connections = 0;
 };
 
 // InvalidArgument (or FailedPrecondition for a spec naming another role)

@@ -1,5 +1,8 @@
 #include "server/shard_server.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <utility>
 
@@ -24,8 +27,8 @@ std::function<void(const std::string&)> ShardLog(int shard_index) {
   };
 }
 
-// ", warm-up N updates, cosine to F x at M updates, weight decay D" as far
-// as the optimizer has them; empty for a constant rate.
+// ", warm-up N updates, cosine to F of the rate at M updates, weight decay
+// D" as far as the optimizer has them; empty for a constant rate.
 std::string DescribeSchedule(const OptimizerOptions& o) {
   const LrSchedule& sched = o.schedule;
   std::string schedule;
@@ -33,8 +36,12 @@ std::string DescribeSchedule(const OptimizerOptions& o) {
     schedule += absl::StrCat(", warm-up ", sched.warmup_updates, " updates");
   }
   if (sched.decay == "cosine") {
-    schedule += absl::StrCat(", cosine to ", sched.min_factor, "x at ",
-                             sched.decay_updates, " updates");
+    // "cosine to 0 at 938 updates", "cosine to 0.1 of the rate at ...".
+    schedule += absl::StrCat(
+        ", cosine to ",
+        sched.min_factor == 0 ? std::string("0")
+                              : absl::StrCat(sched.min_factor, " of the rate"),
+        " at ", sched.decay_updates, " updates");
   } else if (sched.decay == "step") {
     schedule += absl::StrCat(", x", sched.step_gamma, " every ",
                              sched.step_every, " updates");
@@ -75,12 +82,14 @@ absl::Status ShardServer::Start() {
       ShardLog(store_options.shard_index);
   const std::string checkpoint_dir = options_.snapshots.dir;
   if (!checkpoint_dir.empty()) {
-    host_options.prepare_store = [checkpoint_dir,
-                                  shard = store_options.shard_index,
-                                  shards = store_options.num_shards,
-                                  log](ParameterStore* store) {
-      return RestoreLatestSnapshot(checkpoint_dir, shard, shards, store, log);
-    };
+    host_options.prepare_store =
+        [checkpoint_dir, shard = store_options.shard_index,
+         shards = store_options.num_shards, log,
+         start_empty = options_.snapshots.start_empty_if_unusable](
+            ParameterStore* store) {
+          return RestoreLatestSnapshot(checkpoint_dir, shard, shards, store,
+                                       log, start_empty);
+        };
   }
   absl::StatusOr<std::unique_ptr<ParameterServerHost>> host =
       ParameterServerHost::Create(host_options);
@@ -109,6 +118,20 @@ absl::Status ShardServer::Start() {
     so.log = log;
     snapshotter_ = std::make_unique<Snapshotter>(std::move(so), host_->store());
   }
+  if (options_.max_connections > 0) {
+    ConnectionGuardOptions go;
+    for (size_t a = 0; a < host_options.listen_addresses.size(); ++a) {
+      go.ports.push_back(host_->port(static_cast<int>(a)));
+    }
+    go.max_connections = options_.max_connections;
+    go.log = log;
+    go.on_stall = [this, log](const std::string& why) {
+      log(absl::StrCat(why, "; stopping (exit 3) to be restarted"));
+      listener_lost_.store(true);
+      ::kill(::getpid(), SIGTERM);
+    };
+    DP_ASSIGN_OR_RETURN(guard_, ConnectionGuard::Start(std::move(go)));
+  }
   return Announce();
 }
 
@@ -124,7 +147,8 @@ void ShardServer::AttachJobControl() {
         const ParameterStore* s = store->load();
         return s == nullptr ? std::string() : s->Stats().aborted;
       },
-      host_options.authenticator.get());
+      host_options.authenticator.get(),
+      host_options.security.require_task_certificates);
   host_options.extra_services.push_back(job_service_.get());
 }
 
@@ -163,7 +187,12 @@ JobEnd ShardServer::WaitUntilDone(const absl::Notification& stop) {
 }
 
 int ShardServer::Run(const absl::Notification& stop) {
-  const JobEnd end = WaitUntilDone(stop);
+  JobEnd end = WaitUntilDone(stop);
+  guard_.reset();
+  if (listener_lost_.load()) {
+    end.exit_code = 3;
+    end.reason = "the listener stopped accepting connections";
+  }
   // Waiting pulls are answered first, then the server stops.
   host_->Shutdown(absl::Seconds(2));
   host_->Wait();

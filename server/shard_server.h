@@ -29,6 +29,11 @@
 // and on stderr "ps_server: shard k: exiting with status N: <reason>" when
 // the job failed.
 //
+// A shard with max_connections set caps its connections and watches its
+// listener (server/connection_guard.h); when the listener stops accepting it
+// logs why and sends its own process SIGTERM, so a ps_server drains, writes
+// its final snapshot and exits 3 for its supervisor to restart it.
+//
 // Thread-safety: Run from one thread; the accessors from any. The trimmer
 // acts on the whole process (malloc_trim): set heap_trim_min_mb to 0 for
 // every shard but one of a process.
@@ -46,6 +51,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
 #include "common/heap_trimmer.h"
+#include "server/connection_guard.h"
 #include "server/job_control.h"
 #include "server/parameter_store.h"
 #include "server/ps_host.h"
@@ -78,6 +84,10 @@ struct ShardServerOptions {
   // Free heap (MiB) an idle shard gives back (common/heap_trimmer.h); 0:
   // never.
   int64_t heap_trim_min_mb = 0;
+  // Connections to the shard's ports above this are shut down, silent ones
+  // first, and a listener that stops accepting ends Run with exit code 3
+  // (server/connection_guard.h); 0: no guard.
+  int max_connections = 0;
 };
 
 class ShardServer {
@@ -97,8 +107,9 @@ class ShardServer {
   // Blocks until `stop` is notified or, for a spec job, the job ends (or
   // the store aborts it); then answers waiting pulls, stops serving, writes
   // the final snapshot and logs the shard's counters. Returns the exit
-  // code: 0, or 1 when a spec job failed. Call at most once; `stop` may be
-  // notified before.
+  // code: 0, or 1 when a spec job failed, or 3 when the listener stopped
+  // accepting connections (the guard sent the process SIGTERM to get here).
+  // Call at most once; `stop` may be notified before.
   int Run(const absl::Notification& stop);
 
   // The bound port and "host:port" of the first listen address.
@@ -129,6 +140,8 @@ class ShardServer {
   std::unique_ptr<ParameterServerHost> host_;
   std::unique_ptr<HeapTrimmer> trimmer_;
   std::unique_ptr<Snapshotter> snapshotter_;  // Null without snapshots.
+  std::unique_ptr<ConnectionGuard> guard_;    // Null without a cap.
+  std::atomic<bool> listener_lost_{false};
 };
 
 }  // namespace downpour

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -62,6 +64,50 @@ ModelLayout LayoutFromJson(const json& j) {
   return l;
 }
 
+// A part bitmap as hex digits, four parts a digit (part 4i + j is bit j of
+// digit i): the table's rows cost W x chunks / 4 bytes in the header.
+std::string PartsHex(const std::vector<bool>& parts) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out((parts.size() + 3) / 4, '0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    int nibble = 0;
+    for (size_t j = 0; j < 4 && 4 * i + j < parts.size(); ++j) {
+      nibble |= parts[4 * i + j] ? 1 << j : 0;
+    }
+    out[i] = kHex[nibble];
+  }
+  return out;
+}
+
+// The bitmap of `n` parts from PartsHex's digits; throws (a corrupt file)
+// when they do not match.
+std::vector<bool> PartsFromHex(const std::string& hex, int64_t n) {
+  if (n < 0 || static_cast<int64_t>(hex.size()) != (n + 3) / 4) {
+    throw std::runtime_error("dedup parts do not match num_parts");
+  }
+  std::vector<bool> parts(static_cast<size_t>(n));
+  for (size_t i = 0; i < hex.size(); ++i) {
+    const char c = hex[i];
+    int v;
+    if (c >= '0' && c <= '9') {
+      v = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      v = c - 'a' + 10;
+    } else {
+      throw std::runtime_error("dedup parts are not hex digits");
+    }
+    for (size_t j = 0; j < 4; ++j) {
+      const size_t k = 4 * i + j;
+      if (k < parts.size()) {
+        parts[k] = (v >> j) & 1;
+      } else if ((v >> j) & 1) {
+        throw std::runtime_error("dedup parts set beyond num_parts");
+      }
+    }
+  }
+  return parts;
+}
+
 json DedupJson(const std::vector<DedupEntry>& entries) {
   json out = json::array();
   for (const DedupEntry& e : entries) {
@@ -69,7 +115,7 @@ json DedupJson(const std::vector<DedupEntry>& entries) {
                    {"incarnation", std::to_string(e.incarnation)},
                    {"seq", e.seq},
                    {"num_parts", e.num_parts},
-                   {"parts", e.parts},
+                   {"parts_hex", PartsHex(e.parts)},
                    {"retired", e.retired}});
   }
   return out;
@@ -83,7 +129,13 @@ std::vector<DedupEntry> DedupFromJson(const json& j) {
     e.incarnation = std::stoull(r.at("incarnation").get<std::string>());
     e.seq = r.at("seq").get<int64_t>();
     e.num_parts = r.at("num_parts").get<int32_t>();
-    e.parts = r.at("parts").get<std::vector<bool>>();
+    if (r.contains("parts")) {  // The list form older files hold.
+      e.parts = r.at("parts").get<std::vector<bool>>();
+    } else {
+      const std::string hex = r.at("parts_hex").get<std::string>();
+      // An entry with no seq yet has no bitmap.
+      e.parts = PartsFromHex(hex, hex.empty() ? 0 : e.num_parts);
+    }
     e.retired = r.at("retired").get<std::vector<uint64_t>>();
     out.push_back(std::move(e));
   }
@@ -200,13 +252,21 @@ std::vector<std::string> ListSnapshots(const std::string& dir, int32_t shard,
 absl::StatusOr<std::string> WriteShardSnapshot(
     const std::string& dir, const ShardSnapshot& s,
     const SnapshotWriteOptions& options) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
   const std::string path =
       absl::StrCat(dir, "/", Prefix(s.shard_index, s.num_shards),
                    s.created_unix_ms, ".safetensors");
   const std::vector<Blob> blobs = Blobs(s);
   const std::string head = HeaderBytes(s, blobs);
+  // A file no reader accepts would push the good ones out of the folder.
+  const uint64_t max_header =
+      std::min(options.max_header_bytes, kMaxSafetensorsHeaderBytes);
+  if (head.size() - 8 > max_header) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "snapshot ", path, " not written: its header would be ",
+        head.size() - 8, " bytes, above the ", max_header,
+        " a reader accepts; the previous snapshots are kept"));
+  }
+  DP_RETURN_IF_ERROR(CreatePrivateDirectories(dir));
   // Temporary file, fsync, rename, fsync of the folder (common/atomic_file.h).
   absl::Status written_ok = [&]() -> absl::Status {
     DP_ASSIGN_OR_RETURN(AtomicFileWriter out,
@@ -290,6 +350,46 @@ absl::Status FromFile(const std::string& path, const SafetensorsFile& f,
 
 }  // namespace
 
+absl::Status CheckSnapshotValues(const ShardSnapshot& s) {
+  auto counter_ok = [](int64_t v) { return v >= 0 && v <= kMaxSnapshotCounter; };
+  auto finite = [](const float* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(p[i])) return false;
+    }
+    return true;
+  };
+  if (!counter_ok(s.step)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", s.step, " is outside [0, ", kMaxSnapshotCounter, "]"));
+  }
+  for (const ChunkSnapshot& c : s.chunks) {
+    if (!counter_ok(c.version)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", c.chunk_id, " has version ", c.version,
+          ", outside [0, ", kMaxSnapshotCounter, "]"));
+    }
+    if ((c.values != nullptr && !finite(c.values->data(), c.values->size())) ||
+        !finite(c.opt_state.data(), c.opt_state.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", c.chunk_id, " holds a NaN or infinite value"));
+    }
+  }
+  for (int64_t clock : s.clocks) {
+    if (!counter_ok(clock)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "clock ", clock, " is outside [0, ", kMaxSnapshotCounter, "]"));
+    }
+  }
+  for (const DedupEntry& e : s.dedup) {
+    if (!counter_ok(e.seq)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker ", e.worker_id, "'s push seq ", e.seq, " is outside [0, ",
+          kMaxSnapshotCounter, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ShardSnapshot> ReadShardSnapshot(const std::string& path) {
   absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
   if (!f.ok()) {
@@ -301,6 +401,9 @@ absl::StatusOr<ShardSnapshot> ReadShardSnapshot(const std::string& path) {
     DP_RETURN_IF_ERROR(FromFile(path, *f, &s));
   } catch (const std::exception& e) {
     return Corrupt(path, absl::StrCat("bad metadata: ", e.what()));
+  }
+  if (absl::Status v = CheckSnapshotValues(s); !v.ok()) {
+    return Corrupt(path, std::string(v.message()));
   }
   return s;
 }
@@ -324,10 +427,16 @@ absl::StatusOr<LoadedSnapshot> LoadLatestShardSnapshot(const std::string& dir,
     out.path = path;
     return out;
   }
-  std::string why = absl::StrCat("no usable snapshot of shard ", shard_index,
-                                 " of ", num_shards, " in ", dir);
+  if (out.refused.empty()) {
+    return absl::NotFoundError(absl::StrCat("no snapshot of shard ",
+                                            shard_index, " of ", num_shards,
+                                            " in ", dir));
+  }
+  std::string why = absl::StrCat("none of the ", out.refused.size(),
+                                 " snapshots of shard ", shard_index, " of ",
+                                 num_shards, " in ", dir, " is usable");
   for (const std::string& r : out.refused) absl::StrAppend(&why, "; ", r);
-  return absl::NotFoundError(why);
+  return absl::DataLossError(why);
 }
 
 }  // namespace downpour

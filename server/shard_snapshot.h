@@ -15,7 +15,9 @@
 // `chunk.<id>.values` and `chunk.<id>.opt` (float32); `__metadata__` holds
 // string values (per the safetensors spec): "downpour_snapshot" is a JSON
 // object with the layout, shard_index, num_shards, step, created_unix_ms,
-// versions, dedup table, clocks, optimizer and a checksum of the data.
+// versions, dedup table (each worker's part bitmap as hex digits), clocks,
+// optimizer and a checksum of the data. The checksum catches corruption, not
+// forgery: ParameterStore::Restore checks the values themselves.
 // Written atomically: a temporary file, fsync, rename, fsync of the folder;
 // the folder keeps the newest kKeepSnapshots of each shard.
 //
@@ -34,12 +36,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/safetensors.h"
 #include "common/sharding.h"
 #include "server/push_dedup.h"
 
 namespace downpour {
 
 inline constexpr int kKeepSnapshots = 2;
+
+// The largest version, clock, step or push seq a snapshot may hold: 2^40
+// updates, more than any job reaches (a million a second for twelve days).
+// Larger ones are a forged or corrupt file, and near 2^63 they would
+// overflow.
+inline constexpr int64_t kMaxSnapshotCounter = int64_t{1} << 40;
 
 struct ChunkSnapshot {
   int32_t chunk_id = 0;
@@ -68,20 +77,29 @@ struct SnapshotWriteOptions {
   // Testing only: after this many bytes of the temporary file, the process
   // exits at once (_exit(86)), as a crash in the middle of a write would.
   int64_t debug_crash_after_bytes = -1;
+  // The largest header written; a larger one fails the write. Tests lower it.
+  uint64_t max_header_bytes = kMaxSafetensorsHeaderBytes;
 };
 
-// Writes the snapshot into `dir` (created if missing) and prunes older ones
-// of the same shard beyond kKeepSnapshots. Returns the file's path.
-// Unavailable naming the path on an I/O error (the temporary file is
-// removed).
+// Writes the snapshot into `dir` (created 0700 if missing; the file is
+// 0600) and prunes older ones of the same shard beyond kKeepSnapshots.
+// Returns the file's path. Unavailable naming the path on an I/O error (the
+// temporary file is removed); ResourceExhausted, writing nothing and
+// pruning nothing, when the header would be larger than a reader accepts
+// (kMaxSafetensorsHeaderBytes).
 absl::StatusOr<std::string> WriteShardSnapshot(
     const std::string& dir, const ShardSnapshot& s,
     const SnapshotWriteOptions& options);
 
 // Reads one snapshot file. DataLoss for a truncated or corrupt file
 // (malformed safetensors, bad metadata, checksum mismatch, sizes that do not
-// match the layout), naming the path and what is wrong.
+// match the layout) or one CheckSnapshotValues refuses, naming the path and
+// what is wrong.
 absl::StatusOr<ShardSnapshot> ReadShardSnapshot(const std::string& path);
+
+// InvalidArgument unless every value and optimizer float is finite and
+// every version, clock, step and dedup seq is in [0, kMaxSnapshotCounter].
+absl::Status CheckSnapshotValues(const ShardSnapshot& s);
 
 struct LoadedSnapshot {
   ShardSnapshot snapshot;
@@ -93,7 +111,8 @@ struct LoadedSnapshot {
 // The newest readable snapshot of shard `shard_index` of `num_shards` in
 // `dir`: a corrupt or truncated one is refused (listed in `refused`) and the
 // next older one is tried; files of another shard count or layout are
-// never used. NotFound when there is none (a fresh start).
+// never used. NotFound when there is none (a fresh start); DataLoss naming
+// every refused file and why when there are some and none is readable.
 absl::StatusOr<LoadedSnapshot> LoadLatestShardSnapshot(const std::string& dir,
                                                        int32_t shard_index,
                                                        int32_t num_shards);

@@ -4,8 +4,12 @@
 // kKeepSnapshots stay.
 #include "server/shard_snapshot.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
 
 #include "common/test_files.h"
 #include "gtest/gtest.h"
@@ -97,10 +101,13 @@ TEST(ShardSnapshotTest, CorruptOrTruncatedFallsBackToThePreviousOne) {
   EXPECT_EQ(l->path, paths[1]);
   ASSERT_EQ(l->refused.size(), 1u);
   EXPECT_NE(l->refused[0].find("checksum"), std::string::npos) << l->refused[0];
-  // Truncate the older one too: nothing usable is NotFound, naming both.
+  // Truncate the older one too: snapshots but none usable is DataLoss,
+  // naming both (not NotFound, which starts a shard empty).
   std::filesystem::resize_file(paths[1], 100);
   l = LoadLatestShardSnapshot(dir, 0, 1);
-  EXPECT_EQ(l.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(l.status().message().find("checksum"), std::string::npos)
+      << l.status();
   EXPECT_NE(l.status().message().find("truncated"), std::string::npos)
       << l.status();
   // Another shard count is never picked up.
@@ -122,6 +129,136 @@ TEST(ShardSnapshotTest, SnapshotOfAnotherShardOrOptimizerIsRefused) {
   EXPECT_EQ(b->Restore(s).code(), absl::StatusCode::kInvalidArgument);
   // A refused restore leaves the shard declarable.
   EXPECT_TRUE(b->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+}
+
+}  // namespace
+}  // namespace downpour
+
+namespace downpour {
+namespace {
+
+TEST(ShardSnapshotBoundsTest, DedupRowsAreCompactAndRoundTrip) {
+  store_test::Fixture f = MakeFixture(1);
+  auto a = Store(TrainMode::kAsync, 0, 1);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  ShardSnapshot s = *a->Save();
+  DedupEntry e;
+  e.worker_id = 3;
+  e.incarnation = 99;
+  e.seq = 5;
+  e.num_parts = 7;
+  e.parts = {true, false, true, true, false, false, true};
+  e.retired = {11, 12};
+  s.dedup = {e};
+  const std::string dir = FreshDir("compact");
+  absl::StatusOr<std::string> path = WriteShardSnapshot(dir, s, {});
+  ASSERT_TRUE(path.ok()) << path.status();
+  // Two hex digits for seven parts, not a JSON list of booleans.
+  EXPECT_NE(ReadBytes(*path).find("\\\"parts_hex\\\":\\\"d4\\\""),
+            std::string::npos);
+  absl::StatusOr<ShardSnapshot> back = ReadShardSnapshot(*path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->dedup.size(), 1u);
+  EXPECT_EQ(back->dedup[0].parts, e.parts);
+  EXPECT_EQ(back->dedup[0].retired, e.retired);
+  EXPECT_EQ(back->dedup[0].incarnation, 99u);
+}
+
+TEST(ShardSnapshotBoundsTest, HeaderAboveTheLimitIsNotWrittenAndKeepsTheOldOnes) {
+  store_test::Fixture f = MakeFixture(1);
+  auto a = Store(TrainMode::kAsync, 0, 1);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  const std::string dir = FreshDir("too_big");
+  std::vector<std::string> paths;
+  for (int i = 0; i < 2; ++i) {
+    ShardSnapshot s = *a->Save();
+    s.created_unix_ms += i;
+    paths.push_back(*WriteShardSnapshot(dir, s, {}));
+  }
+  ShardSnapshot big = *a->Save();
+  big.created_unix_ms += 10;
+  DedupEntry e;
+  e.seq = 1;
+  e.num_parts = 1 << 16;
+  e.parts.assign(e.num_parts, true);
+  big.dedup = {e};
+  SnapshotWriteOptions o;
+  o.max_header_bytes = 8 << 10;
+  absl::StatusOr<std::string> path = WriteShardSnapshot(dir, big, o);
+  EXPECT_EQ(path.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(path.status().message().find("previous snapshots are kept"),
+            std::string::npos)
+      << path.status();
+  for (const std::string& p : paths) EXPECT_TRUE(std::filesystem::exists(p)) << p;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            2);
+  absl::StatusOr<LoadedSnapshot> l = LoadLatestShardSnapshot(dir, 0, 1);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->path, paths[1]);
+}
+
+TEST(ShardSnapshotBoundsTest, FilesAreOwnerOnly) {
+  store_test::Fixture f = MakeFixture(1);
+  auto a = Store(TrainMode::kAsync, 0, 1);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  const std::string dir = FreshDir("modes") + "/a/b";
+  absl::StatusOr<std::string> path = WriteShardSnapshot(dir, *a->Save(), {});
+  ASSERT_TRUE(path.ok()) << path.status();
+  using std::filesystem::perms;
+  EXPECT_EQ(std::filesystem::status(*path).permissions(),
+            perms::owner_read | perms::owner_write);
+  EXPECT_EQ(std::filesystem::status(dir).permissions(), perms::owner_all);
+}
+
+TEST(ShardSnapshotBoundsTest, NonFiniteValuesAndHugeCountersAreRefused) {
+  store_test::Fixture f = MakeFixture(1);
+  auto a = Store(TrainMode::kAsync, 0, 1);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 0, f.flat)).ok());
+  const ShardSnapshot good = *a->Save();
+  // `in_file`: refused when read (values, counters); else only by the store,
+  // which knows the shard's size.
+  auto poison = [&](const std::string& name,
+                    const std::function<void(ShardSnapshot*)>& change,
+                    bool in_file = true) {
+    ShardSnapshot s = good;
+    change(&s);
+    const std::string dir = FreshDir(name);
+    ASSERT_TRUE(WriteShardSnapshot(dir, s, {}).ok());
+    // The file's checksum matches: only the values give it away.
+    absl::StatusOr<LoadedSnapshot> l = LoadLatestShardSnapshot(dir, 0, 1);
+    EXPECT_EQ(l.status().code(), in_file ? absl::StatusCode::kDataLoss
+                                         : absl::StatusCode::kOk)
+        << name << " " << l.status();
+    // The store refuses it too, however it got the snapshot.
+    EXPECT_EQ(Store(TrainMode::kAsync, 0, 1)->Restore(s).code(),
+              absl::StatusCode::kInvalidArgument)
+        << name;
+  };
+  poison("nan", [](ShardSnapshot* s) {
+    auto v = std::make_shared<std::vector<float>>(*s->chunks[0].values);
+    (*v)[0] = std::nanf("");
+    s->chunks[0].values = v;
+  });
+  poison("inf_opt", [](ShardSnapshot* s) {
+    s->chunks[0].opt_state[0] = std::numeric_limits<float>::infinity();
+  });
+  poison("version", [](ShardSnapshot* s) {
+    s->chunks[0].version = 1'000'000'000'000'000'000;
+  });
+  poison("seq", [](ShardSnapshot* s) {
+    DedupEntry e;
+    e.seq = int64_t{1} << 62;
+    e.parts = {true};
+    s->dedup = {e};
+  });
+  poison("parts", [](ShardSnapshot* s) {
+    DedupEntry e;
+    e.seq = 1;
+    e.num_parts = 1 << 20;
+    e.parts.assign(e.num_parts, false);
+    s->dedup = {e};
+  }, /*in_file=*/false);
 }
 
 }  // namespace

@@ -9,22 +9,33 @@ namespace downpour {
 
 absl::Status RestoreLatestSnapshot(
     const std::string& dir, int32_t shard_index, int32_t num_shards,
-    ParameterStore* store, const std::function<void(const std::string&)>& log) {
+    ParameterStore* store, const std::function<void(const std::string&)>& log,
+    bool start_empty_if_unusable) {
   const absl::Time start = absl::Now();
   absl::StatusOr<LoadedSnapshot> l =
       LoadLatestShardSnapshot(dir, shard_index, num_shards);
-  if (!l.ok()) {
-    if (!absl::IsNotFound(l.status())) return l.status();
-    log(absl::StrCat("no snapshot to restore: ", l.status().message(),
-                     "; starting empty"));
+  absl::Status s = l.ok() ? store->Restore(l->snapshot) : l.status();
+  if (l.ok() && !s.ok()) {
+    s = absl::FailedPreconditionError(
+        absl::StrCat("cannot restore ", l->path, ": ", s.message()));
+  }
+  if (absl::IsNotFound(s)) {
+    log(absl::StrCat(s.message(), "; starting empty"));
+    return absl::OkStatus();
+  }
+  if (!s.ok()) {
+    if (!start_empty_if_unusable) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat(s.message(),
+                       " (--start_empty_if_snapshots_unusable starts the "
+                       "shard empty instead)"));
+    }
+    log(absl::StrCat("WARNING: ", s.message(),
+                     "; starting empty (--start_empty_if_snapshots_unusable)"));
     return absl::OkStatus();
   }
   for (const std::string& r : l->refused) log(absl::StrCat("refused ", r));
-  absl::Status s = store->Restore(l->snapshot);
-  if (!s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot restore ", l->path, ": ", s.message()));
-  }
   const absl::Time made = absl::FromUnixMillis(l->snapshot.created_unix_ms);
   log(absl::StrFormat(
       "restored snapshot %s (step %d, written %s, %.1f s ago) in %.0f ms",

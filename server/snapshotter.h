@@ -32,15 +32,24 @@ struct SnapshotterOptions {
   std::string dir;
   absl::Duration every = absl::Seconds(30);  // zero: only WriteNow
   SnapshotWriteOptions write;
+  // At start: snapshots of the shard, none usable: start empty rather than
+  // fail (RestoreLatestSnapshot).
+  bool start_empty_if_unusable = false;
   std::function<void(const std::string&)> log;
 };
 
 // Restores `store` (fresh, not declared) from the newest usable snapshot of
 // its shard in `dir`, logging which one and from when, and every refused
 // newer one with the reason. OK with nothing restored when there is none.
+// When there are snapshots of the shard but none can be used (corrupt,
+// truncated, values the store refuses), the error names each and why
+// (DataLoss, or FailedPrecondition from the store), so that the server
+// exits instead of starting empty and soon pruning them; with
+// `start_empty_if_unusable` it logs that and starts empty.
 absl::Status RestoreLatestSnapshot(const std::string& dir, int32_t shard_index,
                                    int32_t num_shards, ParameterStore* store,
-                                   const std::function<void(const std::string&)>& log);
+                                   const std::function<void(const std::string&)>& log,
+                                   bool start_empty_if_unusable = false);
 
 class Snapshotter {
  public:

@@ -109,7 +109,8 @@ TEST_F(HostileInputTest, SecondServerOnThePortExitsNamingTheAddress) {
   const std::string address = cluster_->hosts()[0];
   const std::string port = address.substr(address.rfind(':') + 1);
   SubprocessOptions so;
-  so.argv = {"server/ps_server", absl::StrCat("--port=", port)};
+  so.argv = {"server/ps_server", absl::StrCat("--port=", port),
+             "--num_workers=1"};
   auto second = Subprocess::Start(so);
   ASSERT_TRUE(second.ok()) << second.status();
   std::vector<std::string> lines;

@@ -2,6 +2,12 @@
 // against real ps_server processes (tests/test_cluster.h) and real gRPC
 // clients: each wrong client is refused and changes nothing, the right one
 // is served.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/job_control.grpc.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "rpc/credentials.h"
 #include "tests/test_cluster.h"
@@ -32,7 +39,9 @@ const Certs& JobCerts() {
   static const Certs* certs = [] {
     auto* c = new Certs{TestTmpPath("job"), TestTmpPath("other")};
     for (const std::string& d : {c->dir, c->other}) {
-      const std::string cmd = absl::StrCat("bash deploy/make_certs.sh ", d, " >/dev/null");
+      // One certificate per task too: ps-0, worker-0, worker-1.
+      const std::string cmd = absl::StrCat(
+          "bash deploy/make_certs.sh --ps=1 --workers=2 ", d, " >/dev/null");
       if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << cmd << " failed";
     }
     return c;
@@ -105,6 +114,7 @@ TEST(SecurityTest, WrongClientsRefusedRightOneServedAndHealthFollows) {
   const std::string token = c.dir + "/token";
   const std::string wrong_token = TestTmpPath("wrong_token");
   WriteBytes(wrong_token, "not-the-token\n");
+  ::chmod(wrong_token.c_str(), 0600);  // A readable token file is refused.
 
   struct Case {
     const char* name;
@@ -149,7 +159,7 @@ TEST(SecurityTest, WrongClientsRefusedRightOneServedAndHealthFollows) {
 
 TEST(SecurityTest, OpenBindWithoutTlsIsRefusedUnlessAllowed) {
   SubprocessOptions o;
-  o.argv = {"server/ps_server", "--bind=0.0.0.0", "--port=0"};
+  o.argv = {"server/ps_server", "--bind=0.0.0.0", "--port=0", "--num_workers=1"};
   auto p = Subprocess::Start(o);
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<std::string> lines;
@@ -167,6 +177,175 @@ TEST(SecurityTest, OpenBindWithoutTlsIsRefusedUnlessAllowed) {
       [](const std::string& l) { return l.find("listening on") != std::string::npos; },
       absl::Seconds(20), &lines);
   EXPECT_TRUE(line.ok()) << line.status();
+}
+
+TEST(SecurityTest, AnonymousTlsOffLoopbackIsRefused) {
+  // TLS with no --tls_ca and no token served any client with no
+  // certificate.
+  const Certs& c = JobCerts();
+  SubprocessOptions o;
+  o.argv = {"server/ps_server", "--bind=0.0.0.0", "--port=0", "--num_workers=1",
+            "--tls_cert=" + c.dir + "/server.pem",
+            "--tls_key=" + c.dir + "/server.key"};
+  auto p = Subprocess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<std::string> lines;
+  ASSERT_TRUE((*p)->WaitFor(absl::Seconds(20), &lines));
+  EXPECT_EQ((*p)->exit_status().exit_code, 2);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_NE(all.find("no client check"), std::string::npos) << all;
+  // With a token it serves.
+  o.argv.push_back("--auth_token_file=" + c.dir + "/token");
+  auto q = Subprocess::Start(o);
+  ASSERT_TRUE(q.ok()) << q.status();
+  auto line = (*q)->WaitForLine(
+      [](const std::string& l) { return l.find("listening on") != std::string::npos; },
+      absl::Seconds(20), &lines);
+  EXPECT_TRUE(line.ok()) << line.status();
+}
+
+// A push of one gradient (4 floats of 1) for `worker` with `incarnation`,
+// over a channel presenting `cert` ("worker-1", "client", ...).
+grpc::Status PushAs(const std::string& host, const std::string& cert,
+                    int worker, int64_t seq, uint64_t incarnation) {
+  const Certs& c = JobCerts();
+  TransportSecurityOptions o = Client(c.dir + "/ca.pem", "", c.dir + "/token");
+  o.tls_cert_file = c.dir + "/" + cert + ".pem";
+  o.tls_key_file = c.dir + "/" + cert + ".key";
+  proto::PushRequest req;
+  req.set_worker_id(worker);
+  req.set_seq(seq);
+  req.set_incarnation(incarnation);
+  proto::ChunkGradient* g = req.add_gradients();
+  g->set_chunk_id(0);
+  const float ones[4] = {1, 1, 1, 1};
+  g->set_data(std::string(reinterpret_cast<const char*>(ones), 16));
+  proto::PushResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return proto::ParameterServer::NewStub(Channel(host, o))->Push(&ctx, req, &resp);
+}
+
+int64_t PushesApplied(const std::string& host) {
+  const Certs& c = JobCerts();
+  proto::StatsResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const grpc::Status s =
+      proto::ParameterServer::NewStub(
+          Channel(host, Client(c.dir + "/ca.pem", c.dir, c.dir + "/token")))
+          ->GetStats(&ctx, proto::StatsRequest(), &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp.pushes_applied();
+}
+
+TEST(SecurityTest, OneWorkerCannotSpeakForAnother) {
+  // A push claiming worker 0 with a new incarnation made the real worker 0
+  // fail (replaced incarnation); one with seq 2^62 made the server take its
+  // later pushes as duplicates. Now each worker certificate pushes only as
+  // its own index.
+  const Certs& c = JobCerts();
+  std::vector<std::string> flags = {
+      "--tls_cert=" + c.dir + "/ps-0.pem", "--tls_key=" + c.dir + "/ps-0.key",
+      "--tls_ca=" + c.dir + "/ca.pem", "--auth_token_file=" + c.dir + "/token"};
+  auto cluster = TestCluster::Start({.num_shards = 1, .server_flags = flags});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string host = (*cluster)->hosts()[0];
+  ASSERT_TRUE(Declare(Channel(host, Client(c.dir + "/ca.pem", c.dir,
+                                           c.dir + "/token")))
+                  .ok());
+  ASSERT_TRUE(PushAs(host, "worker-0", 0, 1, 100).ok());
+  // worker-1 as worker 0: with a new incarnation, with a huge seq.
+  grpc::Status s = PushAs(host, "worker-1", 0, 1, 999);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("worker-0"), std::string::npos) << s.error_message();
+  EXPECT_EQ(PushAs(host, "worker-1", 0, int64_t{1} << 62, 100).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(PushAs(host, "ps-0", 0, 2, 100).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Worker 0 itself cannot jump its seq out of bounds either.
+  EXPECT_EQ(PushAs(host, "worker-0", 0, int64_t{1} << 62, 100).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // The real worker 0 goes on: its next push applies.
+  ASSERT_TRUE(PushAs(host, "worker-0", 0, 2, 100).ok());
+  ASSERT_TRUE(PushAs(host, "worker-1", 1, 1, 555).ok());
+  // A job-wide certificate is taken (no --require_task_certificates).
+  ASSERT_TRUE(PushAs(host, "client", 1, 2, 555).ok());
+  EXPECT_EQ(PushesApplied(host), 4);
+  EXPECT_TRUE((*cluster)->AllRunning());
+}
+
+// A free loopback port (bound, then released).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(SecurityTest, OnlyAWorkerReportsItselfAndOnlyTheChiefEndsTheJob) {
+  const Certs& c = JobCerts();
+  std::vector<std::string> flags = {
+      absl::StrCat("--ps_hosts=127.0.0.1:", FreePort()),
+      "--worker_hosts=127.0.0.1:1,127.0.0.1:2", "--task_type=ps",
+      "--task_index=0", "--tls_cert=" + c.dir + "/ps-0.pem",
+      "--tls_key=" + c.dir + "/ps-0.key", "--tls_ca=" + c.dir + "/ca.pem",
+      "--auth_token_file=" + c.dir + "/token"};
+  auto cluster = TestCluster::Start({.num_shards = 1, .server_flags = flags});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string host = (*cluster)->hosts()[0];
+  auto stub = [&](const std::string& cert) {
+    TransportSecurityOptions o = Client(c.dir + "/ca.pem", "", c.dir + "/token");
+    o.tls_cert_file = c.dir + "/" + cert + ".pem";
+    o.tls_key_file = c.dir + "/" + cert + ".key";
+    return proto::JobControl::NewStub(Channel(host, o));
+  };
+  auto done = [&](const std::string& cert, int worker) {
+    proto::WorkerDoneRequest req;
+    req.set_worker_id(worker);
+    proto::WorkerDoneResponse resp;
+    grpc::ClientContext ctx;
+    return stub(cert)->WorkerDone(&ctx, req, &resp).error_code();
+  };
+  auto end = [&](const std::string& cert, int worker) {
+    proto::EndJobRequest req;
+    req.set_worker_id(worker);
+    proto::EndJobResponse resp;
+    grpc::ClientContext ctx;
+    return stub(cert)->EndJob(&ctx, req, &resp).error_code();
+  };
+  EXPECT_EQ(done("worker-1", 0), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(done("worker-1", 1), grpc::StatusCode::OK);
+  EXPECT_EQ(end("worker-1", 1), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(end("worker-1", 0), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(end("ps-0", 0), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE((*cluster)->AllRunning());
+  // The chief ends it: the server stops.
+  EXPECT_EQ(end("worker-0", 0), grpc::StatusCode::OK);
+  std::vector<std::string> lines;
+  EXPECT_TRUE((*cluster)->server(0)->WaitFor(absl::Seconds(20), &lines));
+}
+
+TEST(SecurityTest, RequireTaskCertificatesRefusesJobWideOnes) {
+  const Certs& c = JobCerts();
+  std::vector<std::string> flags = ServerFlags(c);
+  flags.push_back("--require_task_certificates");
+  auto cluster = TestCluster::Start({.num_shards = 1, .server_flags = flags});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string host = (*cluster)->hosts()[0];
+  ASSERT_TRUE(Declare(Channel(host, Client(c.dir + "/ca.pem", c.dir,
+                                           c.dir + "/token")))
+                  .ok());
+  EXPECT_EQ(PushAs(host, "client", 0, 1, 7).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(PushAs(host, "worker-0", 0, 1, 7).ok());
+  EXPECT_EQ(PushesApplied(host), 1);
 }
 
 TEST(SecurityTest, MissingOrMismatchedFilesNamed) {
@@ -207,6 +386,7 @@ TEST(SecurityTest, WorkerWithWrongTokenFailsSayingSoAndRightOneTrains) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string wrong_token = TestTmpPath("worker_wrong_token");
   WriteBytes(wrong_token, "not-the-token\n");
+  ::chmod(wrong_token.c_str(), 0600);  // A readable token file is refused.
   std::vector<std::string> lines;
   ExitStatus e = RunWorker(**cluster, wrong_token, &lines);
   std::string all;

@@ -27,7 +27,8 @@ std::unique_ptr<Subprocess> StartServer(const std::string& dir, int port,
   SubprocessOptions o;
   o.argv = {"server/ps_server", absl::StrCat("--port=", port),
             absl::StrCat("--port_file=", port_file),
-            absl::StrCat("--checkpoint_dir=", dir), "--optimizer=adagrad"};
+            absl::StrCat("--checkpoint_dir=", dir), "--optimizer=adagrad",
+            "--num_workers=4"};
   o.argv.insert(o.argv.end(), extra.begin(), extra.end());
   auto p = Subprocess::Start(o);
   EXPECT_TRUE(p.ok()) << p.status();

@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
     so.argv = {options.server_binary, "--port=0",
                absl::StrCat("--port_file=", port_file),
                absl::StrCat("--shard_index=", k),
-               absl::StrCat("--num_shards=", options.num_shards)};
+               absl::StrCat("--num_shards=", options.num_shards),
+               absl::StrCat("--num_workers=", options.num_workers)};
     so.argv.insert(so.argv.end(), options.server_flags.begin(),
                    options.server_flags.end());
     so.log_path = absl::StrCat(dir, "/cluster", id, "_shard", k, ".log");

@@ -35,6 +35,9 @@ namespace downpour {
 
 struct TestClusterOptions {
   int num_shards = 1;
+  // --num_workers of every server (ps_server requires it); a --num_workers
+  // in server_flags, which come after it, wins.
+  int num_workers = 4;
   std::vector<std::string> server_flags;  // e.g. {"--optimizer=sgd", "--lr_schedule=none", "--lr=1"}
   // Path of the ps_server binary, relative to the test's runfiles root.
   std::string server_binary = "server/ps_server";

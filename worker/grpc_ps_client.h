@@ -10,7 +10,9 @@
 // slices straight into the caller's flat vector (rpc/wire.h). Per-call
 // deadlines; transient failures are retried with the same (seq, part), which
 // the servers apply at most once. A shard whose server restarted gets again
-// the parts of a push that its previous process acknowledged.
+// the parts of a push that its previous process acknowledged. Before the
+// first declaration it waits for every shard to answer, saying so every few
+// seconds, and checks that --ps_hosts lists them in shard order.
 //
 // The pieces: worker/part_plan.h (cutting chunks into parts),
 // worker/part_messages.h (each part's messages), rpc/fan_out.h (calls at
@@ -24,6 +26,8 @@
 #ifndef DOWNPOUR_WORKER_GRPC_PS_CLIENT_H_
 #define DOWNPOUR_WORKER_GRPC_PS_CLIENT_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,8 +51,18 @@ struct GrpcClientOptions {
   uint64_t incarnation = 0;
   // Deadline of one Pull/Push call.
   absl::Duration rpc_timeout = absl::Seconds(60);
-  // How long Declare waits for servers that are not up yet.
+  // How long the first Declare waits for servers that are not up yet, in
+  // all: it asks each shard for its statistics until it answers, then
+  // declares. Past it, Unavailable: "shard i at host:port did not answer
+  // within <t> (--connect_timeout_s): <gRPC's last error>".
   absl::Duration connect_timeout = absl::Seconds(60);
+  // Called while the first Declare waits for a shard, after 1 s and then
+  // every 3 s: "waiting for shard 1 at 10.0.0.2:5000 (4 s)". May be null.
+  std::function<void(const std::string&)> on_wait;
+  // Polled (every 250 ms at most) while the first Declare waits for the
+  // servers: once true, the wait ends with Cancelled "stopped while waiting
+  // for shard i at host:port". Not owned; may be null.
+  const std::atomic<bool>* stop_requested = nullptr;
   // Attempts for calls failing with UNAVAILABLE, DEADLINE_EXCEEDED or
   // RESOURCE_EXHAUSTED (RetryPolicy, rpc/fan_out.h).
   int max_attempts = 5;

@@ -17,12 +17,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
+#include <unistd.h>
+
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cluster_spec.h"
+#include "common/command_line.h"
 #include "common/exit_codes.h"
+#include "common/output_paths.h"
 #include "common/process_setup.h"
 #include "common/report.h"
 #include "common/status_macros.h"
@@ -50,6 +53,53 @@ std::atomic<bool> g_stop_requested{false};
 // This worker's index once its flags are read (the spec's or
 // --worker_index), for main's last lines.
 std::atomic<int> g_worker_index{0};
+
+// What the process is doing, for a stop signal: in kTraining the trainer
+// finishes its step, pushes and leaves; in any other state nothing is in
+// flight that a stop could lose, so the process says so and exits at once.
+enum class Phase : int {
+  kStarting,
+  kResolving,
+  kLoading,
+  kWaiting,
+  kTraining,
+  kEvaluating,
+  kEnding,
+};
+std::atomic<Phase> g_phase{Phase::kStarting};
+
+const char* PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kStarting:
+      return "starting";
+    case Phase::kResolving:
+      return "resolving the servers' names";
+    case Phase::kLoading:
+      return "loading the model and the data";
+    case Phase::kWaiting:
+      return "waiting for the servers";
+    case Phase::kTraining:
+      return "training";
+    case Phase::kEvaluating:
+      return "evaluating";
+    case Phase::kEnding:
+      return "ending the job";
+  }
+  return "starting";
+}
+
+// Runs on the stop signal's thread.
+void OnStop(int signal) {
+  g_stop_requested.store(true);
+  const Phase phase = g_phase.load();
+  if (phase == Phase::kTraining) return;  // The trainer stops after its step.
+  std::fflush(stdout);
+  std::printf("worker %d: stopped by signal %d while %s\n",
+              g_worker_index.load(), signal, PhaseName(phase));
+  std::fflush(stdout);
+  // Retryable: the job can go on once the worker is started again.
+  _exit(kExitRetryable);
+}
 
 // The replicas of this process on the devices chosen here, in main's call
 // tree, and passed down (worker/nn/backend_select.h; --device=auto falls back
@@ -122,6 +172,25 @@ absl::Status Run() {
   f.trainer.stop_requested = &g_stop_requested;  // Graceful stop.
   const int w = f.client.worker_id;
   g_worker_index.store(w);
+  // The files this process writes (an evaluation its parameters, the chief
+  // of a spec job those and the summary, a training worker its position),
+  // checked before any work.
+  const bool chief = f.spec.has_value() && w == 0;
+  if (f.task == WorkerTask::kEval || chief) {
+    DP_RETURN_IF_ERROR(PrepareOutputFile("save_params", f.save_params));
+  }
+  if (chief) {
+    DP_RETURN_IF_ERROR(PrepareOutputFile("summary_json", f.summary_json));
+  }
+  if (f.task == WorkerTask::kTrain) {
+    DP_RETURN_IF_ERROR(
+        PrepareOutputFile("position_file", PositionFileFromFlags()));
+  }
+  f.client.stop_requested = &g_stop_requested;
+  f.client.on_wait = [w](const std::string& m) {
+    std::printf("worker %d: %s\n", w, m.c_str());
+    std::fflush(stdout);
+  };
   // The data position, valid only for this worker of this job
   // shape and data (the key); one loop per file, so not with independent
   // replicas.
@@ -150,23 +219,34 @@ absl::Status Run() {
   if (f.spec.has_value()) {  // Log it; wait for peers' names.
     std::printf("worker %d: %s\n", w, ClusterSpecToString(*f.spec).c_str());
     std::fflush(stdout);
+    g_phase.store(Phase::kResolving);
     DP_RETURN_IF_ERROR(WaitForHostNames(
         f.client.hosts, f.client.connect_timeout, [w](const std::string& m) {
           std::printf("worker %d: %s\n", w, m.c_str());
           std::fflush(stdout);
         }));
   }
+  g_phase.store(Phase::kLoading);
   DP_ASSIGN_OR_RETURN(ReplicaSet set, BuildReplicas(f));
   std::unique_ptr<ExampleSource> train;
   if (f.task == WorkerTask::kTrain) {
     DP_ASSIGN_OR_RETURN(train, OpenTrainingData(f, *set.models[0]));
   }
+  g_phase.store(Phase::kWaiting);
   DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ParameterClient>> clients,
                       ConnectClients(f, set));
-  if (f.task == WorkerTask::kEval) return Eval(f, set.models[0].get(), clients[0].get());
+  if (f.task == WorkerTask::kEval) {
+    g_phase.store(Phase::kEvaluating);
+    return Eval(f, set.models[0].get(), clients[0].get());
+  }
   DoneReport done;
+  g_phase.store(Phase::kTraining);
+  if (g_stop_requested.load()) {  // A signal just before the switch.
+    return absl::CancelledError("stopped before the first step");
+  }
   const absl::Status trained = Train(f, set, std::move(train), clients, &done);
   if (!f.spec.has_value()) return trained;
+  g_phase.store(Phase::kEnding);
   return EndSpecJob(f, trained, done, set.models[0].get(), clients[0].get());
 }
 
@@ -176,12 +256,13 @@ absl::Status Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Downpour worker replica (or --task=eval). See README.md.");
-  absl::ParseCommandLine(argc, argv);
+  downpour::ParseCommandLineOrExit(argc, argv);  // --help: 0; a bad flag: 2.
   downpour::SetUpProcess();
-  // SIGTERM/SIGINT stop gracefully: the trainer finishes its step, pushes it
-  // and leaves. Run's trainer polls g_stop_requested, set from here.
+  // SIGTERM/SIGINT: while training, the trainer finishes its step, pushes it
+  // and leaves (it polls g_stop_requested); in any other phase the worker
+  // says which and exits 3 at once (OnStop).
   downpour::StopSignal::Options stop_options;
-  stop_options.on_stop = [](int) { downpour::g_stop_requested.store(true); };
+  stop_options.on_stop = &downpour::OnStop;
   absl::StatusOr<std::unique_ptr<downpour::StopSignal>> stop =
       downpour::StopSignal::Install(std::move(stop_options));
   if (!stop.ok()) {
@@ -202,9 +283,15 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const absl::Status s = downpour::Run();
   if ((*stop)->requested()->load()) {
-    std::printf("worker %d: stopped by signal after its last step (%s)\n",
-                downpour::g_worker_index.load(),
-                s.ok() ? "pushed and left" : s.ToString().c_str());
+    if (downpour::g_phase.load() == downpour::Phase::kTraining && s.ok()) {
+      std::printf("worker %d: stopped by signal after its last step (pushed "
+                  "and left)\n", downpour::g_worker_index.load());
+    } else {
+      std::printf("worker %d: stopped by signal while %s (%s)\n",
+                  downpour::g_worker_index.load(),
+                  downpour::PhaseName(downpour::g_phase.load()),
+                  s.ok() ? "done" : s.ToString().c_str());
+    }
     std::fflush(stdout);
   }
   if (!s.ok()) {

@@ -25,6 +25,10 @@ ShardTransport::ShardTransport(const ShardTransportOptions& options,
       // channel its own TCP connection.
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
       args.SetInt("downpour.connection_index", c);
+      // A server that is starting, or restarting, is found within a second
+      // (gRPC's default backoff grows to two minutes between attempts).
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       std::shared_ptr<grpc::Channel> ch = *CreateChannel(host, security, args);
       if (c == 0) stubs_.push_back(proto::ParameterServer::NewStub(ch));
       conns.push_back(std::make_unique<grpc::GenericStub>(ch));

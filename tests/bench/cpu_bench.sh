@@ -12,9 +12,9 @@
 # (CPU-seconds, one thread) at batch 64 and 256 against every PyTorch
 # configuration.
 #
-#   bash tests/bench/cpu_bench.sh                     # fashion_cnn, ~5 min on 2 cores
+#   bash tests/bench/cpu_bench.sh       # fashion_cnn, ~10 min on 2 cores
 #   BATCHES=64,256 THREADS="1" MIN_SECONDS=1 bash tests/bench/cpu_bench.sh
-#   MODEL=resnet20 THREADS=1 ROUNDS=3 bash tests/bench/cpu_bench.sh
+#   MODEL=resnet20 THREADS=1 ROUNDS=2 MIN_SECONDS=1 bash tests/bench/cpu_bench.sh  # ~7 min
 #   MODEL=path/to/net.prototxt CONFIGS="onednn torch new" bash tests/bench/cpu_bench.sh
 #
 # The configurations (CONFIGS, space-separated, in the tables' order):

@@ -37,7 +37,7 @@ for rate in $RATES; do
   A="$(netns_addr 1)"
   for s in 0 1; do
     netns_exec 1 "$TMP/ps_server" --bind="$A" --port=$((2222 + s)) --shard_index=$s \
-      --num_shards=2 --optimizer=sgd --lr=0.01 --allow_insecure >"$TMP/ps$s.log" 2>&1 &
+      --num_shards=2 --num_workers=8 --optimizer=sgd --lr=0.01 --allow_insecure >"$TMP/ps$s.log" 2>&1 &
   done
   netns_exec 1 "$TMP/bench" --bench_mode=tcp_sink --tcp_port=7000 >"$TMP/sink.log" 2>&1 &
   sleep 1

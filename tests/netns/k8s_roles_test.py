@@ -11,9 +11,10 @@ is shard i, worker 0 is the chief, and the cluster lists are the manifest's
 in order. `node` gets the replica's own arguments from the manifest.
 Both manifests must be secure by default (k8s_tf_config.py --check-tls: the
 Secret downpour-tls mounted at /etc/downpour/tls, the TLS and token flags
-from there, no --allow_insecure, the documented make_certs.sh names = the
-servers' hosts), and copies with --allow_insecure or a stale make_certs.sh
-line must be refused. Also checks that a malformed TF_CONFIG is refused
+from there with each replica's own certificate, no --allow_insecure, the
+documented make_certs.sh names = the servers' hosts), and copies with
+--allow_insecure, a stale make_certs.sh line or workers sharing a
+certificate must be refused. Also checks that a malformed TF_CONFIG is refused
 with a reason (exit 2). Prints PASS or FAIL lines; exit status 0 / 1.
 """
 import json
@@ -53,9 +54,12 @@ def insecure_copies_refused(tool, tfjob, sts):
     fails = 0
     with tempfile.TemporaryDirectory() as tmp:
         for src, mode, old, new, why in (
-                (tfjob, [], "- --tls_cert=/etc/downpour/tls/server.pem",
-                 "- --tls_cert=/etc/downpour/tls/server.pem\n                - --allow_insecure",
+                (tfjob, [], "- --auth_token_file=/etc/downpour/tls/token",
+                 "- --auth_token_file=/etc/downpour/tls/token\n                - --allow_insecure",
                  "TFJob with TLS and --allow_insecure"),
+                (tfjob, [], "- --tls_cert=/etc/downpour/tls/worker-$(REPLICA_INDEX).pem",
+                 "- --tls_cert=/etc/downpour/tls/worker-0.pem",
+                 "TFJob whose workers all present worker 0's certificate"),
                 (sts, ["--statefulset"], "--auth_token_file=$TLS/token",
                  "--allow_insecure", "StatefulSet without a token, --allow_insecure"),
                 (tfjob, [], "downpour-ps-1.default.svc\n", "\n",

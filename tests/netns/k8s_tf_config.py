@@ -33,10 +33,12 @@
                     replica mounts the Secret downpour-tls at
                     /etc/downpour/tls (read-only) and passes --tls_cert,
                     --tls_key, --tls_ca and --auth_token_file from there and
-                    no --allow_insecure; and that the manifest's comment line
-                    "#   bash deploy/make_certs.sh certs NAME..." names exactly
-                    the servers' hosts (so the certificate covers what the
-                    workers dial).
+                    no --allow_insecure (with --require_task_certificates,
+                    its own <type>-<index>.pem/.key); and that the
+                    manifest's comment line "#   bash deploy/make_certs.sh
+                    [--ps=S --workers=W] certs NAME..." names exactly the
+                    servers' hosts (so the certificate covers what the
+                    workers dial) and, for task certificates, every task.
       --cert-names  print only those names, one per line, for
                     `bash deploy/make_certs.sh certs $(... --cert-names)`.
 
@@ -293,6 +295,25 @@ def go_json(obj):
 
 # --- TFJob ----------------------------------------------------------------------
 
+# The operator's pod label holding a replica's index, which the TFJob's
+# containers read through the Downward API.
+REPLICA_INDEX_FIELD = "metadata.labels['training.kubeflow.org/replica-index']"
+
+
+def expand_args(args, container, index):
+    """Kubernetes' $(VAR) expansion of a container's arguments, for the
+    variables known before the pod starts: literal values and the replica's
+    index from the operator's label."""
+    env = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif _get(e, "valueFrom", "fieldRef", "fieldPath") == REPLICA_INDEX_FIELD:
+            env[e["name"]] = str(index)
+    return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                   lambda m: env.get(m.group(1), m.group(0)), a) for a in args]
+
+
 def tfjob_configs(path, cluster_domain=""):
     with open(path) as f:
         text = f.read()
@@ -359,7 +380,8 @@ def tfjob_configs(path, cluster_domain=""):
             cfg = {"cluster": cluster, "task": {"type": rtype.lower(), "index": i},
                    "environment": "cloud"}
             args, container, pod_spec = pods[rtype]
-            out.append(Replica(rtype.lower(), i, go_json(cfg), args, container, pod_spec))
+            out.append(Replica(rtype.lower(), i, go_json(cfg), expand_args(args, container, i),
+                               container, pod_spec))
     return out
 
 
@@ -472,17 +494,29 @@ def check_tls(path, rows):
                 if v.get("name") == mounts[0].get("name")]
         if len(vols) != 1 or _get(vols[0], "secret", "secretName") != TLS_SECRET:
             raise Error("%s: the volume at %s is not the Secret %s" % (who, TLS_DIR, TLS_SECRET))
-        for flag, file in TLS_FLAGS:
+        flags = TLS_FLAGS
+        if "--require_task_certificates" in row.args:
+            # A certificate per task, named for it (deploy/make_certs.sh --ps --workers).
+            name = "%s-%d" % (row.type, row.index)
+            flags = (("tls_cert", name + ".pem"), ("tls_key", name + ".key")) + TLS_FLAGS[2:]
+        for flag, file in flags:
             want = "--%s=%s/%s" % (flag, TLS_DIR, file)
             if want not in row.args:
                 raise Error("%s: node is not given %s (args %r)" % (who, want, row.args))
         if any(a.split("=")[0] in ("--allow_insecure", "-allow_insecure") for a in row.args):
             raise Error("%s: --allow_insecure in a recipe that should be secure by default" % who)
     with open(path) as f:
-        m = re.search(r"^#\s*bash deploy/make_certs\.sh certs\s+(.*?)\s*$", f.read(), re.M)
+        m = re.search(r"^#\s*bash deploy/make_certs\.sh((?:\s+--\S+)*)\s+certs\s+(.*?)\s*$",
+                      f.read(), re.M)
     if not m:
         raise Error("%s: no '#   bash deploy/make_certs.sh certs NAME...' line" % path)
-    documented, needed = m.group(1).split(), cert_names(rows)
+    if any("--require_task_certificates" in row.args for row in rows):
+        want = "--ps=%d --workers=%d" % (sum(r.type == "ps" for r in rows),
+                                         sum(r.type == "worker" for r in rows))
+        if m.group(1).split() != want.split():
+            raise Error("%s: the make_certs.sh line must ask for a certificate per task: %s"
+                        % (path, want))
+    documented, needed = m.group(2).split(), cert_names(rows)
     if documented != needed:
         raise Error("%s: the make_certs.sh line names %s, the servers are dialled as %s"
                     % (path, " ".join(documented), " ".join(needed)))

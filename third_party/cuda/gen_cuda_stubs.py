@@ -19,6 +19,7 @@ CUDNN = [
     "cudnnDestroyFilterDescriptor", "cudnnSetFilter4dDescriptor",
     "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor",
     "cudnnSetConvolution2dDescriptor", "cudnnSetConvolutionMathType",
+    "cudnnGetConvolutionMathType",
     "cudnnGetConvolution2dForwardOutputDim", "cudnnCreatePoolingDescriptor",
     "cudnnDestroyPoolingDescriptor", "cudnnSetPooling2dDescriptor",
     "cudnnGetPooling2dForwardOutputDim", "cudnnPoolingForward",

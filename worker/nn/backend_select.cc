@@ -41,7 +41,9 @@ absl::StatusOr<SelectedBackends> OpenCuda(const BackendRequest& r,
     if (!b.ok()) return b.status();
     s.backends.push_back(std::move(*b));
   }
-  s.pinned = f.pinned();
+  // Host buffers are allocated on threads that never set a device (the
+  // batchers'): the allocator makes the first replica's GPU current there.
+  s.pinned = f.pinned(devices.front());
   return s;
 }
 
@@ -53,7 +55,7 @@ CudaFactory RealCudaFactory() {
   f.open = [](int ordinal, const CudaBackendOptions& o) {
     return NewCudaBackend(ordinal, o);
   };
-  f.pinned = [] { return NewCudaPinnedHostAllocator(); };
+  f.pinned = [](int ordinal) { return NewCudaPinnedHostAllocator(ordinal); };
   return f;
 }
 

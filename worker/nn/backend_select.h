@@ -54,7 +54,8 @@ struct CudaFactory {
   std::function<absl::StatusOr<std::unique_ptr<Backend>>(
       int ordinal, const CudaBackendOptions& options)>
       open;
-  std::function<std::unique_ptr<HostAllocator>()> pinned;
+  // The pinned allocator for replicas whose first GPU is `ordinal`.
+  std::function<std::unique_ptr<HostAllocator>(int ordinal)> pinned;
 };
 CudaFactory RealCudaFactory();
 

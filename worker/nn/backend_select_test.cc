@@ -12,12 +12,13 @@ namespace {
 
 // A host where one GPU is visible; opening it gives `open_status` (OK: a
 // CPU backend stands in for the GPU's).
-CudaFactory OneGpu(absl::Status open_status, std::vector<int>* opened) {
+CudaFactory OneGpu(absl::Status open_status, std::vector<int>* opened,
+                   int gpus = 1, std::vector<int>* pinned_for = nullptr) {
   CudaFactory f;
-  f.probe = [] {
+  f.probe = [gpus] {
     CudaProbe p;
-    p.device_count = 1;
-    p.names = {"Fake GPU"};
+    p.device_count = gpus;
+    p.names.assign(gpus, "Fake GPU");
     return p;
   };
   f.open = [open_status, opened](int ordinal, const CudaBackendOptions&)
@@ -26,8 +27,25 @@ CudaFactory OneGpu(absl::Status open_status, std::vector<int>* opened) {
     if (!open_status.ok()) return open_status;
     return NewOpenblasBackend(1);
   };
-  f.pinned = [] { return std::unique_ptr<HostAllocator>(); };
+  f.pinned = [pinned_for](int ordinal) {
+    if (pinned_for != nullptr) pinned_for->push_back(ordinal);
+    return std::unique_ptr<HostAllocator>();
+  };
   return f;
+}
+
+// The pinned allocator is made for the replicas' GPU, not GPU 0: host
+// buffers are allocated on batcher threads that never set a device.
+TEST(BackendSelectTest, PinnedAllocatorIsForTheFirstListedGpu) {
+  std::vector<int> opened, pinned_for;
+  BackendRequest r;
+  r.device = DeviceKind::kCuda;
+  r.gpus = {1, 2};
+  auto s = SelectBackends(
+      r, OneGpu(absl::OkStatus(), &opened, /*gpus=*/3, &pinned_for));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(opened, (std::vector<int>{1, 2}));
+  EXPECT_EQ(pinned_for, std::vector<int>{1});
 }
 
 // A visible GPU whose backend fails to start.

@@ -124,8 +124,8 @@ class CudaBackend final : public Backend {
   absl::Status Init() {
     DP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
     if (options_.blocking_sync) {
-      // Must precede the context's creation; a context that already exists
-      // (another backend on this device) keeps its scheduling.
+      // Applies to the device's primary context, which cudaSetDevice above
+      // has created (CUDA 12+), overwriting its earlier flags.
       const cudaError_t e = cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
       if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -172,7 +172,7 @@ class CudaBackend final : public Backend {
     DP_CUDA_RETURN_IF_ERROR(cudaHostAlloc(
         &host, sizeof(cuda_kernels::SoftmaxXentResult), cudaHostAllocDefault));
     host_result_ = static_cast<cuda_kernels::SoftmaxXentResult*>(host);
-    pinned_ = NewCudaPinnedHostAllocator();
+    pinned_ = NewCudaPinnedHostAllocator(ordinal_);
     return absl::OkStatus();
   }
 
@@ -339,8 +339,9 @@ class CudaBackend final : public Backend {
         },
         [&](const ConvAlgoChoice& c) -> absl::Status {
           DP_ASSIGN_OR_RETURN(void* ws, Workspace(c.workspace));
+          DP_ASSIGN_OR_RETURN(auto conv, cd.WithMathType(c.math_type));
           DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
-              dnn_, &one, cd.x(), x, cd.w(), w, cd.conv(),
+              dnn_, &one, cd.x(), x, cd.w(), w, conv,
               static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace,
               &zero, cd.y(), y));
           return absl::OkStatus();
@@ -370,8 +371,9 @@ class CudaBackend final : public Backend {
         },
         [&](const ConvAlgoChoice& c) -> absl::Status {
           DP_ASSIGN_OR_RETURN(void* ws, Workspace(c.workspace));
+          DP_ASSIGN_OR_RETURN(auto conv, cd.WithMathType(c.math_type));
           DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-              dnn_, &one, cd.w(), w, cd.y(), dy, cd.conv(),
+              dnn_, &one, cd.w(), w, cd.y(), dy, conv,
               static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
               c.workspace, &zero, cd.x(), dx));
           return absl::OkStatus();
@@ -405,8 +407,9 @@ class CudaBackend final : public Backend {
         },
         [&](const ConvAlgoChoice& c) -> absl::Status {
           DP_ASSIGN_OR_RETURN(void* ws, Workspace(c.workspace));
+          DP_ASSIGN_OR_RETURN(auto conv, cd.WithMathType(c.math_type));
           DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-              dnn_, &one, cd.x(), x, cd.y(), dy, cd.conv(),
+              dnn_, &one, cd.x(), x, cd.y(), dy, conv,
               static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
               c.workspace, &zero, cd.w(), dw));
           return absl::OkStatus();

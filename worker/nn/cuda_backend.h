@@ -11,7 +11,7 @@
 //   DP_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gpu,
 //                       NewCudaBackend(/*device_ordinal=*/0,
 //                       CudaBackendOptions()));
-//   std::unique_ptr<HostAllocator> pinned = NewCudaPinnedHostAllocator();
+//   std::unique_ptr<HostAllocator> pinned = NewCudaPinnedHostAllocator(0);
 //
 // A binary that links this runs fine on a machine without a GPU or driver:
 // ProbeCuda() then reports device_count 0 with the reason, and
@@ -30,7 +30,8 @@
 //    Synchronize or CopyToHost. staging_allocator() is pinned memory.
 //  * cuBLAS and cuDNN are loaded (cuda_libs.h) by the first NewCudaBackend;
 //    a missing library is a FailedPrecondition naming it. The loaded
-//    cuDNN's CUDA version must match the runtime's major (cuda_versions.h).
+//    cuDNN must be at least the compiled version within its major, and its
+//    CUDA version must match the runtime's major (cuda_versions.h).
 //  * CopyToDevice from pageable memory returns once the source has been
 //    read. From page-locked memory (e.g. NewCudaPinnedHostAllocator) it
 //    returns at once: the source must stay unchanged until the next
@@ -86,8 +87,13 @@ struct CudaBackendOptions {
   bool allow_tf32 = false;
   // cudaDeviceScheduleBlockingSync: a synchronizing thread sleeps instead of
   // spinning a core (the input threads and gRPC need the cores); costs some
-  // wake-up latency per synchronization. Takes effect only when this backend
-  // creates the device's context (the first backend on the device).
+  // wake-up latency per synchronization. The flag belongs to the device's
+  // primary context, which every backend and thread of the process on that
+  // device shares: with CUDA 12+ (cudaSetDevice creates the context)
+  // cudaSetDeviceFlags overwrites its flags at any time, so one backend
+  // created with blocking_sync makes the device's synchronizations block
+  // for all of them from then on; a backend without it leaves them as
+  // they are.
   bool blocking_sync = false;
 };
 
@@ -100,10 +106,16 @@ absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
     int device_ordinal, const CudaBackendOptions& options);
 
 // Page-locked host memory from cudaHostAlloc (portable across devices),
-// released with cudaFreeHost. Allocate returns nullptr on failure (including
-// on machines without a GPU); it never falls back to pageable memory.
-// Thread-safe. Name() is "cuda-pinned".
-std::unique_ptr<HostAllocator> NewCudaPinnedHostAllocator();
+// released with cudaFreeHost. Allocate and Free first make `device_ordinal`
+// current on the calling thread (cudaSetDevice): on a thread that never set
+// a device (a batcher's), the runtime would otherwise create a context on
+// GPU 0, even for a worker given --gpus=1,2. kCudaCurrentDevice: the device
+// current on the thread that calls this function. Allocate returns nullptr
+// on failure (including on machines without a GPU); it never falls back to
+// pageable memory. Thread-safe. Name() is "cuda-pinned".
+inline constexpr int kCudaCurrentDevice = -1;
+std::unique_ptr<HostAllocator> NewCudaPinnedHostAllocator(
+    int device_ordinal = kCudaCurrentDevice);
 
 }  // namespace downpour
 

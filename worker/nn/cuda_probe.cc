@@ -17,7 +17,10 @@ namespace {
 // cudaHostAlloc-backed staging memory (see cuda_backend.h).
 class CudaPinnedHostAllocator final : public HostAllocator {
  public:
+  explicit CudaPinnedHostAllocator(int device) : device_(device) {}
+
   void* Allocate(size_t bytes) override {
+    if (!UseDevice()) return nullptr;
     void* p = nullptr;
     // Page-aligned, so the 64-byte alignment HostAllocator promises holds.
     const cudaError_t e =
@@ -30,9 +33,22 @@ class CudaPinnedHostAllocator final : public HostAllocator {
   }
   void Free(void* p) override {
     if (p == nullptr) return;
+    (void)UseDevice();
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
   }
   const char* Name() const override { return "cuda-pinned"; }
+
+ private:
+  // Makes device_ current on this thread (thread-local; cheap when it
+  // already is), so that no call here creates a context on another GPU.
+  bool UseDevice() const {
+    if (device_ < 0) return true;
+    if (cudaSetDevice(device_) == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    return false;
+  }
+
+  const int device_;  // < 0: none recorded (no device current at creation).
 };
 
 }  // namespace
@@ -67,8 +83,17 @@ CudaProbe ProbeCuda() {
   return probe;
 }
 
-std::unique_ptr<HostAllocator> NewCudaPinnedHostAllocator() {
-  return std::make_unique<CudaPinnedHostAllocator>();
+std::unique_ptr<HostAllocator> NewCudaPinnedHostAllocator(
+    int device_ordinal) {
+  if (device_ordinal == kCudaCurrentDevice) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      (void)cudaGetLastError();
+      current = -1;
+    }
+    device_ordinal = current;
+  }
+  return std::make_unique<CudaPinnedHostAllocator>(device_ordinal);
 }
 
 }  // namespace downpour

@@ -58,17 +58,27 @@ absl::Status CudnnError(cudnnStatus_t s, const char* expr) {
   if (detail[0] != '\0') {
     absl::StrAppend(&msg, " (last cuDNN message: ", detail, ")");
   }
+  return absl::Status(CudnnStatusCode(s), msg);
+}
+
+absl::StatusCode CudnnStatusCode(cudnnStatus_t s) {
   switch (s) {
+    case CUDNN_STATUS_SUCCESS:
+      return absl::StatusCode::kOk;
     case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED:
     case CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED:
-      return absl::ResourceExhaustedError(msg);
+      return absl::StatusCode::kResourceExhausted;
+    case CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER:
+      // The chosen engine's alignment requirement, not a bad call: another
+      // algorithm may run on the same buffers.
+      return absl::StatusCode::kUnimplemented;
     default:
       break;
   }
   if (s / 1000 * 1000 == CUDNN_STATUS_NOT_SUPPORTED) {
-    return absl::UnimplementedError(msg);
+    return absl::StatusCode::kUnimplemented;
   }
-  return absl::InternalError(msg);
+  return absl::StatusCode::kInternal;
 }
 
 absl::Status CublasError(cublasStatus_t s, const char* expr) {

@@ -13,8 +13,11 @@
 //
 // Status codes: out-of-memory errors become ResourceExhausted; a missing or
 // too old driver, no device or no kernel image for the device become
-// FailedPrecondition; cuDNN's NOT_SUPPORTED family becomes Unimplemented;
-// everything else is Internal.
+// FailedPrecondition; cuDNN's NOT_SUPPORTED family and
+// BAD_PARAM_MISALIGNED_POINTER (an engine that needs more alignment than
+// the buffers have) become Unimplemented, which the convolution algorithm
+// retry (conv_algo_choice.h) answers with the next algorithm; everything
+// else is Internal.
 //
 // Side effects: CudaError clears the calling thread's CUDA last-error slot
 // (sticky errors cannot be cleared; the message then says the context is
@@ -38,6 +41,9 @@ namespace downpour {
 absl::Status CudaError(cudaError_t e, const char* expr);
 absl::Status CudnnError(cudnnStatus_t s, const char* expr);
 absl::Status CublasError(cublasStatus_t s, const char* expr);
+
+// The absl code CudnnError gives `s` (pure: no cuDNN call).
+absl::StatusCode CudnnStatusCode(cudnnStatus_t s);
 
 }  // namespace downpour
 

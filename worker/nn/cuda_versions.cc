@@ -23,6 +23,16 @@ absl::Status CheckCudnnVersions(size_t compiled_cudnn, size_t loaded_cudnn,
         " (major versions differ); put a cuDNN ", compiled_cudnn / 10000,
         ".x first on the library path (DOWNPOUR_CUDA_LIB_DIRS)"));
   }
+  if (loaded_cudnn / 100 < compiled_cudnn / 100) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the loaded cuDNN is ", CudnnVersionString(loaded_cudnn),
+        ", older than the cuDNN ", CudnnVersionString(compiled_cudnn),
+        " this program was built against (cuDNN is compatible only with a "
+        "library of the same major and at least the same minor version); "
+        "put a cuDNN ", compiled_cudnn / 10000, ".",
+        compiled_cudnn % 10000 / 100,
+        " or newer first on the library path (DOWNPOUR_CUDA_LIB_DIRS)"));
+  }
   if (cuda_runtime <= 0 ||
       cudnn_cudart / 1000 != static_cast<size_t>(cuda_runtime) / 1000) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -7,7 +7,10 @@
 // cudaRuntimeGetVersion()).
 //
 // Rules: cuDNN's major version must equal the compiled one (the C API
-// changes between majors), and the CUDA major version the loaded cuDNN was
+// changes between majors) and its minor version must be at least the
+// compiled one (cuDNN promises compatibility within a major only with a
+// library at least as new as the headers: a program built against 9.19 may
+// call what 9.10 lacks); and the CUDA major version the loaded cuDNN was
 // built for must equal the CUDA runtime's (a cuDNN for CUDA 12 next to a
 // CUDA 13 runtime fails inside its kernels, or loads a second runtime).
 //

@@ -13,8 +13,19 @@ TEST(CudaVersionsTest, Strings) {
   EXPECT_EQ(CudaVersionString(12090), "12.9");
 }
 
-TEST(CudaVersionsTest, MatchingMajorsPass) {
-  EXPECT_TRUE(CheckCudnnVersions(91900, 90100, 13000, 13010).ok());
+TEST(CudaVersionsTest, SameOrNewerMinorPasses) {
+  EXPECT_TRUE(CheckCudnnVersions(91900, 91900, 13000, 13010).ok());
+  EXPECT_TRUE(CheckCudnnVersions(91900, 92700, 13000, 13000).ok());
+  EXPECT_TRUE(CheckCudnnVersions(91901, 91900, 13000, 13000).ok());  // Patch.
+}
+
+TEST(CudaVersionsTest, OlderMinorIsRefusedNamingBoth) {
+  const absl::Status s = CheckCudnnVersions(91900, 91000, 13000, 13000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("cuDNN is 9.10.0, older than the cuDNN 9.19.0"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("a cuDNN 9.19 or newer"), std::string::npos) << s;
 }
 
 TEST(CudaVersionsTest, CudnnBuiltForAnotherCudaIsRefusedNamingBoth) {

@@ -81,8 +81,10 @@ absl::StatusOr<ConvAlgoChoice> ChooseForwardAlgo(cudnnHandle_t handle,
       cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
   std::vector<cudnnConvolutionFwdAlgoPerf_t> ranking(std::max(1, max_count));
   int returned = 0;
+  DP_ASSIGN_OR_RETURN(cudnnConvolutionDescriptor_t conv,
+                      cd.WithMathType(cd.ranking_math_type()));
   DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
-      handle, cd.x(), cd.w(), cd.conv(), cd.y(),
+      handle, cd.x(), cd.w(), conv, cd.y(),
       static_cast<int>(ranking.size()), &returned, ranking.data()));
   ranking.resize(std::max(0, returned));
   const std::vector<cudnnConvolutionFwdAlgo_t> fallbacks = {
@@ -92,7 +94,7 @@ absl::StatusOr<ConvAlgoChoice> ChooseForwardAlgo(cudnnHandle_t handle,
   return ChooseAlgo(ranking, fallbacks, rules, bad,
                     [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
                       return cudnnGetConvolutionForwardWorkspaceSize(
-                          handle, cd.x(), cd.w(), cd.conv(), cd.y(), a, bytes);
+                          handle, cd.x(), cd.w(), conv, cd.y(), a, bytes);
                     });
 }
 
@@ -105,8 +107,10 @@ absl::StatusOr<ConvAlgoChoice> ChooseBackwardDataAlgo(
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranking(
       std::max(1, max_count));
   int returned = 0;
+  DP_ASSIGN_OR_RETURN(cudnnConvolutionDescriptor_t conv,
+                      cd.WithMathType(cd.ranking_math_type()));
   DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-      handle, cd.w(), cd.y(), cd.conv(), cd.x(),
+      handle, cd.w(), cd.y(), conv, cd.x(),
       static_cast<int>(ranking.size()), &returned, ranking.data()));
   ranking.resize(std::max(0, returned));
   const std::vector<cudnnConvolutionBwdDataAlgo_t> fallbacks = {
@@ -114,7 +118,7 @@ absl::StatusOr<ConvAlgoChoice> ChooseBackwardDataAlgo(
   return ChooseAlgo(ranking, fallbacks, rules, bad,
                     [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
                       return cudnnGetConvolutionBackwardDataWorkspaceSize(
-                          handle, cd.w(), cd.y(), cd.conv(), cd.x(), a, bytes);
+                          handle, cd.w(), cd.y(), conv, cd.x(), a, bytes);
                     });
 }
 
@@ -127,8 +131,10 @@ absl::StatusOr<ConvAlgoChoice> ChooseBackwardFilterAlgo(
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranking(
       std::max(1, max_count));
   int returned = 0;
+  DP_ASSIGN_OR_RETURN(cudnnConvolutionDescriptor_t conv,
+                      cd.WithMathType(cd.ranking_math_type()));
   DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      handle, cd.x(), cd.y(), cd.conv(), cd.w(),
+      handle, cd.x(), cd.y(), conv, cd.w(),
       static_cast<int>(ranking.size()), &returned, ranking.data()));
   ranking.resize(std::max(0, returned));
   const std::vector<cudnnConvolutionBwdFilterAlgo_t> fallbacks = {
@@ -137,7 +143,7 @@ absl::StatusOr<ConvAlgoChoice> ChooseBackwardFilterAlgo(
   return ChooseAlgo(ranking, fallbacks, rules, bad,
                     [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
                       return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                          handle, cd.x(), cd.y(), cd.conv(), cd.w(), a, bytes);
+                          handle, cd.x(), cd.y(), conv, cd.w(), a, bytes);
                     });
 }
 

@@ -18,7 +18,11 @@
 // CUDNN_FMA_MATH are considered; the convolution descriptor is set to
 // CUDNN_FMA_MATH too (cudnn_descriptors.h), so the kernels that run are FMA
 // kernels (PyTorch's rule when TF32 is disallowed). With TF32 the descriptor
-// is CUDNN_DEFAULT_MATH and entries of every math type count.
+// is CUDNN_DEFAULT_MATH and entries of every math type count. The rankings
+// and workspace queries run with the descriptor set to
+// ConvDescriptors::ranking_math_type() (a run before may have changed it);
+// the caller runs the chosen algorithm with
+// ConvDescriptors::WithMathType(choice.math_type), as PyTorch does.
 // An algorithm whose workspace query fails is skipped; `bad` algorithms
 // (they failed to run) are never chosen.
 //

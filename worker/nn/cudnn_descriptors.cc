@@ -59,8 +59,9 @@ absl::StatusOr<std::unique_ptr<ConvDescriptors>> ConvDescriptors::Create(
       /*dilation_w=*/1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   // FMA math: no TF32 tensor cores (CUDNN_DEFAULT_MATH allows them for
   // fp32 on Ampere and newer, which is what allow_tf32 asks for).
-  DP_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
-      cd->conv(), allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  cd->ranking_math_type_ =
+      static_cast<int>(allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+  DP_RETURN_IF_ERROR(cd->WithMathType(cd->ranking_math_type_).status());
 
   int n = 0, c = 0, h = 0, w = 0;
   DP_CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(
@@ -72,6 +73,13 @@ absl::StatusOr<std::unique_ptr<ConvDescriptors>> ConvDescriptors::Create(
         "x", d.OutH(), "x", d.OutW()));
   }
   return cd;
+}
+
+absl::StatusOr<cudnnConvolutionDescriptor_t> ConvDescriptors::WithMathType(
+    int math_type) const {
+  DP_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
+      conv_.get(), static_cast<cudnnMathType_t>(math_type)));
+  return conv_.get();
 }
 
 absl::StatusOr<std::unique_ptr<PoolDescriptors>> PoolDescriptors::Create(

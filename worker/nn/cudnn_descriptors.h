@@ -121,10 +121,26 @@ class ConvDescriptors {
   cudnnTensorDescriptor_t y() const { return y_.get(); }
   cudnnTensorDescriptor_t bias() const { return bias_.get(); }
   cudnnFilterDescriptor_t w() const { return w_.get(); }
+  // The convolution descriptor with the math type it was last given: use it
+  // for the rankings and workspace queries only after
+  // WithMathType(ranking_math_type()).
   cudnnConvolutionDescriptor_t conv() const { return conv_.get(); }
+
+  // Sets the convolution descriptor's math type (a cudnnMathType_t value)
+  // and returns it. An algorithm runs with the math type of the ranking
+  // entry it was chosen from (ConvAlgoChoice::math_type; PyTorch sets
+  // perf.mathType before each run): a TF32 ranking mixes entries of several
+  // math types, and cuDNN runs the kernel the descriptor's math type allows.
+  absl::StatusOr<cudnnConvolutionDescriptor_t> WithMathType(
+      int math_type) const;
+  // The math type rankings are asked for: CUDNN_DEFAULT_MATH (every math
+  // type) with allow_tf32, else CUDNN_FMA_MATH.
+  int ranking_math_type() const { return ranking_math_type_; }
 
  private:
   ConvDescriptors() = default;
+
+  int ranking_math_type_ = 0;
 
   Desc<cudnnTensorDescriptor_t> x_, y_, bias_;
   Desc<cudnnFilterDescriptor_t> w_;

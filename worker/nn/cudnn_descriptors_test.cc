@@ -65,5 +65,45 @@ TEST(CudnnDescriptorsTest, BatchNormDescriptorsBuild) {
   }
 }
 
+cudnnMathType_t MathTypeOf(cudnnConvolutionDescriptor_t conv) {
+  cudnnMathType_t m = CUDNN_DEFAULT_MATH;
+  EXPECT_EQ(cudnnGetConvolutionMathType(conv, &m), CUDNN_STATUS_SUCCESS);
+  return m;
+}
+
+// Rankings are asked for with the descriptor's own math type; a run sets the
+// chosen entry's (with TF32 a ranking mixes FMA and tensor-op entries).
+TEST(CudnnDescriptorsTest, ConvMathTypeIsTheRankingsThenTheChoices) {
+  SkipWithoutCudnn();
+  if (IsSkipped()) return;
+  ConvDesc d;
+  d.batch = 2;
+  d.in_channels = 3;
+  d.in_h = 8;
+  d.in_w = 8;
+  d.out_channels = 4;
+  d.kernel_h = 3;
+  d.kernel_w = 3;
+  for (bool tf32 : {false, true}) {
+    absl::StatusOr<std::unique_ptr<ConvDescriptors>> cd =
+        ConvDescriptors::Create(d, tf32);
+    ASSERT_TRUE(cd.ok()) << cd.status();
+    const cudnnMathType_t ranking = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    EXPECT_EQ((*cd)->ranking_math_type(), static_cast<int>(ranking));
+    EXPECT_EQ(MathTypeOf((*cd)->conv()), ranking);
+    for (cudnnMathType_t chosen :
+         {CUDNN_TENSOR_OP_MATH, CUDNN_FMA_MATH,
+          CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_DEFAULT_MATH}) {
+      absl::StatusOr<cudnnConvolutionDescriptor_t> conv =
+          (*cd)->WithMathType(static_cast<int>(chosen));
+      ASSERT_TRUE(conv.ok()) << conv.status();
+      EXPECT_EQ(*conv, (*cd)->conv());
+      EXPECT_EQ(MathTypeOf(*conv), chosen);
+    }
+    ASSERT_TRUE((*cd)->WithMathType((*cd)->ranking_math_type()).ok());
+    EXPECT_EQ(MathTypeOf((*cd)->conv()), ranking);
+  }
+}
+
 }  // namespace
 }  // namespace downpour
