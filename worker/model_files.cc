@@ -2,6 +2,7 @@
 #include "worker/model_files.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -20,44 +21,52 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// Copies the tensors named by `specs` from `file` into a flat vector in
-// their order; records every name used in `used`.
-absl::StatusOr<std::vector<float>> Gather(
-    const std::string& path, const SafetensorsFile& file,
-    const std::vector<TensorSpec>& specs, std::set<std::string>* used) {
-  std::vector<int64_t> offsets;
+// The file's tensors by name: each one's spec and offset into `flat`.
+struct FileTensor {
+  const TensorSpec* spec;
+  int64_t offset;
+};
+std::map<std::string, FileTensor> IndexTensors(const SafetensorsFile& file) {
+  std::map<std::string, FileTensor> index;
   int64_t offset = 0;
   for (const TensorSpec& t : file.tensors) {
-    offsets.push_back(offset);
+    index[t.name] = {&t, offset};
     offset += t.NumElements();
   }
+  return index;
+}
+
+// Copies the tensors named by `specs` from `file` (indexed by `index`) into
+// a flat vector in their order; records every name used in `used`.
+absl::StatusOr<std::vector<float>> Gather(
+    const std::string& path, const SafetensorsFile& file,
+    const std::map<std::string, FileTensor>& index,
+    const std::vector<TensorSpec>& specs, std::set<std::string>* used) {
   std::vector<float> out;
   for (const TensorSpec& want : specs) {
-    size_t k = 0;
-    while (k < file.tensors.size() && file.tensors[k].name != want.name) ++k;
-    if (k == file.tensors.size()) {
+    const auto it = index.find(want.name);
+    if (it == index.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--init_from=", path, ": no tensor \"", want.name,
                        "\" (the model's ", ShapeString(want.shape), ")"));
     }
-    if (file.tensors[k].shape != want.shape) {
+    if (it->second.spec->shape != want.shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--init_from=", path, ": tensor \"", want.name, "\" is ",
-          ShapeString(file.tensors[k].shape), ", the model's is ",
+          ShapeString(it->second.spec->shape), ", the model's is ",
           ShapeString(want.shape)));
     }
-    const float* src = file.flat.data() + offsets[k];
+    const float* src = file.flat.data() + it->second.offset;
     out.insert(out.end(), src, src + want.NumElements());
     used->insert(want.name);
   }
   return out;
 }
 
-bool HasAll(const SafetensorsFile& file, const std::vector<TensorSpec>& specs) {
+bool HasAll(const std::map<std::string, FileTensor>& index,
+            const std::vector<TensorSpec>& specs) {
   for (const TensorSpec& want : specs) {
-    bool found = false;
-    for (const TensorSpec& t : file.tensors) found = found || t.name == want.name;
-    if (!found) return false;
+    if (index.count(want.name) == 0) return false;
   }
   return true;
 }
@@ -71,13 +80,14 @@ absl::StatusOr<InitialValues> ReadInitFrom(const std::string& path,
     return absl::Status(file.status().code(),
                         absl::StrCat("--init_from: ", file.status().message()));
   }
+  const std::map<std::string, FileTensor> index = IndexTensors(*file);
   InitialValues v;
   std::set<std::string> used;
   DP_ASSIGN_OR_RETURN(v.parameters,
-                      Gather(path, *file, model.param_specs(), &used));
-  if (!model.state_specs().empty() && HasAll(*file, model.state_specs())) {
+                      Gather(path, *file, index, model.param_specs(), &used));
+  if (!model.state_specs().empty() && HasAll(index, model.state_specs())) {
     DP_ASSIGN_OR_RETURN(v.state,
-                        Gather(path, *file, model.state_specs(), &used));
+                        Gather(path, *file, index, model.state_specs(), &used));
   }
   for (const TensorSpec& t : file->tensors) {
     if (used.count(t.name) == 0 &&

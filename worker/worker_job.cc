@@ -42,10 +42,13 @@ SplitRequest SplitFor(const WorkerOptions& f, bool train, const Model& model) {
 
 // The whole split in memory, converted to `model`'s input (which an image
 // folder or a tensor file needs; the IDX and CIFAR-10 readers keep their
-// own). Skipped bad images (--skip_bad_images) are added to *bad.
+// own). Skipped bad images (--skip_bad_images) are added to *bad. When
+// `at_most` > 0, at most that many examples are read, chosen as for
+// --max_*_examples (a prefix; an evenly spaced subset of a folder's files).
 absl::StatusOr<Dataset> LoadSplit(const WorkerOptions& f, bool train,
                                   const Model* model = nullptr,
-                                  int64_t* bad = nullptr) {
+                                  int64_t* bad = nullptr,
+                                  int64_t at_most = 0) {
   SplitRequest r;
   if (model != nullptr) {
     r = SplitFor(f, train, *model);
@@ -58,6 +61,9 @@ absl::StatusOr<Dataset> LoadSplit(const WorkerOptions& f, bool train,
     r.data_dir = f.data_dir;
     r.train = train;
     r.max_examples = train ? f.max_train_examples : f.max_test_examples;
+  }
+  if (at_most > 0 && (r.max_examples <= 0 || r.max_examples > at_most)) {
+    r.max_examples = at_most;
   }
   int64_t skipped = 0;
   absl::StatusOr<Dataset> d = downpour::LoadSplit(
@@ -284,8 +290,9 @@ absl::Status Eval(const WorkerOptions& f, Model* model, ParameterClient* client,
   DP_RETURN_IF_ERROR(model->SetParameters(params));
   if (model->state_size() > 0 && f.bn_stats_examples > 0) {
     // Batch norm's running statistics for these parameters
-    // (worker/model_files.h).
-    DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true, model));
+    // (worker/model_files.h), from only the examples they use.
+    DP_ASSIGN_OR_RETURN(Dataset train, LoadSplit(f, true, model, nullptr,
+                                                 f.bn_stats_examples));
     DP_RETURN_IF_ERROR(NormalizeLikeTraining(f, &train));
     DP_RETURN_IF_ERROR(
         RecomputeStatistics(model, train, f.bn_stats_examples));

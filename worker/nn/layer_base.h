@@ -21,6 +21,19 @@ namespace downpour {
 // InvalidArgument naming the layer unless every dim is >= 1.
 absl::Status CheckDims(const std::string& name, const Dims& in);
 
+// A layer's own buffer of n floats, allocated on first use (so that a
+// forward-only model does without the buffers of the backward pass).
+absl::Status EnsureBuffer(Backend* backend, int64_t n, DeviceBuffer* buffer);
+
+// The backward of a ReLU fused into a layer: dy masked by y > 0 (n floats),
+// written into *mask (`capacity` floats, allocated by EnsureBuffer; the last
+// step's mask is discarded first). Returns mask's data. The mask takes the
+// place of the pre-activation buffer the fusion saves.
+absl::StatusOr<const float*> FusedReluGradient(Backend* backend,
+                                               int64_t capacity, int64_t n,
+                                               const float* y, const float* dy,
+                                               DeviceBuffer* mask);
+
 // `layer` with a following ReLU fused in, when it is an unfused batch norm
 // (NewBatchNorm); else null. For FuseConvReluGraph (layers_graph.cc).
 std::unique_ptr<Layer> FusedBatchNormRelu(const Layer* layer);

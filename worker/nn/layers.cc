@@ -33,6 +33,23 @@ absl::Status CheckDims(const std::string& name, const Dims& in) {
   return absl::OkStatus();
 }
 
+absl::Status EnsureBuffer(Backend* backend, int64_t n, DeviceBuffer* buffer) {
+  if (buffer->data() != nullptr) return absl::OkStatus();
+  DP_ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Create(backend, n));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> FusedReluGradient(Backend* backend,
+                                               int64_t capacity, int64_t n,
+                                               const float* y, const float* dy,
+                                               DeviceBuffer* mask) {
+  DP_RETURN_IF_ERROR(EnsureBuffer(backend, capacity, mask));
+  // The last step's mask (of a possibly larger batch) is dead.
+  DP_RETURN_IF_ERROR(backend->Discard(mask->data(), mask->size()));
+  DP_RETURN_IF_ERROR(backend->ReluBackward(n, y, dy, mask->data()));
+  return mask->data();
+}
+
 absl::Status Layer::BindState(const std::vector<float*>& state) {
   if (!state.empty()) {
     return absl::InvalidArgumentError(
@@ -236,21 +253,12 @@ class Conv2dLayer : public WeightBiasLayer {
                            const float* dy, float* dx) override {
     const ConvDesc d = Desc(batch);
     if (relu_) {
-      // The ReLU's backward from the fused output: what an unfused Relu
-      // layer wrote into the model's gradient buffer goes to mask_. It takes
-      // the place of the pre-activation buffer the fusion saves, and is
-      // allocated on the first Backward, so that a forward-only (evaluation)
-      // model does without it.
+      // What an unfused Relu layer wrote into the model's gradient buffer.
       const int64_t per_example = int64_t{out_channels_} * d.OutH() * d.OutW();
-      if (mask_.data() == nullptr) {
-        DP_ASSIGN_OR_RETURN(
-            mask_, DeviceBuffer::Create(backend_, max_batch_ * per_example));
-      }
-      // The last step's mask (of a possibly larger batch) is dead.
-      DP_RETURN_IF_ERROR(backend_->Discard(mask_.data(), mask_.size()));
-      DP_RETURN_IF_ERROR(
-          backend_->ReluBackward(batch * per_example, y, dy, mask_.data()));
-      dy = mask_.data();
+      DP_ASSIGN_OR_RETURN(dy, FusedReluGradient(backend_,
+                                                max_batch_ * per_example,
+                                                batch * per_example, y, dy,
+                                                &mask_));
     }
     DP_RETURN_IF_ERROR(backend_->Conv2dBackwardFilter(d, x, dy, dw_, db_));
     if (dx != nullptr) {

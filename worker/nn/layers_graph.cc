@@ -119,24 +119,15 @@ class BatchNormLayer : public UnaryLayer {
   absl::Status BackwardOne(int batch, const float* x, const float* y,
                            const float* dy, float* dx) override {
     if (relu_) {
-      // The ReLU's backward from the fused output (allocated by the first
-      // backward, so that an evaluation model does without it).
-      const int64_t n = batch * in_.Size();
-      if (mask_.data() == nullptr) {
-        DP_ASSIGN_OR_RETURN(mask_, DeviceBuffer::Create(
-                                       backend_, max_batch_ * in_.Size()));
-      }
-      DP_RETURN_IF_ERROR(backend_->Discard(mask_.data(), mask_.size()));
-      DP_RETURN_IF_ERROR(backend_->ReluBackward(n, y, dy, mask_.data()));
-      dy = mask_.data();
+      DP_ASSIGN_OR_RETURN(
+          dy, FusedReluGradient(backend_, max_batch_ * in_.Size(),
+                                batch * in_.Size(), y, dy, &mask_));
     }
     // The backend writes dx always; without a reader it goes to scratch.
     float* out = dx;
     if (out == nullptr) {
-      if (scratch_.data() == nullptr) {
-        DP_ASSIGN_OR_RETURN(scratch_, DeviceBuffer::Create(
-                                          backend_, max_batch_ * in_.Size()));
-      }
+      DP_RETURN_IF_ERROR(
+          EnsureBuffer(backend_, max_batch_ * in_.Size(), &scratch_));
       out = scratch_.data();
     }
     return backend_->BatchNormBackward(Desc(batch), x, dy, gamma_,
@@ -190,11 +181,9 @@ class DropoutLayer : public ParameterlessLayer {
     const int64_t n = batch * in_.Size();
     masked_ = pass.training && rate_ > 0.f;
     if (!masked_) return backend_->Copy(x, y, n);
-    if (mask_.data() == nullptr) {
-      DP_ASSIGN_OR_RETURN(mask_,
-                          DeviceBuffer::Create(backend_, max_batch_ * in_.Size()));
-    }
-    DP_RETURN_IF_ERROR(backend_->DropoutMask(n, rate_, pass.seed, mask_.data()));
+    DP_RETURN_IF_ERROR(EnsureBuffer(backend_, max_batch_ * in_.Size(), &mask_));
+    DP_RETURN_IF_ERROR(
+        backend_->DropoutMask(n, rate_, pass.seed, mask_.data()));
     return backend_->Multiply(n, x, mask_.data(), y);
   }
 
@@ -209,7 +198,7 @@ class DropoutLayer : public ParameterlessLayer {
  private:
   const float rate_;
   bool masked_ = false;  // Whether the last Forward applied mask_.
-  DeviceBuffer mask_;    // max_batch rows; allocated by the first training pass.
+  DeviceBuffer mask_;    // max_batch rows; from the first training pass.
 };
 
 // The mean over H x W per (example, channel), as a GEMM with a vector of
