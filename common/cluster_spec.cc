@@ -77,13 +77,19 @@ absl::Status ReadTfConfigCluster(const nlohmann::json& root, ClusterSpec* spec,
   for (auto it = cluster.begin(); it != cluster.end(); ++it) {
     const std::string& job = it.key();
     if (job != "ps" && job != "worker" && job != "chief" &&
-        job != "evaluator") {
+        job != "evaluator" && job != "ps_standby") {
       return Invalid("TF_CONFIG cluster has a job '", job,
                      "' that Downpour does not run; the jobs are ps, chief "
                      "and worker (evaluator is ignored)");
     }
   }
   DP_ASSIGN_OR_RETURN(spec->ps, TfConfigJob(cluster, "ps"));
+  DP_ASSIGN_OR_RETURN(spec->ps_standby, TfConfigJob(cluster, "ps_standby"));
+  if (!spec->ps_standby.empty() && spec->ps_standby.size() != spec->ps.size()) {
+    return Invalid("TF_CONFIG cluster.ps_standby has ",
+                   absl::StrCat(spec->ps_standby.size(), " entries but cluster.ps has ",
+                                spec->ps.size(), "; a job has one standby per shard"));
+  }
   DP_ASSIGN_OR_RETURN(*chief, TfConfigJob(cluster, "chief"));
   DP_ASSIGN_OR_RETURN(*worker, TfConfigJob(cluster, "worker"));
   if (spec->ps.empty()) {
@@ -173,6 +179,13 @@ absl::Status AssignTfConfigTask(const TfConfigTask& task,
     }
     spec->task_type = TaskType::kPs;
     spec->task_index = static_cast<int>(index);
+  } else if (type == "ps_standby") {
+    if (index < 0 || index >= static_cast<int64_t>(spec->ps_standby.size())) {
+      return out_of_range("ps_standby", spec->ps_standby.size());
+    }
+    spec->task_type = TaskType::kPs;
+    spec->standby = true;
+    spec->task_index = static_cast<int>(index);
   } else if (type == "chief") {
     if (chief.empty()) {
       return Invalid(
@@ -243,7 +256,7 @@ absl::StatusOr<TaskType> ParseTaskType(absl::string_view name,
 const std::string& ClusterSpec::SelfAddress() const {
   static const std::string* const kNone = new std::string();
   const std::vector<std::string>& list =
-      task_type == TaskType::kPs ? ps : workers;
+      task_type == TaskType::kPs ? (standby ? ps_standby : ps) : workers;
   if (task_index < 0 || task_index >= static_cast<int>(list.size())) {
     return *kNone;
   }
@@ -252,11 +265,17 @@ const std::string& ClusterSpec::SelfAddress() const {
 
 std::string ClusterSpecToString(const ClusterSpec& spec) {
   return absl::StrCat("cluster spec from ", spec.source, ": this task is ",
-                      TaskTypeName(spec.task_type), " ", spec.task_index,
+                      spec.standby ? "ps_standby"
+                                   : TaskTypeName(spec.task_type),
+                      " ", spec.task_index,
                       spec.IsChief() ? " (chief)" : "", " at ",
                       spec.SelfAddress(), "; ", spec.ps.size(), " ps ",
                       JoinHosts(spec.ps), ", ", spec.workers.size(),
-                      " workers ", JoinHosts(spec.workers));
+                      " workers ", JoinHosts(spec.workers),
+                      spec.ps_standby.empty()
+                          ? std::string()
+                          : absl::StrCat(", standbys ",
+                                         JoinHosts(spec.ps_standby)));
 }
 
 absl::Status ValidateClusterSpec(const ClusterSpec& spec) {
@@ -276,9 +295,15 @@ absl::Status ValidateClusterSpec(const ClusterSpec& spec) {
                                 " tasks (valid 0..", n - 1, ")"));
   }
   std::map<std::string, std::string> seen;  // normalized address -> where
-  for (int role = 0; role < 2; ++role) {
-    const std::vector<std::string>& list = role == 0 ? spec.ps : spec.workers;
-    const char* name = role == 0 ? "ps" : "worker";
+  if (spec.standby && spec.ps_standby.size() != spec.ps.size()) {
+    return Invalid(src, ": a ps_standby task needs one standby address per "
+                        "shard (", absl::StrCat(spec.ps_standby.size(), " for ",
+                                                spec.ps.size(), " shards)"));
+  }
+  for (int role = 0; role < 3; ++role) {
+    const std::vector<std::string>& list =
+        role == 0 ? spec.ps : role == 1 ? spec.workers : spec.ps_standby;
+    const char* name = role == 0 ? "ps" : role == 1 ? "worker" : "ps_standby";
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string where = absl::StrCat(name, "[", i, "]");
       DP_ASSIGN_OR_RETURN(HostPort hp,
@@ -431,9 +456,26 @@ absl::StatusOr<std::optional<ClusterSpec>> ResolveClusterSpec(
       !absl::StripAsciiWhitespace(inputs.worker_hosts).empty();
   const bool have_ps = !absl::StripAsciiWhitespace(inputs.ps_hosts).empty();
   if (have_workers) {
-    DP_ASSIGN_OR_RETURN(ClusterSpec spec,
-                        FromFlags(inputs.ps_hosts, inputs.worker_hosts,
-                                  inputs.task_type, inputs.task_index));
+    const bool standby = inputs.task_type == "ps_standby";
+    std::vector<std::string> standbys;
+    if (!absl::StripAsciiWhitespace(inputs.ps_standby_hosts).empty()) {
+      DP_ASSIGN_OR_RETURN(standbys, ParseHostList(inputs.ps_standby_hosts,
+                                                  "--ps_standby_hosts"));
+    } else if (standby) {
+      return Invalid("--task_type=ps_standby needs --ps_standby_hosts");
+    }
+    DP_ASSIGN_OR_RETURN(
+        ClusterSpec spec,
+        FromFlags(inputs.ps_hosts, inputs.worker_hosts,
+                  standby ? "ps" : inputs.task_type, inputs.task_index));
+    if (!standbys.empty() && standbys.size() != spec.ps.size()) {
+      return Invalid("--ps_standby_hosts has ",
+                     absl::StrCat(standbys.size(), " entries but --ps_hosts has ",
+                                  spec.ps.size(), "; one standby per shard"));
+    }
+    spec.ps_standby = std::move(standbys);
+    spec.standby = standby;
+    DP_RETURN_IF_ERROR(ValidateClusterSpec(spec));
     return std::optional<ClusterSpec>(std::move(spec));
   }
   if (have_ps) return std::optional<ClusterSpec>();
@@ -448,6 +490,24 @@ absl::StatusOr<std::optional<ClusterSpec>> ResolveClusterSpec(
     return std::optional<ClusterSpec>(std::move(spec));
   }
   return std::optional<ClusterSpec>();
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveStandbyHosts(
+    const ClusterSpecInputs& inputs, const std::optional<ClusterSpec>& spec,
+    int num_shards) {
+  std::vector<std::string> hosts;
+  if (spec.has_value()) {
+    hosts = spec->ps_standby;
+  } else if (!absl::StripAsciiWhitespace(inputs.ps_standby_hosts).empty()) {
+    DP_ASSIGN_OR_RETURN(hosts, ParseHostList(inputs.ps_standby_hosts,
+                                             "--ps_standby_hosts"));
+  }
+  if (!hosts.empty() && static_cast<int>(hosts.size()) != num_shards) {
+    return Invalid("--ps_standby_hosts has ",
+                   absl::StrCat(hosts.size(), " entries for ", num_shards,
+                                " shards; one standby per shard"));
+  }
+  return hosts;
 }
 
 }  // namespace downpour

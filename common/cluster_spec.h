@@ -66,10 +66,17 @@ struct ClusterSpec {
   std::vector<std::string> workers;
   TaskType task_type = TaskType::kWorker;
   int task_index = 0;
+  // Standby shards (server/replication.h): ps_standby[i] replicates shard i,
+  // same order as `ps`; empty when the job has none. `standby`: this task
+  // is the standby of shard task_index (task type "ps_standby"; task_type
+  // is then kPs).
+  std::vector<std::string> ps_standby;
+  bool standby = false;
   // Where it came from: "flags", "TF_CONFIG" or "slurm".
   std::string source;
 
-  // This task's own entry (ps[task_index] or workers[task_index]).
+  // This task's own entry (ps[task_index], ps_standby[task_index] for a
+  // standby, or workers[task_index]).
   // Precondition: the spec is valid.
   const std::string& SelfAddress() const;
   // True for worker 0, the task that ends the job.
@@ -125,7 +132,11 @@ struct ClusterSpecInputs {
   // --ps_hosts / --worker_hosts: comma-separated host:port lists.
   std::string ps_hosts;
   std::string worker_hosts;
-  // --task_type ("ps" or "worker") and --task_index; used with the lists.
+  // --ps_standby_hosts: the standby of each shard, same order as ps_hosts
+  // (empty: no standbys). A TF_CONFIG job gives them as "ps_standby".
+  std::string ps_standby_hosts;
+  // --task_type ("ps", "ps_standby" or "worker") and --task_index; used
+  // with the lists.
   std::string task_type = "worker";
   int task_index = 0;
   // --num_ps / --base_port: used for Slurm only.
@@ -143,6 +154,13 @@ struct ClusterSpecInputs {
 // A present but malformed source is an error, never a fall-through.
 absl::StatusOr<std::optional<ClusterSpec>> ResolveClusterSpec(
     const ClusterSpecInputs& inputs, const EnvLookup& env);
+
+// The standby address of each shard: the spec's when there is one, else
+// --ps_standby_hosts (a hand-started worker); empty when the job has no
+// standbys. InvalidArgument when the count differs from `num_shards`.
+absl::StatusOr<std::vector<std::string>> ResolveStandbyHosts(
+    const ClusterSpecInputs& inputs, const std::optional<ClusterSpec>& spec,
+    int num_shards);
 
 }  // namespace downpour
 

@@ -9,9 +9,13 @@ ABSL_FLAG(std::string, ps_hosts, "",
 ABSL_FLAG(std::string, worker_hosts, "",
           "Cluster spec: comma-separated host:port of every worker (with "
           "--ps_hosts); worker 0 is the chief.");
+ABSL_FLAG(std::string, ps_standby_hosts, "",
+          "Comma-separated host:port of each shard's standby (same order as "
+          "--ps_hosts): every process of a job with standby shards is given "
+          "it (docs/design.md, Standby shards).");
 ABSL_FLAG(std::string, task_type, "",
-          "Cluster spec: ps or worker (default: ps for ps_server, worker for "
-          "ps_worker).");
+          "Cluster spec: ps, ps_standby or worker (default: ps for "
+          "ps_server, worker for ps_worker).");
 ABSL_FLAG(int, task_index, 0, "Cluster spec: this task's index in its list.");
 ABSL_FLAG(int, num_ps, 1, "Slurm: the first N ranks are servers.");
 ABSL_FLAG(int, base_port, downpour::ClusterSpecInputs{}.base_port,
@@ -27,6 +31,7 @@ ClusterSpecInputs ClusterSpecInputsFromFlags(absl::string_view default_task_type
   ClusterSpecInputs in;
   in.ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
   in.worker_hosts = absl::GetFlag(FLAGS_worker_hosts);
+  in.ps_standby_hosts = absl::GetFlag(FLAGS_ps_standby_hosts);
   in.task_type = absl::GetFlag(FLAGS_task_type);
   if (in.task_type.empty()) in.task_type = std::string(default_task_type);
   in.task_index = absl::GetFlag(FLAGS_task_index);
@@ -40,7 +45,7 @@ int NumWorkersFromFlags() { return absl::GetFlag(FLAGS_num_workers); }
 const std::vector<std::string>& ClusterSpecFlagNames() {
   static const auto* names = new std::vector<std::string>{
       "ps_hosts", "worker_hosts", "task_type", "task_index", "num_ps",
-      "base_port"};
+      "base_port", "ps_standby_hosts"};
   return *names;
 }
 

@@ -2,7 +2,7 @@
 //
 // The flags that place a process in its job, defined once for ps_server and
 // ps_worker (and named for `node`, which reads them itself): --ps_hosts,
-// --worker_hosts, --task_type, --task_index, --num_ps, --base_port (the
+// --worker_hosts, --ps_standby_hosts, --task_type, --task_index, --num_ps, --base_port (the
 // cluster spec, common/cluster_spec.h) and --num_workers (the job's worker
 // count when no spec gives it). Only a main calls these functions.
 //
@@ -28,7 +28,7 @@ ClusterSpecInputs ClusterSpecInputsFromFlags(absl::string_view default_task_type
 // given (a worker then counts itself alone; ps_server refuses to start).
 int NumWorkersFromFlags();
 
-// The names of the six spec flags, for `node`'s own reading of them.
+// The names of the seven spec flags, for `node`'s own reading of them.
 const std::vector<std::string>& ClusterSpecFlagNames();
 
 }  // namespace downpour

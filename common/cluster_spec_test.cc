@@ -314,6 +314,58 @@ TEST(ResolveClusterSpecTest, FlagsWinOverTfConfigWhichWinsOverSlurm) {
   EXPECT_EQ((*spec)->ps.size(), 2u);
 }
 
+TEST(ResolveClusterSpecTest, StandbyHostsFromFlags) {
+  ClusterSpecInputs in;
+  in.ps_hosts = "p0:1,p1:1";
+  in.ps_standby_hosts = "s0:1,s1:1";
+  in.worker_hosts = "w0:1";
+  in.task_type = "ps_standby";
+  in.task_index = 1;
+  auto spec = ResolveClusterSpec(in, FakeEnv({}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_value());
+  EXPECT_EQ((*spec)->task_type, TaskType::kPs);
+  EXPECT_TRUE((*spec)->standby);
+  EXPECT_EQ((*spec)->SelfAddress(), "s1:1");
+  EXPECT_THAT((*spec)->ps_standby, ElementsAre("s0:1", "s1:1"));
+  auto hosts = ResolveStandbyHosts(in, *spec, 2);
+  ASSERT_TRUE(hosts.ok());
+  EXPECT_THAT(*hosts, ElementsAre("s0:1", "s1:1"));
+  // A primary task of the same job is shard 1 at p1.
+  in.task_type = "ps";
+  spec = ResolveClusterSpec(in, FakeEnv({}));
+  ASSERT_TRUE(spec.ok() && spec->has_value());
+  EXPECT_FALSE((*spec)->standby);
+  EXPECT_EQ((*spec)->SelfAddress(), "p1:1");
+  // One standby per shard; a standby task needs the list; no address twice.
+  in.ps_standby_hosts = "s0:1";
+  EXPECT_FALSE(ResolveClusterSpec(in, FakeEnv({})).ok());
+  in.ps_standby_hosts = "";
+  in.task_type = "ps_standby";
+  EXPECT_FALSE(ResolveClusterSpec(in, FakeEnv({})).ok());
+  in.ps_standby_hosts = "s0:1,p0:1";
+  EXPECT_FALSE(ResolveClusterSpec(in, FakeEnv({})).ok());
+  // A hand-started worker: the flag alone.
+  ClusterSpecInputs hand;
+  hand.ps_standby_hosts = "s0:1,s1:1";
+  auto alone = ResolveStandbyHosts(hand, std::nullopt, 2);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_THAT(*alone, ElementsAre("s0:1", "s1:1"));
+  EXPECT_FALSE(ResolveStandbyHosts(hand, std::nullopt, 3).ok());
+}
+
+TEST(FromTfConfigTest, StandbyJob) {
+  auto spec = FromTfConfig(
+      R"({"cluster":{"ps":["p0:1"],"ps_standby":["s0:1"],"worker":["w0:1"]},)"
+      R"("task":{"type":"ps_standby","index":0}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->standby);
+  EXPECT_EQ(spec->SelfAddress(), "s0:1");
+  EXPECT_FALSE(FromTfConfig(
+      R"({"cluster":{"ps":["p0:1","p1:1"],"ps_standby":["s0:1"],"worker":["w0:1"]},)"
+      R"("task":{"type":"worker","index":0}})").ok());
+}
+
 TEST(ResolveClusterSpecTest, PsHostsAloneIsTheHandStartedMode) {
   ClusterSpecInputs in;
   in.ps_hosts = "p:1,p:2";

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <set>
 
@@ -136,7 +139,21 @@ absl::Status CheckFlagArgs(const std::vector<std::string>& args) {
       return UnknownFlag(name);
     }
     if (IsParserFlag(flag->Name())) {
+      std::string value = has_value ? std::string(arg.substr(eq + 1))
+                                    : (i + 1 < args.size() ? args[i + 1] : "");
       if (!has_value) ++i;  // "--flagfile FILE".
+      // abseil exits 1 on a flagfile it cannot open; a bad path is a
+      // configuration error (exit 2) like any other bad flag.
+      if (flag->Name() == "flagfile") {
+        for (absl::string_view path :
+             absl::StrSplit(value, ',', absl::SkipEmpty())) {
+          if (!std::ifstream(std::string(path)).good()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "--flagfile=", path, ": cannot open the file (",
+                std::strerror(errno), ")"));
+          }
+        }
+      }
       continue;
     }
     if (negated) {

@@ -11,8 +11,9 @@
 //
 // The check runs against abseil's flag registry before
 // absl::ParseCommandLine, which would exit 1 itself; names listed in
-// --undefok are let through as abseil lets them. Flags read from a
-// --flagfile are checked by abseil alone.
+// --undefok are let through as abseil lets them. A --flagfile that cannot
+// be opened exits 2 too; the flags read from it are checked by abseil
+// alone.
 //
 //   int main(int argc, char** argv) {
 //     absl::SetProgramUsageMessage("...");

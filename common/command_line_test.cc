@@ -52,6 +52,16 @@ TEST(CommandLineTest, BadOrMissingValues) {
   EXPECT_FALSE(Check({"--nosecure=1"}).ok());
 }
 
+TEST(CommandLineTest, FlagfileThatCannotBeOpenedIsABadFlag) {
+  const absl::Status s = Check({"--flagfile=/no/such/file.flags"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "--flagfile=/no/such/file.flags: cannot open the file (No such "
+            "file or directory)");
+  EXPECT_FALSE(Check({"--flagfile", "/no/such/file.flags"}).ok());
+  EXPECT_TRUE(Check({"--flagfile=/dev/null"}).ok());
+}
+
 TEST(CommandLineTest, HelpRequests) {
   EXPECT_TRUE(FindHelpRequest({"--servers=1", "--help"}).help);
   EXPECT_TRUE(FindHelpRequest({"-h"}).help);

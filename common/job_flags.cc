@@ -9,9 +9,11 @@
 
 ABSL_FLAG(downpour::TrainMode, mode, downpour::JobFlags{}.mode,
           "Training mode: async (Downpour: every push applied on arrival), "
-          "sync (each step's update is the mean of the workers' gradients) "
-          "or ssp (stale-synchronous, bounded by --staleness). The same for "
-          "every process of the job.");
+          "sync (each step's update is the mean of the workers' gradients), "
+          "ssp (stale-synchronous, bounded by --staleness) or sandblaster "
+          "(L-BFGS on the shards, work portions handed out by the chief; "
+          "--lbfgs_history, --sandblaster_batch, --portion_examples). The "
+          "same for every process of the job.");
 ABSL_FLAG(int, epochs, downpour::JobFlags{}.epochs,
           "Passes of each worker over its share of the training set (>= 0).");
 ABSL_FLAG(int, batch_size, downpour::JobFlags{}.batch_size,

@@ -1,5 +1,11 @@
 #include "common/metrics_endpoint.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -20,6 +26,37 @@ int RefuseAllButMetrics(mg_connection* conn) {
   if (uri != nullptr && std::strcmp(uri, "/metrics") == 0) return 0;
   mg_send_http_error(conn, 404, "%s", "only /metrics is served here");
   return 1;
+}
+
+// Why `bind`:`port` cannot be listened on ("Address already in use"), by
+// binding a socket there as civetweb would; "" when that works. civetweb's
+// own message only says that its context could not be made.
+std::string ListenError(const std::string& bind, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = absl::StrCat(port);
+  if (const int rc = getaddrinfo(bind.empty() ? nullptr : bind.c_str(),
+                                 service.c_str(), &hints, &res);
+      rc != 0) {
+    return gai_strerror(rc);
+  }
+  std::string why;
+  const int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+  if (fd < 0) {
+    why = std::strerror(errno);
+  } else {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
+      why = std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return why;
 }
 
 }  // namespace
@@ -46,8 +83,11 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
             "request_timeout_ms", absl::StrCat(kMetricsRequestTimeoutMs)},
         e->callbacks_.get());
   } catch (const std::exception& ex) {
+    const std::string why = ListenError(bind, port);
     return absl::UnavailableError(absl::StrCat(
-        "could not serve metrics on ", address, ": ", ex.what()));
+        "could not serve metrics on ", address, ": ",
+        why.empty() ? std::string(ex.what()) : why,
+        " (--metrics_port: another port, 0 for any free one, -1 for none)"));
   }
   e->AddCollectable(std::move(registry));
   const std::vector<int> ports = e->exposer_->GetListeningPorts();

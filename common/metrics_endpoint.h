@@ -38,8 +38,9 @@ inline constexpr int kMetricsRequestTimeoutMs = 2000;
 
 class MetricsEndpoint {
  public:
-  // Unavailable "could not serve metrics on <bind>:<port>" when the port
-  // cannot be bound.
+  // Unavailable "could not serve metrics on <bind>:<port>: <why> (...)"
+  // when the port cannot be bound; <why> is the system's reason, e.g.
+  // "Address already in use".
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
       const std::string& bind, int port,
       std::shared_ptr<prometheus::Collectable> registry);

@@ -134,14 +134,22 @@ std::optional<WorkerProgress> ParseProgressLine(absl::string_view line) {
 }
 
 std::string FormatDoneLine(const DoneReport& d) {
+  std::string sandblaster;
+  for (const auto& [key, value] :
+       {std::pair<const char*, int64_t>{"portions", d.portions},
+        {"backup_portions", d.backup_portions},
+        {"iterations", d.iterations},
+        {"line_search_evaluations", d.line_search_evaluations}}) {
+    if (value >= 0) absl::StrAppend(&sandblaster, ",\"", key, "\":", value);
+  }
   return absl::StrFormat(
       "%s {\"worker\":%d,\"steps\":%d,\"examples\":%d,\"pushes\":%d,"
       "\"final_loss\":%.5f,\"seconds\":%.3f,\"time_data\":%.3f,"
       "\"time_compute\":%.3f,\"time_pull\":%.3f,\"time_push\":%.3f,"
-      "\"verdict\":%s,\"bad_images\":%d}",
+      "\"verdict\":%s,\"bad_images\":%d%s}",
       kDoneTag, d.worker, d.steps, d.examples, d.pushes, d.final_loss,
       d.seconds, d.time_data, d.time_compute, d.time_pull, d.time_push,
-      Quote(d.verdict), d.bad_images);
+      Quote(d.verdict), d.bad_images, sandblaster);
 }
 
 std::optional<DoneReport> ParseDoneLine(absl::string_view line) {
@@ -160,6 +168,10 @@ std::optional<DoneReport> ParseDoneLine(absl::string_view line) {
   Get(n, "time_pull", &d.time_pull);
   Get(n, "time_push", &d.time_push);
   Get(n, "bad_images", &d.bad_images);
+  Get(n, "portions", &d.portions);
+  Get(n, "backup_portions", &d.backup_portions);
+  Get(n, "iterations", &d.iterations);
+  Get(n, "line_search_evaluations", &d.line_search_evaluations);
   if (auto v = j->find("verdict"); v != j->end() && v->is_string()) {
     d.verdict = v->get<std::string>();
   }

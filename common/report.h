@@ -81,10 +81,18 @@ struct DoneReport {
   std::string verdict;
   // Corrupt or unreadable images skipped (--skip_bad_images).
   int64_t bad_images = 0;
+  // --mode=sandblaster only (-1 otherwise, and left out of the line): work
+  // portions whose result was used, and duplicates (backup tasks) that lost
+  // the race; the chief adds the L-BFGS iterations and the evaluations
+  // spent in line searches.
+  int64_t portions = -1;
+  int64_t backup_portions = -1;
+  int64_t iterations = -1;
+  int64_t line_search_evaluations = -1;
 };
 
 // "DONE {json}" with every member above (final_loss %.5f, seconds and times
-// %.3f, bad_images last).
+// %.3f, then bad_images, then the Sandblaster members that are set).
 std::string FormatDoneLine(const DoneReport& d);
 
 // Parses a DONE line. worker, steps, examples, final_loss and seconds must be

@@ -107,6 +107,12 @@ std::string Summary::ToJson() const {
   if (staleness_p50) j["staleness_p50"] = Number(*staleness_p50);
   if (staleness_p99) j["staleness_p99"] = Number(*staleness_p99);
   if (dropped_stale) j["dropped_stale"] = *dropped_stale;
+  if (iterations) j["iterations"] = *iterations;
+  if (line_search_evaluations) {
+    j["line_search_evaluations"] = *line_search_evaluations;
+  }
+  if (portions) j["portions"] = *portions;
+  if (backup_portions) j["backup_portions"] = *backup_portions;
   if (!log_dir.empty()) j["log_dir"] = log_dir;
   if (!saved_params.empty()) j["saved_params"] = saved_params;
   return j.dump(-1, ' ', false,
@@ -130,6 +136,17 @@ Summary Summarize(const SummaryJob& options, const RunRecord& record) {
     loss_sum += d.final_loss;
   }
   s.final_loss = record.done.empty() ? NAN : loss_sum / record.done.size();
+  for (const DoneReport& d : record.done) {
+    if (d.iterations >= 0) {  // The Sandblaster chief.
+      s.iterations = d.iterations;
+      s.line_search_evaluations = std::max<int64_t>(0, d.line_search_evaluations);
+      s.final_loss = d.final_loss;
+    }
+    if (d.portions >= 0) s.portions = s.portions.value_or(0) + d.portions;
+    if (d.backup_portions >= 0) {
+      s.backup_portions = s.backup_portions.value_or(0) + d.backup_portions;
+    }
+  }
   s.wall_seconds = record.wall_seconds;
   s.training_seconds = record.training_seconds;
   s.examples_per_sec =

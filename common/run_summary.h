@@ -67,6 +67,14 @@ struct Summary {
   std::optional<double> staleness_p50;
   std::optional<double> staleness_p99;
   std::optional<int64_t> dropped_stale;
+  // --mode=sandblaster, from the chief's DONE line: L-BFGS iterations and
+  // the evaluations spent in line searches (final_loss is then the chief's
+  // last objective value); used and lost (backup) portions summed over the
+  // workers.
+  std::optional<int64_t> iterations;
+  std::optional<int64_t> line_search_evaluations;
+  std::optional<int64_t> portions;
+  std::optional<int64_t> backup_portions;
   // Evaluations during training (the launcher's --eval_every_s) in time order,
   // then the final one at training_seconds.
   std::vector<CurvePoint> curve;
@@ -85,7 +93,9 @@ struct Summary {
   //  "test_accuracy":..,"test_loss":..,"bad_images":..
   //  [,"time_to_85":..,"time_to_88":..]
   //  [,"staleness_mean":..][,"staleness_max":..][,"staleness_p50":..]
-  //  [,"staleness_p99":..][,"dropped_stale":..][,"log_dir":..]
+  //  [,"staleness_p99":..][,"dropped_stale":..][,"iterations":..]
+  //  [,"line_search_evaluations":..][,"portions":..]
+  //  [,"backup_portions":..][,"log_dir":..]
   //  [,"saved_params":..]}
   // Numbers are rounded to 10 significant digits and integral ones written
   // without a fraction; non-finite ones are null. The curve itself is not in

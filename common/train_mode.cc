@@ -9,8 +9,9 @@ absl::StatusOr<TrainMode> ParseTrainMode(absl::string_view name) {
   if (name == "async") return TrainMode::kAsync;
   if (name == "sync") return TrainMode::kSync;
   if (name == "ssp") return TrainMode::kSsp;
+  if (name == "sandblaster") return TrainMode::kSandblaster;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode '", name, "' (known: async, sync, ssp)"));
+      absl::StrCat("unknown mode '", name, "' (known: async, sync, ssp, sandblaster)"));
 }
 
 const char* TrainModeName(TrainMode mode) {
@@ -21,6 +22,8 @@ const char* TrainModeName(TrainMode mode) {
       return "sync";
     case TrainMode::kSsp:
       return "ssp";
+    case TrainMode::kSandblaster:
+      return "sandblaster";
   }
   return "unknown";
 }

@@ -5,7 +5,7 @@
 // prints it. Parse it once in `main` and pass the enum down.
 //
 //   DP_ASSIGN_OR_RETURN(TrainMode mode, ParseTrainMode(flag_value));
-//   std::cout << TrainModeName(mode);  // "async", "sync" or "ssp"
+//   std::cout << TrainModeName(mode);  // "async", "sync", ...
 #ifndef DOWNPOUR_COMMON_TRAIN_MODE_H_
 #define DOWNPOUR_COMMON_TRAIN_MODE_H_
 
@@ -24,9 +24,13 @@ enum class TrainMode {
   // Stale-synchronous parallel: pushes apply on arrival, a worker may run at
   // most `staleness` clocks ahead of the slowest one.
   kSsp,
+  // Sandblaster L-BFGS (server/lbfgs_shard.h, worker/sandblaster_loop.h): a
+  // batch optimizer whose vector arithmetic runs on the shards, driven by a
+  // coordinator in the chief that hands out work portions.
+  kSandblaster,
 };
 
-// "async", "sync" or "ssp"; anything else is InvalidArgument naming the known
+// "async", "sync", "ssp" or "sandblaster"; anything else is InvalidArgument naming the known
 // modes.
 absl::StatusOr<TrainMode> ParseTrainMode(absl::string_view name);
 

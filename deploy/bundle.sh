@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds ps_server, ps_worker, launch and the compute benchmark
+# Builds ps_server, ps_worker, launch, node and the compute benchmark
 # (//tests/bench:compute_bench) with Bazel (-c opt) and packs them, stripped,
 # with the shared libraries a bare GPU host lacks, a Fashion-MNIST subset,
 # the PyTorch side of the benchmark (with tools/spec_to_torch.py and
@@ -53,7 +53,8 @@ bazel_cmd=(bazel)
 build_flags=(-c opt)
 [[ -n "$jobs" ]] && build_flags+=(--jobs="$jobs")
 
-programs=(//server:ps_server //worker:ps_worker //deploy:launch //tests/bench:compute_bench)
+programs=(//server:ps_server //worker:ps_worker //deploy:launch //deploy:node
+          //tests/bench:compute_bench)
 # GPU tests. A failed query is an error (not "no tests"), and the bundle
 # must carry at least the two CUDA test programs: run_gpu_checks.sh treats a
 # bundle without GPU tests as a failure, so find that out here.
@@ -104,6 +105,11 @@ for t in "${required_gpu_tests[@]}"; do
 done
 # The PyTorch twin finds tools/ and models/ relative to itself
 # (../../tools, ../../models), so they keep their repository paths.
+# The recipes that run the bundle: the container image, the Slurm script
+# and the certificates both make.
+args+=(--file=deploy/docker/Dockerfile=deploy/docker/Dockerfile
+       --file=deploy/slurm/downpour.sbatch=deploy/slurm/downpour.sbatch
+       --file=deploy/make_certs.sh=deploy/make_certs.sh)
 args+=(--file=tests/bench/compute_bench.sh=tests/bench/compute_bench.sh
        --file=tests/bench/pytorch_fashion_cnn.py=tests/bench/pytorch_fashion_cnn.py
        --file=tools/spec_to_torch.py=tools/spec_to_torch.py)

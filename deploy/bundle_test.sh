@@ -27,15 +27,26 @@
 #   7. ps_worker links no CUDA library (ldd), and run_gpu_checks.sh on a
 #      bundle without GPU test programs fails its gpu_tests step (zero tests
 #      is not a pass). bundle_gpu_checks_test.sh tests the rest of the GPU
-#      check route.
+#      check route;
+#   8. the recipes that run the bundle: every path the container image's
+#      Dockerfile (deploy/docker/Dockerfile, packed) COPYs is in the bundle;
+#      the image's file system laid out as the Dockerfile does (its COPY
+#      lines and its RUN, under a prefix: there is no container engine
+#      here) runs a 1-server, 1-worker job of the recipes' `node` with
+#      their --data_dir and /out, in a clean environment; and the Slurm
+#      script, submitted from the unpacked bundle's root with a stand-in
+#      srun that starts its tasks on this machine, runs the same job from
+#      the bundle's bin/node (no bazel-bin) and exits 0 with the summary.
 #   Step 4 hides the CUDA toolkit's cudart, cuBLAS and cuDNN as well: the CPU
 #   path must run without any CUDA library.
 #
 # Usage (deploy/BUILD passes runfiles paths):
-#   bundle_test.sh MAKE_BUNDLE PS_SERVER PS_WORKER LAUNCH COMPUTE_BENCH
+#   bundle_test.sh MAKE_BUNDLE PS_SERVER PS_WORKER LAUNCH COMPUTE_BENCH NODE \
+#     DOCKERFILE SBATCH MAKE_CERTS
 set -uo pipefail
 
 MAKE_BUNDLE="$1" PS_SERVER="$2" PS_WORKER="$3" LAUNCH="$4" COMPUTE_BENCH="$5"
+NODE="$6" DOCKERFILE="$7" SBATCH="$8" MAKE_CERTS="$9"
 T="${TEST_TMPDIR:-$(mktemp -d)}/bundle_test"
 rm -rf "$T"
 mkdir -p "$T"
@@ -62,6 +73,10 @@ if ! "$MAKE_BUNDLE" --out="$T/build/downpour-bundle" \
     --binary=worker/ps_worker="$(abs "$PS_WORKER")" \
     --binary=deploy/launch="$(abs "$LAUNCH")" \
     --binary=tests/bench/compute_bench="$(abs "$COMPUTE_BENCH")" \
+    --binary=deploy/node="$(abs "$NODE")" \
+    --file=deploy/docker/Dockerfile="$(abs "$DOCKERFILE")" \
+    --file=deploy/slurm/downpour.sbatch="$(abs "$SBATCH")" \
+    --file=deploy/make_certs.sh="$(abs "$MAKE_CERTS")" \
     --data_dir="$DATA" --data_examples=2048,1000 --xz_level=0 --version=test \
     --quiet > "$T/make_bundle.log" 2>&1; then
   cat "$T/make_bundle.log"
@@ -70,8 +85,8 @@ if ! "$MAKE_BUNDLE" --out="$T/build/downpour-bundle" \
 fi
 cat "$T/make_bundle.log"
 S="$T/build/downpour-bundle"
-for f in bin/ps_server bin/ps_worker bin/launch bin/compute_bench bin/check_libs \
-         libexec/server/ps_server libexec/worker/ps_worker \
+for f in bin/ps_server bin/ps_worker bin/launch bin/node bin/compute_bench bin/check_libs \
+         libexec/server/ps_server libexec/worker/ps_worker libexec/deploy/node \
          libexec/deploy/launch libexec/tests/bench/compute_bench run_gpu_checks.sh; do
   check "$f is executable" test -x "$S/$f"
 done
@@ -261,6 +276,115 @@ grep -E '^(FAIL|PASS) ' "$T/gpu_checks/summary.txt"
 check "run_gpu_checks fails with no GPU test programs (exit $rc)" test "$rc" -ne 0
 check "its gpu_tests step is the failure, naming the cause" \
   bash -c "grep -qE '^FAIL +gpu_tests .*no GPU tests in this bundle' '$T/gpu_checks/summary.txt'"
+
+# ---- 8. Recipes: the container image, the Slurm script --------------------------
+echo "== 8. recipes"
+D="$B/deploy/docker/Dockerfile"
+check "the bundle carries deploy/docker/Dockerfile" test -f "$D"
+check "the bundle carries the Slurm script and make_certs.sh" \
+  test -f "$B/deploy/slurm/downpour.sbatch" -a -x "$B/deploy/make_certs.sh"
+# The image's root under a prefix: each COPY (sources relative to the
+# build context, the bundle), then the RUN with its absolute paths moved
+# under the prefix.
+I="$T/image"
+mkdir -p "$I"
+copies=0
+while read -r line; do
+  read -ra words <<< "$line"
+  dest="${words[-1]}"
+  for src in "${words[@]:1:${#words[@]}-2}"; do
+    copies=$((copies + 1))
+    check "Dockerfile: COPY $src: in the bundle" test -e "$B/$src"
+    mkdir -p "$I$dest"
+    if [[ -d "$B/$src" ]]; then cp -a "$B/$src/." "$I$dest"; else cp -a "$B/$src" "$I$dest"; fi
+  done
+done < <(grep -E '^COPY ' "$D")
+check "Dockerfile: $copies sources copied" test "$copies" -ge 5
+run_cmd="$(awk '/^RUN /{on=1; sub(/^RUN /, "")} on{line=$0; sub(/\\$/, "", line); printf "%s ", line; if ($0 !~ /\\$/) on=0}' "$D")"
+run_cmd="$(sed -E "s#(^|[ \"])/(opt|usr|out)#\1$I/\2#g" <<< "$run_cmd")"
+env -i PATH=/usr/bin:/bin HOME="$T" bash -c "$run_cmd" > "$T/image_run.log" 2>&1
+rc=$?
+check "Dockerfile: its RUN works on the bundle (exit $rc)" test "$rc" -eq 0
+[[ $rc == 0 ]] || cat "$T/image_run.log"
+check "the image has node on PATH and the data where the recipes look" \
+  test -x "$I/usr/local/bin/node" -a -e "$I/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte"
+free_ports() {  # N: N free TCP ports on loopback
+  python3 -c 'import socket,sys
+s=[socket.socket() for _ in range(int(sys.argv[1]))]
+for x in s: x.bind(("127.0.0.1", 0))
+print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
+}
+read -r p0 p1 <<< "$(free_ports 2)"
+spec=(--ps_hosts="127.0.0.1:$p0" --worker_hosts="127.0.0.1:$p1")
+job=(--data_dir="$I/usr/share/datasets/fashion-mnist" --epochs=1
+     --max_train_examples=512 --max_test_examples=500 --device=cpu)
+IRUN=(env -i PATH="$I/usr/local/bin:/usr/bin:/bin" HOME="$T")
+"${IRUN[@]}" node "${spec[@]}" --task_type=ps --task_index=0 "${job[@]}" \
+  --checkpoint_dir="$I/out/ckpt" > "$T/image_ps.log" 2>&1 &
+ps_pid=$!
+"${IRUN[@]}" node "${spec[@]}" --task_type=worker --task_index=0 "${job[@]}" \
+  --save_params="$I/out/model.safetensors" --summary_json="$I/out/summary.json" \
+  > "$T/image_worker.log" 2>&1
+wrc=$?
+timeout 30 tail --pid="$ps_pid" -f /dev/null
+wait "$ps_pid"; prc=$?
+tail -n 3 "$T/image_worker.log"
+check "image layout: node as worker 0 (the chief) exits 0 (exit $wrc)" test "$wrc" -eq 0
+check "image layout: node as server 0 exits 0 (exit $prc)" test "$prc" -eq 0
+[[ $prc == 0 ]] || tail -n 5 "$T/image_ps.log"
+check "image layout: the model and summary are in /out" \
+  test -s "$I/out/model.safetensors" -a -s "$I/out/summary.json"
+"${IRUN[@]}" node "${spec[@]}" --task_type=ps --task_index=0 "${job[@]}" \
+  --checkpoint_dir="$I/out/ckpt" > "$T/image_ps_again.log" 2>&1
+rc=$?
+check "image layout: a server on the finished job's snapshots exits 2 (exit $rc)" \
+  test "$rc" -eq 2
+check "image layout: ... saying there is nothing to resume" \
+  contains "$T/image_ps_again.log" 'holds the snapshots of a job that finished; nothing to resume'
+rc=0
+"${IRUN[@]}" node "${spec[@]}" --task_type=ps --task_index=0 "${job[@]}" \
+  --epochs=2 --checkpoint_dir="$I/out/ckpt" > "$T/image_ps_other.log" 2>&1 || rc=$?
+check "image layout: a server of another job on them exits 2 naming it (exit $rc)" \
+  bash -c "[[ $rc == 2 ]] && grep -q 'another job (epochs 1 there, 2 here)' '$T/image_ps_other.log'"
+check "image layout: the spec line once per task" \
+  test "$(grep -c '^ps_server: cluster spec from' "$T/image_ps.log")" -eq 1 -a \
+       "$(grep -c '^worker 0: cluster spec from' "$T/image_worker.log")" -eq 1
+
+# The Slurm script from the bundle's root, with a stand-in srun: every task
+# of the step on this machine, with the variables Slurm gives each.
+mkdir -p "$T/fake_slurm"
+cat > "$T/fake_slurm/srun" <<'SRUN'
+#!/usr/bin/env bash
+n=1
+while [[ $# -gt 0 && "$1" == -* ]]; do
+  case "$1" in --ntasks=*) n="${1#*=}" ;; esac
+  shift
+done
+pids=()
+for ((r = 0; r < n; ++r)); do
+  SLURM_PROCID=$r SLURM_STEP_NUM_TASKS=$n SLURM_STEP_NODELIST=localhost \
+    SLURM_STEP_TASKS_PER_NODE=$n SLURM_NODEID=0 SLURM_LOCALID=$r "$@" 2>&1 |
+    sed "s/^/$r: /" &
+  pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+exit $rc
+SRUN
+chmod 755 "$T/fake_slurm/srun"
+(cd "$B" && env -i PATH="$T/fake_slurm:/usr/bin:/bin" HOME="$T" \
+   SLURM_NTASKS=2 SLURM_JOB_ID=7 SLURM_JOB_NODELIST=localhost SLURM_SUBMIT_DIR="$B" \
+   NUM_PS=1 EPOCHS=1 OUT_DIR="$T/slurm_out" DOWNPOUR_ALLOW_INSECURE=1 \
+   DATA_DIR="$B/data/fashion-mnist" \
+   bash deploy/slurm/downpour.sbatch --max_train_examples=512 \
+     --max_test_examples=500 --device=cpu) > "$T/slurm.log" 2>&1
+rc=$?
+tail -n 4 "$T/slurm.log"
+check "Slurm script from the bundle's root exits 0 (exit $rc)" test "$rc" -eq 0
+check "Slurm script: the tasks ran the bundle's node" \
+  bash -c "! grep -q 'no node binary' '$T/slurm.log' && grep -q 'srun exited with status 0' '$T/slurm.log'"
+check "Slurm script: summary and snapshots in OUT_DIR" \
+  test -s "$T/slurm_out/summary.json" -a -f "$T/slurm_out/ckpt/JOB"
 
 if ((failures > 0)); then
   echo "bundle_test: $failures check(s) failed"

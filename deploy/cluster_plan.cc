@@ -79,7 +79,7 @@ std::vector<std::string> ClusterPlan::ServerArgv(
   if (o.metrics_base_port >= 0) {
     argv.push_back(absl::StrCat("--metrics_port=", o.metrics_base_port + shard));
   }
-  if (o.max_restarts > 0) {  // A restarted shard restores.
+  {  // A restarted or resumed shard restores.
     argv.push_back(absl::StrCat("--checkpoint_dir=", log_dir_, "/ckpt/shard",
                                 shard));
     argv.push_back(absl::StrCat("--checkpoint_every_s=",
@@ -146,7 +146,9 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
     argv.push_back(absl::StrCat("--metrics_port=",
                                 o.metrics_base_port + o.servers + index));
   }
-  if (o.max_restarts > 0) {  // A restarted worker resumes its data.
+  // A restarted or resumed worker goes on from its data position (one per
+  // process: not with replicas that push on their own).
+  if (o.local_aggregation != "none" || o.ReplicasPerWorker() == 1) {
     argv.push_back(absl::StrCat("--position_file=", log_dir_, "/ckpt/worker",
                                 index, ".position"));
   }

@@ -56,7 +56,8 @@ TEST(ClusterPlanTest, ServersListenOnAnyPortAndReportIt) {
             "--sync_timeout_s=30 --min_replicas=1 --epochs=2 --batch_size=32 "
             "--n_push=1 --data_dir=/data --replicas=1 --gpus= "
             "--local_aggregation=sum --max_train_examples=640 "
-            "--lr_schedule=auto --extra_server=1");
+            "--lr_schedule=auto --checkpoint_dir=/logs/ckpt/shard1 "
+            "--checkpoint_every_s=2 --extra_server=1");
   EXPECT_EQ(plan.ServerAddress(7001), "127.0.0.1:7001");
 }
 
@@ -76,7 +77,8 @@ TEST(ClusterPlanTest, WorkersAndEvaluationsUseTheServerAddresses) {
             "--epochs=2 --batch_size=32 --seed=7 --data_dir=/data "
             "--n_fetch=1 --n_push=1 --device=auto --gpus= --replicas=1 "
             "--local_aggregation=sum --label_smoothing=0 --augment=flip "
-            "--max_train_examples=640 --extra_worker=2");
+            "--max_train_examples=640 "
+            "--position_file=/logs/ckpt/worker1.position --extra_worker=2");
   const TaskSpec eval = plan.FinalEval(ps);
   EXPECT_EQ(eval.role, TaskRole::kEval);
   EXPECT_EQ(eval.name, "eval");
@@ -198,9 +200,12 @@ TEST(ClusterPlanTest, SecurityFlagsToEveryChildAndOneMetricsPortEach) {
   const std::vector<TaskSpec> servers = plan.Servers();
   const std::vector<TaskSpec> workers = plan.Workers({"h:1", "h:2"});
   EXPECT_THAT(Args(servers[1]), testing::HasSubstr(
-      "--tls_ca=/c/ca.pem --auth_token_file=/c/token --metrics_port=9401 --extra_server=1"));
+      "--tls_ca=/c/ca.pem --auth_token_file=/c/token --metrics_port=9401 "
+      "--checkpoint_dir=/logs/ckpt/shard1 --checkpoint_every_s=2 "
+      "--extra_server=1"));
   EXPECT_THAT(Args(workers[1]), testing::HasSubstr(
-      "--tls_ca=/c/ca.pem --auth_token_file=/c/token --metrics_port=9403 --extra_worker=2"));
+      "--tls_ca=/c/ca.pem --auth_token_file=/c/token --metrics_port=9403 "
+      "--position_file=/logs/ckpt/worker1.position --extra_worker=2"));
   const std::string eval = Args(plan.FinalEval({"h:1", "h:2"}));
   EXPECT_THAT(eval, testing::HasSubstr("--auth_token_file=/c/token"));
   EXPECT_THAT(eval, testing::Not(testing::HasSubstr("--metrics_port")));

@@ -26,6 +26,7 @@
 #include "worker/input_flags.h"
 #include "worker/training_flags.h"
 #include "worker/transport_flags.h"
+#include "common/sandblaster_flags.h"
 
 ABSL_FLAG(int, servers, 2, "Number of parameter-server shards (>= 1).");
 ABSL_FLAG(int, workers, 2, "Number of training worker processes (>= 1).");
@@ -63,9 +64,15 @@ ABSL_FLAG(int, startup_timeout_s, 60,
 // Supervise instead of tearing down.
 ABSL_FLAG(int, max_restarts, 0,
           "Restart a server (same port, from its snapshot) or a worker (same "
-          "index) that died, up to N times per child; 0: a death ends the "
-          "job. With N > 0 servers snapshot to <log_dir>/ckpt/shard<k> every "
-          "--checkpoint_every_s.");
+          "index, from its data position) that died, up to N times per "
+          "child; 0: a death ends the job. Servers snapshot to "
+          "<log_dir>/ckpt/shard<k> every --checkpoint_every_s and when "
+          "stopped.");
+ABSL_FLAG(bool, resume, false,
+          "Continue the job whose snapshots and data positions are in "
+          "--log_dir (after Ctrl-C or a crash), with the same job flags. "
+          "Without it a --log_dir holding snapshots is refused (exit 2), "
+          "naming what differs when they are another job's.");
 
 // Security and observability (docs/operations.md). The TLS and token flags
 // (rpc/security_flags.cc) are passed on to every child.
@@ -186,7 +193,8 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   for (const std::vector<std::string>& given :
        {downpour::GivenTrainingFlagArgs(), downpour::GivenInputFlagArgs(),
         downpour::GivenBackendFlagArgs(),
-        downpour::GivenTransportFlagArgs()}) {
+        downpour::GivenTransportFlagArgs(),
+        downpour::GivenSandblasterFlagArgs()}) {
     o->forwarded_worker_args.insert(o->forwarded_worker_args.end(),
                                     given.begin(), given.end());
   }
@@ -204,6 +212,7 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   o->log_dir = absl::GetFlag(FLAGS_log_dir);
   o->startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   o->max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  o->resume = absl::GetFlag(FLAGS_resume);
   return true;
 }
 

@@ -6,7 +6,9 @@
 // Exit codes (common/exit_codes.h): 0 success; 2 a bad flag, value, file or
 // output path, found before any child starts, or a child that exited 2; 3 a
 // child that exited 3 or was killed; 1 a child that exited 1, or any other
-// failure; 130 interrupted (SIGINT/SIGTERM).
+// failure; 130 interrupted (SIGINT/SIGTERM): the workers are stopped first,
+// then the servers (which write their final snapshots), and the last line
+// is the command that resumes the run (deploy/resume_check.h).
 #include <signal.h>
 
 #include <iostream>
@@ -24,6 +26,7 @@
 #include "deploy/launch_flags.h"
 #include "deploy/launcher.h"
 #include "deploy/model_check.h"
+#include "deploy/resume_check.h"
 #include "worker/training_flags.h"
 
 namespace {
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
 
   downpour::LaunchOptions o;
   if (!downpour::LaunchOptionsFromFlags(argv[0], &o)) return 2;
+  o.command_line.assign(argv, argv + argc);
 
   if (absl::Status s = downpour::ValidateLaunchOptions(o); !s.ok()) {
     std::cerr << "launch: " << s.message() << "\n";
@@ -82,6 +86,13 @@ int main(int argc, char** argv) {
     std::cerr << "launch: " << s.message() << "\n";
     return downpour::kExitFatal;
   }
+  // Snapshots already in --log_dir: refused, or resumed with --resume.
+  absl::StatusOr<std::string> resuming = downpour::CheckLogDirForResume(o);
+  if (!resuming.ok()) {
+    std::cerr << "launch: " << resuming.status().message() << "\n";
+    return downpour::kExitFatal;
+  }
+  if (!resuming->empty()) std::cout << *resuming << std::endl;
   // SIGINT/SIGTERM: RunCluster polls the signal's number, stops every child
   // and returns Cancelled (exit 130).
   absl::StatusOr<std::unique_ptr<downpour::StopSignal>> stop =

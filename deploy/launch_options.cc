@@ -47,7 +47,7 @@ absl::StatusOr<TrainMode> ParseModeFlag(absl::string_view value) {
   absl::StatusOr<TrainMode> mode = ParseTrainMode(value);
   if (!mode.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unknown --mode=", value, "; valid modes: async, sync, ssp"));
+        "unknown --mode=", value, "; valid modes: async, sync, ssp, sandblaster"));
   }
   return mode;
 }

@@ -141,15 +141,22 @@ struct LaunchOptions {
   absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM→SIGKILL delay.
   absl::Duration rate_report_interval = absl::Seconds(5);  // "cluster:" lines.
   // Restart a server or worker that died, up to this many times per child
-  // (0: a death fails the job). With restarts each server snapshots to
-  // <log_dir>/ckpt/shard<k> every checkpoint_every and a restarted one
-  // restores from there on its old port.
+  // (0: a death fails the job); a restarted server restores its snapshot
+  // on its old port, a restarted worker its data position. Every server
+  // snapshots to <log_dir>/ckpt/shard<k> every checkpoint_every and when
+  // stopped; every worker keeps its position in <log_dir>/ckpt.
   int max_restarts = 0;                                 // --max_restarts.
   absl::Duration checkpoint_every = absl::Seconds(2);  // --checkpoint_every_s.
+  // Continue the job whose snapshots are in log_dir (deploy/resume_check.h);
+  // without it a log_dir holding snapshots is refused.
+  bool resume = false;  // --resume.
+  // The command line as typed (argv), for the line that says how to resume
+  // an interrupted run; may be empty.
+  std::vector<std::string> command_line;
 };
 
 // The value of --mode; InvalidArgument "unknown --mode=<v>; valid modes:
-// async, sync, ssp" for anything else.
+// async, sync, ssp, sandblaster" for anything else.
 absl::StatusOr<TrainMode> ParseModeFlag(absl::string_view value);
 
 // Checks the options before anything starts. InvalidArgument for a bad value

@@ -47,7 +47,7 @@ TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   }
   absl::Status st = ParseModeFlag("bogus").status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), "unknown --mode=bogus; valid modes: async, sync, ssp");
+  EXPECT_EQ(st.message(), "unknown --mode=bogus; valid modes: async, sync, ssp, sandblaster");
 
   // Replica counts are bounded by --workers (2 here).
   bad = o;

@@ -17,6 +17,7 @@
 #include "common/exit_codes.h"
 #include "common/status_macros.h"
 #include "deploy/cluster_plan.h"
+#include "deploy/resume_check.h"
 #include "deploy/supervisor.h"
 
 namespace downpour {
@@ -52,6 +53,9 @@ class ClusterRun {
   // What the final evaluation could not write, when it saved the parameters
   // into the log folder instead: "cannot write --save_params=...".
   const std::string& save_error() const { return save_error_; }
+  // True from the workers' start until their training is done: a run
+  // stopped then can be resumed from its snapshots and data positions.
+  bool training() const { return training_; }
 
  private:
   void OnLine(const Child& c, const std::string& line) {
@@ -106,6 +110,7 @@ class ClusterRun {
   std::vector<std::string> addresses_;  // host:port of each shard.
 
   std::string log_dir_;
+  bool training_ = false;
   std::string saved_params_;  // Where the parameters were saved.
   std::string save_error_;
 
@@ -229,6 +234,7 @@ absl::Status ClusterRun::RunTraining() {
     }
     workers_.push_back(*c);
   }
+  training_ = true;
   int running = options_.workers;
   while (running > 0) {
     sup_->Pump(kPumpSlice);
@@ -256,6 +262,11 @@ absl::Status ClusterRun::RunTraining() {
     if (running > 0) DP_RETURN_IF_ERROR(MaybeStartCurveEval());
   }
   train_end_ = absl::Now();
+  training_ = false;
+  // The snapshots are now of the trained model: nothing to resume.
+  WriteFileAtomically(
+      absl::StrCat(log_dir_, "/ckpt/", kTrainedMarker), "training done\n")
+      .IgnoreError();
   int64_t examples = 0;
   for (Child* w : workers_) {
     if (reports_[w].done) examples += reports_[w].done->examples;
@@ -468,6 +479,18 @@ absl::StatusOr<Summary> RunCluster(const LaunchOptions& options,
     ClusterRun run(options, launcher, out, stop_signal);
     summary = run.Run();
     log_dir = run.log_dir();
+    if (absl::IsCancelled(summary.status()) && run.training()) {
+      // The stop took the workers first, then the servers, each of which
+      // wrote its final snapshot (Supervisor::StopAll).
+      summary = absl::CancelledError(absl::StrCat(
+          summary.status().message(),
+          "; the servers wrote their snapshots and the workers their data "
+          "positions into ", log_dir, "/ckpt; resume with:\n  ",
+          ResumeCommand(options.command_line.empty()
+                            ? std::vector<std::string>{"launch"}
+                            : options.command_line,
+                        log_dir)));
+    }
     if (!run.save_error().empty()) {
       errors.push_back(absl::StrCat(run.save_error(), "; the parameters are in ",
                                     summary.ok() ? summary->saved_params : "",
@@ -475,6 +498,11 @@ absl::StatusOr<Summary> RunCluster(const LaunchOptions& options,
     }
   }  // Every child is reaped here.
   if (!summary.ok()) return summary;
+  // The job is done: its snapshots and data positions resume nothing.
+  {
+    std::error_code ignored;
+    std::filesystem::remove_all(absl::StrCat(log_dir, "/ckpt"), ignored);
+  }
   // An output that cannot be written goes into the log folder, named.
   const auto write = [&](const char* flag, const std::string& path,
                          const std::string& contents) {

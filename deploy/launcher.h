@@ -54,6 +54,12 @@
 //                    temporary folder); also after outputs that could not
 //                    be written where asked and were written into the log
 //                    folder, before the FailedPrecondition naming them.
+// Every server snapshots into <log_dir>/ckpt/shard<k> and every worker keeps
+// its data position in <log_dir>/ckpt; when training ends RunCluster marks
+// the folder TRAINED, and after a successful run it removes it
+// (deploy/resume_check.h). Stopping stops the workers and evaluations
+// first, then the servers (Supervisor::StopAll).
+//
 // A failure is returned as a Status (nothing else is printed for it); for a
 // child failure the message is
 //   "<name> failed (exit code N | signal S (Name)); last lines:\n    <line>..."
@@ -80,7 +86,9 @@ namespace downpour {
 // FailedPrecondition, when they cannot be written where asked). Preconditions: options
 // passed ValidateLaunchOptions. `stop_signal` (not owned, may be null) is
 // polled: when it becomes non-zero all children are stopped and Cancelled is
-// returned ("interrupted by signal N"). `out` is not owned. Children are
+// returned ("interrupted by signal N"; while the workers were training,
+// followed by "; the servers wrote their snapshots ...; resume with:\n  " and
+// ResumeCommand of options.command_line). `out` is not owned. Children are
 // started by a local ProcessLauncher.
 absl::StatusOr<Summary> RunCluster(const LaunchOptions& options,
                                    std::ostream& out,

@@ -234,6 +234,8 @@ TEST_F(LauncherTest, SuccessfulRun) {
                          "--n_push=1 --data_dir=", dir_, " --replicas=1 "
                          "--gpus= --local_aggregation=sum "
                          "--max_train_examples=640 --lr_schedule=auto "
+                         "--checkpoint_dir=", options_.log_dir,
+                         "/ckpt/shard1 --checkpoint_every_s=2 "
                          "--extra_server=1\n"));
   EXPECT_EQ(ReadBytes(dir_ + "/worker_1.args"),
             absl::StrCat("--ps_hosts=127.0.0.1:7000,127.0.0.1:7001 "
@@ -243,7 +245,9 @@ TEST_F(LauncherTest, SuccessfulRun) {
                          " --n_fetch=1 --n_push=1 --device=auto --gpus= "
                          "--replicas=1 --local_aggregation=sum "
                          "--label_smoothing=0 --augment=flip "
-                         "--max_train_examples=640 --extra_worker=2\n"));
+                         "--max_train_examples=640 --position_file=",
+                         options_.log_dir,
+                         "/ckpt/worker1.position --extra_worker=2\n"));
   EXPECT_EQ(ReadBytes(dir_ + "/eval.args"),
             absl::StrCat("--task=eval --mode=async "
                          "--ps_hosts=127.0.0.1:7000,127.0.0.1:7001"
@@ -385,7 +389,9 @@ TEST_F(LauncherTest, SyncFlagsReachEveryChild) {
                            "--sync_timeout_s=2.5 --min_replicas=2 "
                            "--epochs=2 --batch_size=32 --n_push=1 "
                            "--data_dir=", dir_, " --replicas=1 --gpus= "
-                           "--local_aggregation=sum --lr_schedule=auto\n"));
+                           "--local_aggregation=sum --lr_schedule=auto "
+                           "--checkpoint_dir=", options_.log_dir, "/ckpt/shard",
+                           k, " --checkpoint_every_s=2\n"));
     EXPECT_THAT(ReadBytes(absl::StrCat(dir_, "/worker_", k, ".args")),
                 HasSubstr(" --task=train --mode=sync --epochs=2 "));
   }

@@ -16,8 +16,9 @@
 #
 # Layout of the bundle (REL is a binary's workspace path, e.g. server/ps_server):
 #   bin/<name>           wrapper: sources libexec/downpour_env.sh, execs
-#                        libexec/REL. bin/launch and bin/ps_worker default
-#                        --data_dir to data/fashion-mnist when it is packed.
+#                        libexec/REL. bin/launch, bin/node and bin/ps_worker
+#                        default --data_dir to data/fashion-mnist when it is
+#                        packed.
 #   bin/check_libs       ldd of every program under the bundle's environment
 #   libexec/REL          the real binaries, in the bazel-bin layout, so that
 #                        libexec/deploy/launch finds ../server/ps_server and
@@ -253,16 +254,17 @@ write_wrapper() {  # REL NEEDS
   local rel="$1" needs="$2" name
   name="$(basename -- "$rel")"
   [[ -e "$out/bin/$name" ]] && die "two binaries named $name"
-  # The launcher's children (ps_server, ps_worker) inherit its environment,
-  # so its wrapper resolves what all programs need.
+  # The children of launch and node (ps_server, ps_worker) inherit their
+  # environment, so their wrappers resolve what all programs need.
   local wants_if="\$DOWNPOUR_NEEDS"
   [[ -n "${dlopens[$rel]:-}" ]] && wants_if=dlopen
-  if [[ "$rel" == deploy/launch ]]; then
+  if [[ "$rel" == deploy/launch || "$rel" == deploy/node ]]; then
     needs="$all_needs"
     ((${#dlopens[@]} > 0)) && wants_if=dlopen
   fi
   local data_default=0
-  if [[ "$no_data" == 0 && ( "$name" == launch || "$name" == ps_worker ) ]]; then
+  if [[ "$no_data" == 0 && ( "$name" == launch || "$name" == ps_worker ||
+                              "$name" == node ) ]]; then
     data_default=1
   fi
   cat > "$out/bin/$name" <<EOF

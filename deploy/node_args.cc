@@ -29,6 +29,7 @@ absl::Status SetSpecFlag(const std::string& name, const std::string& value,
   }
   if (name == "ps_hosts") in->ps_hosts = value;
   if (name == "worker_hosts") in->worker_hosts = value;
+  if (name == "ps_standby_hosts") in->ps_standby_hosts = value;
   if (name == "task_type") in->task_type = value;
   return absl::OkStatus();
 }

@@ -13,7 +13,7 @@
 #      plainly too).
 #   2. TSan (--config=tsan): the concurrency-heavy tests (store and its
 #      policies, call window, trainer, gRPC client, exactly-once, transport,
-#      ps_host) and the check of the TSan annotations themselves.
+#      ps_host, standby replication) and the check of the TSan annotations themselves.
 #      //third_party/tsan makes Debian's uninstrumented abseil locks and gRPC
 #      completion queue visible to TSan and ignores the libc calls of those
 #      libraries (docs/testing.md, "Sanitizers"), so a report is a race in our
@@ -94,7 +94,8 @@ for stage in $stages; do
         //worker:shard_incarnations_test //worker:trainer_test \
         //worker/data:batcher_test //worker/data:readers_test \
         //worker:grpc_ps_client_test //tests:exactly_once_test \
-        //tests:transport_test
+        //tests:transport_test //worker:sandblaster_portions_test \
+        //server:replication_test
       ;;
     fuzz)
       start=$SECONDS

@@ -98,9 +98,17 @@ std::vector<Supervisor::Child*> Supervisor::ReapExited() {
 }
 
 void Supervisor::StopAll() {
+  // Workers and evaluations first, while the servers still answer them
+  // (a worker whose servers are gone waits for them until killed); then
+  // the servers, which drain and write their final snapshots.
+  StopWave([](const Child& c) { return c.role() != TaskRole::kServer; });
+  StopWave([](const Child& c) { return c.role() == TaskRole::kServer; });
+}
+
+void Supervisor::StopWave(const std::function<bool(const Child&)>& which) {
   bool any = false;
   for (auto& c : children_) {
-    if (!c->proc->CheckExited()) {
+    if (which(*c) && !c->proc->CheckExited()) {
       c->proc->Signal(SIGTERM).IgnoreError();
       any = true;
     }
@@ -109,11 +117,14 @@ void Supervisor::StopAll() {
   const absl::Time deadline = absl::Now() + options_.stop_grace;
   while (absl::Now() < deadline) {
     bool all_exited = true;
-    for (auto& c : children_) all_exited &= c->proc->CheckExited();
+    for (auto& c : children_) {
+      if (which(*c)) all_exited &= c->proc->CheckExited();
+    }
     if (all_exited) break;
     Pump(std::min(kStopSlice, deadline - absl::Now()));
   }
   for (auto& c : children_) {
+    if (!which(*c)) continue;
     if (!c->proc->CheckExited()) {
       Print(absl::StrCat("launch: ", c->name(), " did not stop within ",
                          absl::FormatDuration(options_.stop_grace),
@@ -157,7 +168,8 @@ absl::Status Supervisor::CheckStopSignal() {
   if (options_.stop_signal == nullptr) return absl::OkStatus();
   const int sig = options_.stop_signal->load();
   if (sig == 0) return absl::OkStatus();
-  Print(absl::StrCat("launch: got signal ", sig, "; stopping all children"));
+  Print(absl::StrCat("launch: got signal ", sig,
+                     "; stopping the workers, then the servers"));
   StopAll();
   return absl::CancelledError(absl::StrCat("interrupted by signal ", sig));
 }

@@ -93,9 +93,12 @@ class Supervisor {
   // Children that exited since the last call, their output drained.
   std::vector<Child*> ReapExited();
   // Cancelled ("interrupted by signal N") once the stop signal is set, after
-  // printing "launch: got signal N; stopping all children" and stopping all.
+  // printing "launch: got signal N; stopping the workers, then the servers"
+  // and stopping all (StopAll's order).
   absl::Status CheckStopSignal();
-  // SIGTERM to every running child, up to stop_grace, then SIGKILL.
+  // SIGTERM to every running child, up to stop_grace, then SIGKILL: first
+  // to every child but the servers, then to the servers (so that workers
+  // stop while their servers still answer, and servers snapshot last).
   void StopAll();
   // Stops every child and returns
   //   "<name> failed (<why>); last lines:\n    <line>...\n(full logs in <dir>)"
@@ -106,6 +109,8 @@ class Supervisor {
   void Print(absl::string_view line);
 
  private:
+  // StopAll's SIGTERM, grace and SIGKILL for the children `which` selects.
+  void StopWave(const std::function<bool(const Child&)>& which);
   void Drain(Child& c);
   void HandleLine(const Child& c, const std::string& line);
 

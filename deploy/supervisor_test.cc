@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -30,6 +31,9 @@ class FakeProcess : public Process {
   bool exited = false;
   bool ignores_sigterm = false;
   std::vector<int> signals;
+  // Every signal of every process, as "<name> <signal>", when set.
+  std::vector<std::string>* order = nullptr;
+  std::string name;
   ExitStatus status;
   std::deque<std::string> tail_lines;
 
@@ -44,12 +48,14 @@ class FakeProcess : public Process {
   const ExitStatus& exit_status() const override { return status; }
   absl::Status Signal(int sig) override {
     signals.push_back(sig);
+    if (order != nullptr) order->push_back(absl::StrCat(name, " ", sig));
     if (sig == SIGTERM && !ignores_sigterm) Exit(0);
     return absl::OkStatus();
   }
   ExitStatus Terminate(absl::Duration, std::vector<std::string>* lines) override {
     ReadAvailable(lines);
     if (!exited) {
+      if (order != nullptr) order->push_back(absl::StrCat(name, " ", SIGKILL));
       status.signal = SIGKILL;
       exited = true;
     }
@@ -66,11 +72,14 @@ class FakeProcess : public Process {
 class FakeLauncher : public ProcessLauncher {
  public:
   std::map<std::string, FakeProcess*> started;  // By task name; not owned.
+  std::vector<std::string> signal_order;        // Of every process started.
   bool fail_next = false;
 
   absl::StatusOr<std::unique_ptr<Process>> Start(const TaskSpec& spec) override {
     if (fail_next) return absl::NotFoundError("no such binary");
     auto p = std::make_unique<FakeProcess>();
+    p->name = spec.name;
+    p->order = &signal_order;
     started[spec.name] = p.get();
     return p;
   }
@@ -166,8 +175,24 @@ TEST_F(SupervisorTest, StartFailureAndStopSignal) {
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(st.message(), "interrupted by signal 2");
   EXPECT_THAT(out_.str(),
-              HasSubstr("launch: got signal 2; stopping all children\n"));
+              HasSubstr("launch: got signal 2; stopping the workers, then "
+                        "the servers\n"));
   EXPECT_TRUE(launcher_.started["ps 0"]->exited);
+}
+
+TEST_F(SupervisorTest, StopsWorkersAndEvaluationsBeforeServers) {
+  Supervisor sup = Make();
+  ASSERT_TRUE(sup.Start(Spec(TaskRole::kServer, "ps 0")).ok());
+  ASSERT_TRUE(sup.Start(Spec(TaskRole::kWorker, "worker 0")).ok());
+  ASSERT_TRUE(sup.Start(Spec(TaskRole::kCurveEval, "curve eval")).ok());
+  // A worker slow to stop holds the servers back until it is gone.
+  launcher_.started["worker 0"]->ignores_sigterm = true;
+  sup.StopAll();
+  EXPECT_THAT(launcher_.signal_order,
+              ElementsAre(absl::StrCat("worker 0 ", SIGTERM),
+                          absl::StrCat("curve eval ", SIGTERM),
+                          absl::StrCat("worker 0 ", SIGKILL),
+                          absl::StrCat("ps 0 ", SIGTERM)));
 }
 
 TEST(StatusCodeForExitTest, PassesTheChildsExitCodeThrough) {

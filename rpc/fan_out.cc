@@ -50,9 +50,9 @@ bool ShouldRetry(const RetryPolicy& policy, const grpc::Status& status,
          attempt < policy.max_attempts;
 }
 
-absl::Duration RetryBackoff(int attempt) {
+absl::Duration RetryBackoff(int attempt, absl::Duration max_backoff) {
   return std::min(absl::Milliseconds(100) * (1 << std::min(attempt, 5)),
-                  absl::Seconds(2));
+                  max_backoff);
 }
 
 absl::Status FanOut(const FanOutCalls& calls, const FanOutOptions& options) {
@@ -114,7 +114,9 @@ absl::Status FanOut(const FanOutCalls& calls, const FanOutOptions& options) {
                                    : "",
                        ": ", status[i].error_message()));
     }
-    if (!retry.empty()) absl::SleepFor(RetryBackoff(attempt));
+    if (!retry.empty()) {
+      absl::SleepFor(RetryBackoff(attempt, options.retry.max_backoff));
+    }
     pending = std::move(retry);
   }
   return absl::OkStatus();

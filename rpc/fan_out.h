@@ -48,6 +48,10 @@ struct RetryPolicy {
   // this long after the run's first failure, so that a caller rides through
   // a peer's restart. 0: only max_attempts.
   absl::Duration reconnect_timeout = absl::ZeroDuration();
+  // The longest pause between rounds of attempts (RetryBackoff). Clients of
+  // shards with standbys lower it: the other address may answer within a
+  // fraction of a second.
+  absl::Duration max_backoff = absl::Seconds(2);
 };
 
 // Whether a call that failed with `status` on attempt `attempt` (1 for the
@@ -57,8 +61,9 @@ bool ShouldRetry(const RetryPolicy& policy, const grpc::Status& status,
                  int attempt, absl::Duration since_first_failure);
 
 // The pause after a round of attempt `attempt` that left calls to retry:
-// 200 ms, doubling per attempt, at most 2 s.
-absl::Duration RetryBackoff(int attempt);
+// 200 ms, doubling per attempt, at most `max_backoff`.
+absl::Duration RetryBackoff(int attempt,
+                            absl::Duration max_backoff = absl::Seconds(2));
 
 // Starts call i with `ctx` (deadline and wait_for_ready already set);
 // `done` must be called exactly once with the call's status, from any

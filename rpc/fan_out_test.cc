@@ -73,6 +73,9 @@ TEST(RetryPolicyTest, BackoffDoublesUpToTwoSeconds) {
   EXPECT_EQ(RetryBackoff(4), absl::Milliseconds(1600));
   EXPECT_EQ(RetryBackoff(5), absl::Seconds(2));
   EXPECT_EQ(RetryBackoff(40), absl::Seconds(2));
+  // Clients of shards with standbys cap it lower.
+  EXPECT_EQ(RetryBackoff(1, absl::Milliseconds(50)), absl::Milliseconds(50));
+  EXPECT_EQ(RetryBackoff(40, absl::Milliseconds(50)), absl::Milliseconds(50));
 }
 
 // ---- Against a server -------------------------------------------------------

@@ -91,13 +91,18 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* DeclareModel(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override {
-    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
+    if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
     proto::DeclareModelRequest parsed;
     if (absl::Status s = ParseSmall(*request, &parsed); !s.ok()) {
       return Finish(ctx, s);
     }
     proto::DeclareModelResponse reply;
-    absl::Status s = Declare(&parsed, &reply);
+    absl::Status s =
+        options_.replica == nullptr
+            ? Declare(&parsed, &reply)
+            : options_.replica->ReplicateAndApply(
+                  ForwardKind::kDeclare, parsed.SerializeAsString(),
+                  [&] { return Declare(&parsed, &reply); });
     if (s.ok()) SerializeSmall(reply, response);
     return Finish(ctx, s);
   }
@@ -116,7 +121,7 @@ class ParameterServerService final : public ServiceBase {
     if (fresh.ok()) {
       resp->set_initialized_now(*fresh);
       resp->set_shard_index(store_->Stats().shard_index);
-      resp->set_server_incarnation(options_.server_incarnation);
+      resp->set_server_incarnation(Incarnation());
       if (options_.observer != nullptr) options_.observer->OnDeclared();
     }
     return fresh.status();
@@ -129,7 +134,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
-    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
+    if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
     proto::PullRequest req;
     if (absl::Status s = ParseSmall(*request, &req); !s.ok()) {
       return Finish(ctx, s);
@@ -156,7 +161,7 @@ class ParameterServerService final : public ServiceBase {
         // Under the chunk's lock: only takes a reference to the values.
         [pulled](const ChunkView& c) { pulled->push_back(c); },
         [pulled, encoding, response, reactor, drop,
-         incarnation = options_.server_incarnation](absl::Status s) {
+         incarnation = Incarnation()](absl::Status s) {
           if (s.ok() && drop) s = DroppedReply();
           if (s.ok()) *response = EncodePull(*pulled, encoding, incarnation);
           pulled->clear();
@@ -201,7 +206,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
-    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
+    if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
     absl::StatusOr<PushResult> r =
         ApplyPush(*ctx, *request, /*push_pull=*/false, &msg);
@@ -210,7 +215,7 @@ class ParameterServerService final : public ServiceBase {
       proto::PushResponse resp;
       resp.set_duplicate(r->duplicate);
       resp.set_dropped(r->dropped);
-      resp.set_server_incarnation(options_.server_incarnation);
+      resp.set_server_incarnation(Incarnation());
       for (int64_t v : r->versions) resp.add_versions(v);
       // An OK reply must carry a message.
       SerializeSmall(resp, response);
@@ -223,7 +228,7 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
-    if (absl::Status s = Authorize(*ctx); !s.ok()) return Finish(ctx, s);
+    if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
     absl::StatusOr<PushResult> r =
         ApplyPush(*ctx, *request, /*push_pull=*/true, &msg);
@@ -242,7 +247,7 @@ class ParameterServerService final : public ServiceBase {
     if (s.ok()) {
       *response =
           EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding),
-                     options_.server_incarnation);
+                     Incarnation());
     }
     return Finish(ctx, s);
   }
@@ -293,32 +298,57 @@ class ParameterServerService final : public ServiceBase {
       return absl::InvalidArgumentError(absl::StrCat(
           "push-pull: unknown pull_encoding ", msg->pull_encoding));
     }
-    if (msg->leave) {
-      if (push_pull) {
-        return absl::InvalidArgumentError("a leave goes by Push, not PushPull");
-      }
-      if (!msg->chunks.empty()) {
+    if (msg->leave && push_pull) {
+      return absl::InvalidArgumentError("a leave goes by Push, not PushPull");
+    }
+    if (options_.replica == nullptr) {
+      return ApplyParsedPush(store_, options_.observer, pieces, *msg);
+    }
+    // Forwarded as the worker sent it; applied here once the standby has.
+    std::string bytes;
+    for (const absl::string_view p : pieces) bytes.append(p.data(), p.size());
+    absl::StatusOr<PushResult> r;
+    const absl::Status s = options_.replica->ReplicateAndApply(
+        ForwardKind::kPush, bytes, [&] {
+          r = ApplyParsedPush(store_, options_.observer, pieces, *msg);
+          return r.status();
+        });
+    if (!s.ok()) return s;
+    return r;
+  }
+
+ public:
+  // A parsed push (or leave) applied to the store; the service's and a
+  // standby's (ApplyForwardedChange) way.
+  static absl::StatusOr<PushResult> ApplyParsedPush(
+      ParameterStore* store, ServiceObserver* observer,
+      const wire::Pieces& pieces, const wire::PushMessage& msg) {
+    if (msg.leave) {
+      if (!msg.chunks.empty()) {
         return absl::InvalidArgumentError("a leave push carries no gradients");
       }
-      DP_RETURN_IF_ERROR(store_->Leave(msg->worker_id));
+      DP_RETURN_IF_ERROR(store->Leave(msg.worker_id));
       return PushResult();
     }
     std::vector<absl::string_view> ranges;
     DP_ASSIGN_OR_RETURN(std::vector<ChunkBytes> grads,
-                        Payloads(pieces, *msg, &ranges));
-    const PushId id{msg->worker_id, msg->seq, msg->part,
-                    msg->num_parts == 0 ? 1 : msg->num_parts, msg->incarnation};
+                        Payloads(pieces, msg, &ranges));
+    const PushId id{msg.worker_id, msg.seq, msg.part,
+                    msg.num_parts == 0 ? 1 : msg.num_parts, msg.incarnation};
     // The slices (and so `ranges`) stay alive until the store returns.
-    if (options_.observer == nullptr) return store_->Push(id, grads);
+    if (observer == nullptr) return store->Push(id, grads);
     const absl::Time start = absl::Now();
-    absl::StatusOr<PushResult> r = store_->Push(id, grads);
-    if (r.ok()) ReportPush(*msg, *r, absl::Now() - start);
+    absl::StatusOr<PushResult> r = store->Push(id, grads);
+    if (r.ok()) ReportPush(observer, msg, *r, absl::Now() - start);
     return r;
   }
 
+ private:
+
   // ServiceOptions::observer, after a push the store handled.
-  void ReportPush(const wire::PushMessage& msg, const PushResult& r,
-                  absl::Duration apply_time) {
+  static void ReportPush(ServiceObserver* observer,
+                         const wire::PushMessage& msg, const PushResult& r,
+                         absl::Duration apply_time) {
     PushEvent e;
     e.worker_id = msg.worker_id;
     e.duplicate = r.duplicate;
@@ -331,13 +361,24 @@ class ParameterServerService final : public ServiceBase {
             std::max<int64_t>(0, r.versions[i] - 1 - msg.chunks[i].version));
       }
     }
-    options_.observer->OnPush(e);
+    observer->OnPush(e);
   }
 
   // ServiceOptions::authenticator.
   absl::Status Authorize(const grpc::CallbackServerContext& ctx) const {
     if (options_.authenticator == nullptr) return absl::OkStatus();
     return options_.authenticator->Check(ctx);
+  }
+  // Authorize, and on a standby shard the replica's admission.
+  absl::Status Admit(const grpc::CallbackServerContext& ctx) const {
+    DP_RETURN_IF_ERROR(Authorize(ctx));
+    if (options_.replica == nullptr) return absl::OkStatus();
+    return options_.replica->AdmitClient();
+  }
+  uint64_t Incarnation() const {
+    return options_.replica == nullptr
+               ? options_.server_incarnation
+               : options_.replica->server_incarnation();
   }
 
   // The gradients of a parsed push as the store takes them. float32
@@ -406,6 +447,29 @@ class ParameterServerService final : public ServiceBase {
 };
 
 }  // namespace
+
+absl::Status ApplyForwardedChange(ParameterStore* store, ForwardKind kind,
+                                  const std::string& request) {
+  if (kind == ForwardKind::kDeclare) {
+    proto::DeclareModelRequest parsed;
+    if (!parsed.ParseFromString(request)) {
+      return absl::InvalidArgumentError("forward: malformed DeclareModelRequest");
+    }
+    for (const proto::ChunkValues& c : parsed.initial()) {
+      if (c.encoding() != proto::RAW_F32) {
+        return absl::InvalidArgumentError(
+            "declare: initial values must be RAW_F32");
+      }
+    }
+    return store->Declare(LayoutFromProto(parsed.layout()),
+                          ViewChunks(parsed.initial()))
+        .status();
+  }
+  const wire::Pieces pieces = {absl::string_view(request)};
+  DP_ASSIGN_OR_RETURN(wire::PushMessage msg, wire::ParsePushRequest(pieces));
+  return ParameterServerService::ApplyParsedPush(store, nullptr, pieces, msg)
+      .status();
+}
 
 std::unique_ptr<grpc::Service> NewParameterServerService(
     ParameterStore* store, const ServiceOptions& options) {

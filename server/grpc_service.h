@@ -19,6 +19,7 @@
 #include "grpcpp/impl/codegen/service_type.h"
 #include "rpc/auth_token.h"
 #include "server/parameter_store.h"
+#include "server/replication.h"
 #include "server/service_observer.h"
 
 namespace downpour {
@@ -42,12 +43,23 @@ struct ServiceOptions {
   // certificate "worker-<k>" (or one with no task name, unless this is set;
   // or with no client certificate at all), rpc/peer_identity.h.
   bool require_task_certificates = false;
+  // Standby shards (server/replication.h; not owned, null: none): workers'
+  // calls but GetStats are admitted only on a serving primary, every
+  // change is replicated before it is applied, and replies carry the
+  // replica's incarnation (the shard's, kept across failovers).
+  ShardReplica* replica = nullptr;
 };
 
 // `store` must outlive the service. Handlers run on gRPC's callback threads;
 // each does one bounded pass over the request's chunks.
 std::unique_ptr<grpc::Service> NewParameterServerService(
     ParameterStore* store, const ServiceOptions& options = ServiceOptions());
+
+// A standby's application of a change its primary forwarded: `request` is
+// a serialized PushRequest (a push, a push-pull's push or a leave) or
+// DeclareModelRequest, applied to `store` as the service applies it.
+absl::Status ApplyForwardedChange(ParameterStore* store, ForwardKind kind,
+                                  const std::string& request);
 
 }  // namespace downpour
 

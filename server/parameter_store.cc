@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -53,11 +54,35 @@ class ParameterStoreImpl final : public ParameterStore {
       metrics_.RecordSnapshotFailed();
     }
   }
+  void AdoptPushCounts(int64_t applied, int64_t duplicate) override {
+    metrics_.AddPushCounts(applied, duplicate);
+  }
   absl::StatusOr<ShardMap> shard_map() const override {
     if (!initialized_.load(std::memory_order_acquire)) {
       return absl::FailedPreconditionError("model not declared yet");
     }
     return map_;
+  }
+  absl::Status Overwrite(absl::Span<const float> values) override {
+    DP_RETURN_IF_ERROR(RequireInitialized("overwrite"));
+    if (static_cast<int64_t>(values.size()) != chunks_.total_elements()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "overwrite: ", values.size(), " values for a shard of ",
+          chunks_.total_elements()));
+    }
+    for (const float v : values) {
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError("overwrite: a value is not finite");
+      }
+    }
+    for (size_t i = 0; i < chunks_.size(); ++i) {
+      ChunkState& c = chunks_.at(i);
+      ChunkState::Saved saved = c.Save();
+      const float* begin = values.data() + chunks_.offset(i);
+      c.Restore(std::vector<float>(begin, begin + c.info().num_elements),
+                std::move(saved.opt_state), saved.version + 1);
+    }
+    return absl::OkStatus();
   }
 
  private:

@@ -160,9 +160,23 @@ class ParameterStore {
   // Stats' last_snapshot_unix_s / snapshots_written / snapshots_failed; Restore
   // sets last_snapshot_unix_s itself.
   virtual void RecordSnapshotWrite(bool ok, absl::Time when) = 0;
+  // A standby shard that took its primary's state (server/replication.h)
+  // adds the primary's push counts to its own, so that Stats continue them.
+  virtual void AdoptPushCounts(int64_t applied, int64_t duplicate) = 0;
 
   // The shard map of the declared layout; FailedPrecondition before.
   virtual absl::StatusOr<ShardMap> shard_map() const = 0;
+
+  // Replaces every chunk's values with `values` (the shard's chunks
+  // concatenated in local order, all finite) and bumps each version by one;
+  // the optimizer state is kept. Sandblaster mode's shard-side L-BFGS
+  // (server/lbfgs_shard.h) writes its point here, so pulls serve it.
+  // FailedPrecondition before the declaration; InvalidArgument for a wrong
+  // size or a value that is not finite (nothing is written).
+  virtual absl::Status Overwrite(absl::Span<const float> values) {
+    (void)values;
+    return absl::UnimplementedError("this store cannot be overwritten");
+  }
 };
 
 }  // namespace downpour

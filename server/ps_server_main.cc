@@ -19,6 +19,7 @@
 #include "server/connection_guard.h"
 #include "server/server_flags.h"
 #include "server/shard_server.h"
+#include "server/standby_flags.h"
 
 namespace {
 
@@ -35,18 +36,23 @@ downpour::ShardServerOptions ShardServerOptionsFrom(downpour::ServerFlags f,
   o.lr = f.lr;
   o.port_file = std::move(f.port_file);
   o.snapshots = std::move(f.snapshots);
+  o.job_identity = std::move(f.job_identity);
   o.heap_trim_min_mb = f.heap_trim_min_mb;
+  // Standby shards: the spec names this shard's other process.
+  if (o.spec.has_value() && !o.spec->ps_standby.empty()) {
+    const int k = o.spec->task_index;
+    o.standby_task = o.spec->standby;
+    o.replica_peer = o.standby_task ? o.spec->ps[k] : o.spec->ps_standby[k];
+  }
   return o;
 }
 
 // Says why the shard could not start; returns the exit code: 1 when it
 // could not listen or write its port file (Unavailable), else 2 (a bad
-// flag).
+// flag, or a checkpoint folder of another job or not writable).
 int ReportStartFailure(const absl::Status& status) {
   const bool unavailable = status.code() == absl::StatusCode::kUnavailable;
-  std::fprintf(stderr, "ps_server: %s\n",
-               unavailable ? std::string(status.message()).c_str()
-                           : status.ToString().c_str());
+  std::fprintf(stderr, "ps_server: %s\n", std::string(status.message()).c_str());
   return unavailable ? 1 : 2;
 }
 
@@ -74,9 +80,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_server: %s\n", stop.status().ToString().c_str());
     return 1;
   }
+  absl::StatusOr<absl::Duration> lease = downpour::StandbyLeaseFromFlags();
+  if (!lease.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n",
+                 std::string(lease.status().message()).c_str());
+    return 2;
+  }
+  downpour::ShardServerOptions options =
+      ShardServerOptionsFrom(*std::move(flags), file_limit);
+  options.standby_lease = *lease;
   absl::StatusOr<std::unique_ptr<downpour::ShardServer>> server =
-      downpour::ShardServer::Create(
-          ShardServerOptionsFrom(*std::move(flags), file_limit));
+      downpour::ShardServer::Create(std::move(options));
   if (!server.ok()) return ReportStartFailure(server.status());
   return (*server)->Run((*stop)->stopped());
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cluster_spec_flags.h"
 #include "common/job_flags.h"
+#include "common/job_identity.h"
 #include "common/metrics_flags.h"
 #include "common/status_macros.h"
 #include "rpc/auth_token.h"
@@ -207,6 +208,18 @@ absl::StatusOr<ServerFlags> ReadServerFlags() {
   host_options.metrics_bind = metrics.bind;
   flags.port_file = absl::GetFlag(FLAGS_port_file);
   flags.snapshots.dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  JobIdentity identity;
+  identity.shards = options.num_shards;
+  identity.workers = options.num_workers;
+  identity.mode = job.mode;
+  identity.epochs = job.epochs;
+  identity.batch_size = job.batch_size;
+  identity.n_push = job.n_push;
+  identity.dataset = job.dataset;
+  identity.max_train_examples = job.max_train_examples;
+  identity.replicas_per_worker = job.ReplicasPerWorker();
+  identity.local_sum = job.local_sum;
+  flags.job_identity = JobIdentityText(identity);
   flags.snapshots.every = store.checkpoint_every;
   flags.snapshots.start_empty_if_unusable =
       absl::GetFlag(FLAGS_start_empty_if_snapshots_unusable);

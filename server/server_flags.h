@@ -33,6 +33,8 @@ struct ServerFlags {
   // Snapshots and restore; an empty dir turns both off. The log is set by
   // the caller.
   SnapshotterOptions snapshots;
+  // The job's identity for the checkpoint folder (common/job_identity.h).
+  std::string job_identity;
   int64_t heap_trim_min_mb = 0;  // common/heap_trimmer.h.
   // --max_connections; 0: sized from the job (DefaultMaxConnections).
   int max_connections = 0;

@@ -71,6 +71,11 @@ class ShardMetrics {
   void RecordDuplicate() {
     pushes_duplicate_.fetch_add(1, std::memory_order_relaxed);
   }
+  // A standby that took its primary's state continues its counts.
+  void AddPushCounts(int64_t applied, int64_t duplicate) {
+    pushes_applied_.fetch_add(applied, std::memory_order_relaxed);
+    pushes_duplicate_.fetch_add(duplicate, std::memory_order_relaxed);
+  }
   // A push (or a sync gradient) dropped as too stale.
   void RecordDropped() { dropped_stale_.fetch_add(1, std::memory_order_relaxed); }
   // `times` applied chunk updates, each of staleness `staleness`.

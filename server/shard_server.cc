@@ -6,15 +6,21 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/atomic_file.h"
+#include "common/incarnation.h"
+#include "common/job_identity.h"
 #include "common/shard_stats.h"
 #include "common/status_macros.h"
 #include "common/train_mode.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/auth_token.h"
 #include "rpc/net_probe.h"
+#include "server/replication_grpc.h"
+#include "server/standby_shard.h"
+#include "server/sandblaster_service.h"
 
 namespace downpour {
 namespace {
@@ -57,7 +63,9 @@ std::string DescribeSchedule(const OptimizerOptions& o) {
 ShardServer::ShardServer(ShardServerOptions options)
     : options_(std::move(options)) {}
 
-ShardServer::~ShardServer() = default;
+ShardServer::~ShardServer() {
+  if (replica_ != nullptr) replica_->Stop();
+}
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
     ShardServerOptions options) {
@@ -77,11 +85,23 @@ absl::Status ShardServer::Start() {
     }
     AttachJobControl();
   }
+  if (store_options.mode == TrainMode::kSandblaster) {
+    if (host_options.authenticator == nullptr) {
+      DP_ASSIGN_OR_RETURN(host_options.authenticator,
+                          TokenAuthenticator::Create(host_options.security));
+    }
+    sandblaster_service_ = NewSandblasterShardService(
+        [store = &serving_store_] { return store->load(); },
+        host_options.authenticator.get());
+    host_options.extra_services.push_back(sandblaster_service_.get());
+  }
   // Restore before serving; snapshots while serving.
   const std::function<void(const std::string&)> log =
       ShardLog(store_options.shard_index);
   const std::string checkpoint_dir = options_.snapshots.dir;
   if (!checkpoint_dir.empty()) {
+    DP_RETURN_IF_ERROR(
+        ClaimCheckpointDir(checkpoint_dir, options_.job_identity));
     host_options.prepare_store =
         [checkpoint_dir, shard = store_options.shard_index,
          shards = store_options.num_shards, log,
@@ -91,6 +111,15 @@ absl::Status ShardServer::Start() {
                                        log, start_empty);
         };
   }
+  // A fixed port already taken is said in one line here; gRPC would log
+  // a multi-line error of its own first.
+  for (const std::string& address : host_options.listen_addresses) {
+    if (absl::EndsWith(address, ":0")) continue;
+    if (absl::Status why = ProbeListen(address); absl::IsUnavailable(why)) {
+      return why;
+    }
+  }
+  if (!options_.replica_peer.empty()) DP_RETURN_IF_ERROR(StartReplica());
   absl::StatusOr<std::unique_ptr<ParameterServerHost>> host =
       ParameterServerHost::Create(host_options);
   if (!host.ok()) {
@@ -104,6 +133,7 @@ absl::Status ShardServer::Start() {
   }
   host_ = *std::move(host);
   serving_store_.store(host_->store());
+  serving_host_.store(host_.get());
   // Memory a burst took (refused oversize messages, a load spike) goes
   // back once the shard is idle.
   HeapTrimmerOptions trim;
@@ -133,6 +163,58 @@ absl::Status ShardServer::Start() {
     DP_ASSIGN_OR_RETURN(guard_, ConnectionGuard::Start(std::move(go)));
   }
   return Announce();
+}
+
+absl::Status ShardServer::StartReplica() {
+  ParameterServerHostOptions& host_options = options_.host;
+  const int shard = host_options.store.shard_index;
+  const std::function<void(const std::string&)> log = ShardLog(shard);
+  if (host_options.store.mode == TrainMode::kSandblaster) {
+    return absl::InvalidArgumentError(
+        "standby shards replicate async, sync and ssp jobs; a sandblaster "
+        "job runs without --ps_standby_hosts");
+  }
+  DP_ASSIGN_OR_RETURN(
+      std::unique_ptr<ReplicaPeer> peer,
+      NewGrpcReplicaPeer(options_.replica_peer, host_options.security, shard));
+  DP_ASSIGN_OR_RETURN(
+      const ReplicaRole role,
+      DecideStartRole(peer.get(), options_.standby_task, absl::Minutes(10), log));
+  ReplicaOptions ro;
+  ro.shard_index = shard;
+  ro.start_role = role;
+  ro.lease = options_.standby_lease;
+  ro.server_incarnation = NewIncarnation();
+  ro.log = log;
+  ro.on_deposed = [this] {
+    deposed_.store(true);
+    ::kill(::getpid(), SIGTERM);
+  };
+  // A promoted standby serves: its health turns SERVING (a standby's stays
+  // NOT_SERVING, as it refuses workers).
+  ro.on_promoted = [this] {
+    ParameterServerHost* host = serving_host_.load();
+    if (host != nullptr && host->store()->Stats().initialized) {
+      host->SetServing(true);
+    }
+  };
+  log(absl::StrCat("starting as the ", ReplicaRoleName(role), " (peer ",
+                   options_.replica_peer, ")"));
+  // A standby takes its primary's state, never a snapshot of its own.
+  if (role == ReplicaRole::kStandby) host_options.prepare_store = nullptr;
+  host_options.service.server_incarnation = ro.server_incarnation;
+  DP_ASSIGN_OR_RETURN(
+      replica_,
+      ShardReplica::Create(
+          std::move(ro), std::move(peer),
+          StoreReplicaShard([store = &serving_store_] { return store->load(); })));
+  replica_ptr_ = replica_.get();
+  host_options.service.replica = replica_.get();
+  replication_service_ = NewReplicationService(
+      &replica_ptr_, host_options.authenticator.get(), shard,
+      host_options.security.require_task_certificates);
+  host_options.extra_services.push_back(replication_service_.get());
+  return absl::OkStatus();
 }
 
 void ShardServer::AttachJobControl() {
@@ -189,6 +271,12 @@ JobEnd ShardServer::WaitUntilDone(const absl::Notification& stop) {
 int ShardServer::Run(const absl::Notification& stop) {
   JobEnd end = WaitUntilDone(stop);
   guard_.reset();
+  if (replica_ != nullptr) replica_->Stop();
+  if (deposed_.load()) {
+    end.exit_code = 3;
+    end.reason = "deposed by its standby's promotion; restart to rejoin as "
+                 "the standby";
+  }
   if (listener_lost_.load()) {
     end.exit_code = 3;
     end.reason = "the listener stopped accepting connections";
@@ -200,6 +288,12 @@ int ShardServer::Run(const absl::Notification& stop) {
     snapshotter_->Stop();
     const absl::Status s = snapshotter_->WriteNow();
     if (!s.ok()) Log(absl::StrCat("final snapshot failed: ", s.message()));
+    // A spec job that ended well (not stopped by a signal): its snapshots
+    // must not be taken for a job to resume (common/job_identity.h).
+    if (job_ != nullptr && end.exit_code == 0 && !stop.HasBeenNotified()) {
+      const absl::Status m = MarkJobFinished(options_.snapshots.dir);
+      if (!m.ok()) Log(std::string(m.message()));
+    }
   }
   const int shard_index = options_.host.store.shard_index;
   std::printf("ps_server: shard %d stopped: %s\n", shard_index,

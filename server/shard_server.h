@@ -55,6 +55,7 @@
 #include "server/job_control.h"
 #include "server/parameter_store.h"
 #include "server/ps_host.h"
+#include "server/replication.h"
 #include "server/snapshotter.h"
 
 namespace grpc {
@@ -81,6 +82,10 @@ struct ShardServerOptions {
   // Snapshots and restore; an empty dir turns both off. The log is the
   // server's ("ps_server: shard k: ...").
   SnapshotterOptions snapshots;
+  // The job's identity (common/job_identity.h), claimed in snapshots.dir
+  // before the restore: a folder of another job is refused and one that
+  // cannot be written too (FailedPrecondition). "" matches any job.
+  std::string job_identity;
   // Free heap (MiB) an idle shard gives back (common/heap_trimmer.h); 0:
   // never.
   int64_t heap_trim_min_mb = 0;
@@ -88,6 +93,15 @@ struct ShardServerOptions {
   // first, and a listener that stops accepting ends Run with exit code 3
   // (server/connection_guard.h); 0: no guard.
   int max_connections = 0;
+  // Standby shards (server/replication.h; docs/design.md "Standby
+  // shards"): the address of this shard's other process (empty: none),
+  // whether this process is the shard's standby task, and the lease. The
+  // process decides its role before it listens (server/standby_shard.h);
+  // a standby restores no snapshot (it takes its primary's state), and a
+  // deposed primary ends Run with exit code 3 to restart as the standby.
+  std::string replica_peer;
+  bool standby_task = false;
+  absl::Duration standby_lease = absl::Seconds(1);
 };
 
 class ShardServer {
@@ -106,7 +120,9 @@ class ShardServer {
 
   // Blocks until `stop` is notified or, for a spec job, the job ends (or
   // the store aborts it); then answers waiting pulls, stops serving, writes
-  // the final snapshot and logs the shard's counters. Returns the exit
+  // the final snapshot (and, for a spec job that ended well, marks the
+  // checkpoint folder finished: MarkJobFinished) and logs the shard's
+  // counters. Returns the exit
   // code: 0, or 1 when a spec job failed, or 3 when the listener stopped
   // accepting connections (the guard sent the process SIGTERM to get here).
   // Call at most once; `stop` may be notified before.
@@ -122,6 +138,9 @@ class ShardServer {
   explicit ShardServer(ShardServerOptions options);
 
   absl::Status Start();
+  // Decides the role and makes the replica and its service, before the
+  // host (options_.replica_peer set).
+  absl::Status StartReplica();
   // The spec's log line and the job-control service, before the host.
   void AttachJobControl();
   // The "listening on" line and the port file.
@@ -135,8 +154,18 @@ class ShardServer {
   // which serves job_service_, so that they outlive it.
   std::unique_ptr<JobState> job_;
   std::unique_ptr<grpc::Service> job_service_;
+  // The shard-side L-BFGS of --mode=sandblaster (server/sandblaster_service.h);
+  // null in the other modes. Outlives host_, which serves it.
+  std::unique_ptr<grpc::Service> sandblaster_service_;
   // host_->store() for job_service_'s threads; null until host_ is set.
   std::atomic<ParameterStore*> serving_store_{nullptr};
+  // Standby shards (null without a peer); before host_, which serves them.
+  std::unique_ptr<ShardReplica> replica_;
+  ShardReplica* replica_ptr_ = nullptr;  // replica_.get(), for the service.
+  std::unique_ptr<grpc::Service> replication_service_;
+  std::atomic<bool> deposed_{false};
+  // host_.get() for the replica's thread; null until host_ is set.
+  std::atomic<ParameterServerHost*> serving_host_{nullptr};
   std::unique_ptr<ParameterServerHost> host_;
   std::unique_ptr<HeapTrimmer> trimmer_;
   std::unique_ptr<Snapshotter> snapshotter_;  // Null without snapshots.

@@ -12,7 +12,7 @@
 namespace downpour {
 
 absl::Status ValidateStepPolicyOptions(const ParameterStoreOptions& options) {
-  if (options.mode != TrainMode::kAsync) {
+  if (options.mode == TrainMode::kSync || options.mode == TrainMode::kSsp) {
     DP_RETURN_IF_ERROR(ValidateWaitingOptions(options));
   }
   if (options.num_workers < 0) {
@@ -28,6 +28,9 @@ absl::Status ValidateStepPolicyOptions(const ParameterStoreOptions& options) {
 std::unique_ptr<StepPolicy> CreateStepPolicy(StepContext ctx) {
   switch (ctx.options->mode) {
     case TrainMode::kAsync:
+    // Sandblaster's shards take no optimizer pushes (the shard-side L-BFGS,
+    // server/lbfgs_shard.h, writes the values); async serves its pulls.
+    case TrainMode::kSandblaster:
       return NewAsyncPolicy(std::move(ctx));
     case TrainMode::kSync:
       return NewSyncPolicy(std::move(ctx));

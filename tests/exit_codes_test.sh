@@ -13,7 +13,11 @@
 #   * a worker with no server honours --connect_timeout_s, says it is
 #     waiting, and exits 3; SIGTERM while it waits ends it within a second,
 #     naming the state;
-#   * servers listed out of order in --ps_hosts are named as such (exit 2).
+#   * servers listed out of order in --ps_hosts are named as such (exit 2);
+#   * a --flagfile that does not exist exits 2; a ps_server whose
+#     --checkpoint_dir cannot be written exits 2 before serving; a metrics
+#     port or a gRPC port already in use is said in one line (exit 1), with
+#     no gRPC or civetweb dump.
 #
 # Usage: exit_codes_test.sh <launch> <node> <ps_server> <ps_worker>
 set -euo pipefail
@@ -92,6 +96,28 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 ((rc == 3)) || { cat "$work/term.out"; fail "SIGTERM while waiting: exit code $rc, want 3"; }
 grep -q "stopped by signal 15 while waiting for the servers" "$work/term.out" ||
   { cat "$work/term.out"; fail "the stop does not name the state"; }
+
+# A missing --flagfile; a checkpoint folder that cannot be written.
+run flagfile 2 "$launch" --flagfile="$work/no_such.flags"
+expect flagfile "--flagfile=$work/no_such.flags: cannot open the file"
+run ckpt_dir 2 "$ps_server" --port=0 --num_workers=1 --checkpoint_dir=/sys/ckpt_test
+expect ckpt_dir "ps_server: --checkpoint_dir=/sys/ckpt_test cannot be created"
+! grep -q "listening on" "$work/ckpt_dir.out" || fail "served without a checkpoint folder"
+
+# Ports in use: one clear line each.
+"$ps_server" --port=0 --port_file="$work/busy.port" --num_workers=1 \
+  --metrics_port=0 > "$work/busy.out" 2>&1 &
+busy=$!
+for _ in $(seq 100); do [[ -s "$work/busy.port" ]] && break; sleep 0.1; done
+busy_port=$(cat "$work/busy.port")
+metrics_port=$(sed -n 's|.*metrics on http://[^:]*:\([0-9]*\)/metrics.*|\1|p' "$work/busy.out")
+run metrics_busy 1 "$ps_server" --port=0 --num_workers=1 --metrics_port="$metrics_port"
+expect metrics_busy "could not serve metrics on 127.0.0.1:$metrics_port: Address already in use"
+! grep -qi "civetserver\|null context" "$work/metrics_busy.out" || fail "civetweb's message shown"
+run grpc_busy 1 "$ps_server" --port="$busy_port" --num_workers=1
+expect grpc_busy "ps_server: cannot listen on 127.0.0.1:$busy_port: Address already in use"
+[[ $(wc -l < "$work/grpc_busy.out") == 1 ]] || { cat "$work/grpc_busy.out"; fail "more than one line for a busy port"; }
+kill $busy 2>/dev/null || true; wait $busy 2>/dev/null || true
 
 # Two shards listed in the wrong order.
 for k in 0 1; do

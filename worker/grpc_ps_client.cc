@@ -33,6 +33,7 @@ namespace {
 ShardTransportOptions TransportOptions(const GrpcClientOptions& o) {
   ShardTransportOptions t;
   t.hosts = o.hosts;
+  t.standby_hosts = o.standby_hosts;
   t.connections_per_shard = o.connections_per_shard > 0
                                 ? o.connections_per_shard
                                 : (o.hosts.size() == 1 ? 2 : 1);
@@ -40,6 +41,13 @@ ShardTransportOptions TransportOptions(const GrpcClientOptions& o) {
   t.rpc_timeout = o.rpc_timeout;
   t.retry.max_attempts = o.max_attempts;
   t.retry.reconnect_timeout = o.reconnect_timeout;
+  if (!o.standby_hosts.empty()) {
+    // A failover takes a lease at most (server/replication.h): retry often,
+    // and for long enough.
+    t.retry.max_backoff = absl::Milliseconds(50);
+    t.retry.reconnect_timeout =
+        std::max(o.reconnect_timeout, absl::Seconds(30));
+  }
   return t;
 }
 
@@ -140,7 +148,9 @@ absl::Status GrpcParameterClient::WaitForServers() {
                            std::min(absl::Seconds(1), deadline - now)));
       proto::StatsRequest req;
       proto::StatsResponse resp;
+      const int at = transport_.Active(s);
       const grpc::Status st = transport_.stub(s)->GetStats(&ctx, req, &resp);
+      transport_.Track(s, at, [](grpc::Status) {})(st);
       if (st.ok()) {
         if (resp.shard_index() != s || resp.num_shards() != n) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -195,9 +205,10 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   FanOutCalls calls = transport_.PartCalls("DeclareModel", parts, all);
   calls.start = [&](int i, grpc::ClientContext* ctx, auto done) {
-    transport_.stub(parts[i].shard)
-        ->async()
-        ->DeclareModel(ctx, &req[i], &resp[i], std::move(done));
+    const int shard = parts[i].shard;
+    const int at = transport_.Active(shard);
+    transport_.stub(shard)->async()->DeclareModel(
+        ctx, &req[i], &resp[i], transport_.Track(shard, at, std::move(done)));
   };
   calls.reset = [&](int i) { resp[i].Clear(); };
   // Every server has answered: the usual deadline and retries.
@@ -377,6 +388,18 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
   if (options.hosts.empty()) {
     return absl::InvalidArgumentError("no parameter-server addresses given");
   }
+  if (!options.standby_hosts.empty() &&
+      options.standby_hosts.size() != options.hosts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.standby_hosts.size(), " standby addresses for ",
+        options.hosts.size(), " shards; one standby per shard"));
+  }
+  for (const std::string& h : options.standby_hosts) {
+    if (h.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("standby address '", h, "' is not host:port"));
+    }
+  }
   for (const std::string& h : options.hosts) {
     if (h.find(':') == std::string::npos) {
       return absl::InvalidArgumentError(
@@ -406,6 +429,10 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
   DP_ASSIGN_OR_RETURN(ClientSecurity security,
                       BuildClientSecurity(options.security));
   for (const std::string& host : options.hosts) {
+    DP_RETURN_IF_ERROR(
+        CheckTargetIsSafe(host, security.tls, security.allow_insecure));
+  }
+  for (const std::string& host : options.standby_hosts) {
     DP_RETURN_IF_ERROR(
         CheckTargetIsSafe(host, security.tls, security.allow_insecure));
   }

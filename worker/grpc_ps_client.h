@@ -42,6 +42,9 @@ namespace downpour {
 struct GrpcClientOptions {
   // host:port of shard 0, 1, ... in order.
   std::vector<std::string> hosts;
+  // The standby of each shard, same order; empty: none. A shard's calls
+  // fail over between its two addresses (worker/shard_transport.h).
+  std::vector<std::string> standby_hosts;
   // Must match the servers' (rpc/credentials.h).
   TransportSecurityOptions security;
   int32_t worker_id = 0;

@@ -32,27 +32,47 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 
 absl::StatusOr<std::unique_ptr<JobEndClient>> JobEndClient::Create(
     const std::vector<std::string>& ps_hosts,
-    const TransportSecurityOptions& security, absl::Duration rpc_timeout) {
+    const TransportSecurityOptions& security, absl::Duration rpc_timeout,
+    const std::vector<std::string>& standby_hosts) {
   if (ps_hosts.empty()) return absl::InvalidArgumentError("no servers");
+  if (!standby_hosts.empty() && standby_hosts.size() != ps_hosts.size()) {
+    return absl::InvalidArgumentError("one standby per shard");
+  }
+  std::vector<std::string> all = ps_hosts;
+  all.insert(all.end(), standby_hosts.begin(), standby_hosts.end());
   DP_ASSIGN_OR_RETURN(ClientSecurity client_security,
                       BuildClientSecurity(security));
   grpc::ChannelArguments args;
   ConfigureChannelArguments(&args);
   auto stubs = std::make_unique<Stubs>();
-  for (const std::string& host : ps_hosts) {
+  for (const std::string& host : all) {
     DP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                         CreateChannel(host, client_security, args));
     stubs->stubs.push_back(proto::JobControl::NewStub(channel));
   }
   return std::unique_ptr<JobEndClient>(
-      new JobEndClient(ps_hosts, std::move(stubs), rpc_timeout));
+      new JobEndClient(std::move(all), std::move(stubs), rpc_timeout,
+                       static_cast<int>(ps_hosts.size())));
 }
 
 JobEndClient::JobEndClient(std::vector<std::string> hosts,
                            std::unique_ptr<Stubs> stubs,
-                           absl::Duration rpc_timeout)
-    : hosts_(std::move(hosts)), stubs_(std::move(stubs)),
-      rpc_timeout_(rpc_timeout) {}
+                           absl::Duration rpc_timeout, int num_shards)
+    : hosts_(std::move(hosts)), num_shards_(num_shards),
+      stubs_(std::move(stubs)), rpc_timeout_(rpc_timeout) {}
+
+absl::Status JobEndClient::CallEveryShard(
+    const std::function<absl::Status(size_t)>& call) const {
+  std::vector<absl::Status> results;
+  for (size_t i = 0; i < hosts_.size(); ++i) results.push_back(call(i));
+  const size_t n = static_cast<size_t>(num_shards_);
+  for (size_t k = 0; k < n; ++k) {
+    if (results[k].ok()) continue;
+    if (hosts_.size() > n && results[n + k].ok()) continue;
+    return results[k];
+  }
+  return absl::OkStatus();
+}
 
 JobEndClient::~JobEndClient() = default;
 
@@ -63,18 +83,17 @@ absl::Status JobEndClient::ReportWorkerDone(int worker_id,
   request.set_worker_id(worker_id);
   if (!result.ok()) request.set_error(result.ToString());
   request.set_done_line(done_line);
-  absl::Status first = absl::OkStatus();
-  for (size_t i = 0; i < hosts_.size(); ++i) {
+  // With standbys one process of a pair may be gone: no waiting for it.
+  const bool wait = hosts_.size() == static_cast<size_t>(num_shards_);
+  return CallEveryShard([&](size_t i) {
     grpc::ClientContext context;
     SetDeadline(&context, rpc_timeout_);
-    context.set_wait_for_ready(true);
+    context.set_wait_for_ready(wait);
     proto::WorkerDoneResponse response;
-    const absl::Status s = FromGrpcStatus(
+    return FromGrpcStatus(
         stubs_->stubs[i]->WorkerDone(&context, request, &response),
         absl::StrCat("WorkerDone to ", hosts_[i]));
-    if (first.ok()) first = s;
-  }
-  return first;
+  });
 }
 
 absl::StatusOr<JobReports> JobEndClient::WaitForWorkers(
@@ -83,12 +102,37 @@ absl::StatusOr<JobReports> JobEndClient::WaitForWorkers(
   while (true) {
     grpc::ClientContext context;
     SetDeadline(&context, rpc_timeout_);
-    context.set_wait_for_ready(true);
+    context.set_wait_for_ready(hosts_.size() == static_cast<size_t>(num_shards_));
     proto::JobStateRequest request;
     proto::JobStateResponse response;
-    DP_RETURN_IF_ERROR(FromGrpcStatus(
+    absl::Status got = FromGrpcStatus(
         stubs_->stubs[0]->GetJobState(&context, request, &response),
-        absl::StrCat("GetJobState from ", hosts_[0])));
+        absl::StrCat("GetJobState from ", hosts_[0]));
+    if (hosts_.size() > static_cast<size_t>(num_shards_)) {
+      // Server 0's two processes: a restarted one missed the reports sent
+      // before it came back, so the chief takes the union of both.
+      const size_t standby = static_cast<size_t>(num_shards_);
+      grpc::ClientContext again;
+      SetDeadline(&again, rpc_timeout_);
+      proto::JobStateResponse other;
+      const absl::Status got_other = FromGrpcStatus(
+          stubs_->stubs[standby]->GetJobState(&again, request, &other),
+          absl::StrCat("GetJobState from ", hosts_[standby]));
+      if (!got.ok()) {
+        got = got_other;
+        response = std::move(other);
+      } else if (got_other.ok()) {
+        std::set<int> have;
+        for (const proto::WorkerState& w : response.done()) {
+          have.insert(w.worker_id());
+        }
+        for (const proto::WorkerState& w : other.done()) {
+          if (have.insert(w.worker_id()).second) *response.add_done() = w;
+        }
+        if (response.aborted().empty()) response.set_aborted(other.aborted());
+      }
+    }
+    DP_RETURN_IF_ERROR(got);
     if (!response.aborted().empty()) {
       return absl::AbortedError(
           absl::StrCat("the servers aborted the job: ", response.aborted()));
@@ -126,17 +170,14 @@ absl::Status JobEndClient::EndJob(int worker_id, const std::string& error) {
   proto::EndJobRequest request;
   request.set_worker_id(worker_id);
   request.set_error(error);
-  absl::Status first = absl::OkStatus();
-  for (size_t i = 0; i < hosts_.size(); ++i) {
+  return CallEveryShard([&](size_t i) {
     grpc::ClientContext context;
     SetDeadline(&context, rpc_timeout_);
     proto::EndJobResponse response;
-    const absl::Status s =
-        FromGrpcStatus(stubs_->stubs[i]->EndJob(&context, request, &response),
-                       absl::StrCat("EndJob to ", hosts_[i]));
-    if (first.ok()) first = s;
-  }
-  return first;
+    return FromGrpcStatus(
+        stubs_->stubs[i]->EndJob(&context, request, &response),
+        absl::StrCat("EndJob to ", hosts_[i]));
+  });
 }
 
 std::string ChiefSummaryJson(const ChiefRecord& record) {

@@ -22,6 +22,7 @@
 #ifndef DOWNPOUR_WORKER_JOB_END_H_
 #define DOWNPOUR_WORKER_JOB_END_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,11 +48,15 @@ struct JobReports {
 
 class JobEndClient {
  public:
-  // `ps_hosts`: every server, shard order. InvalidArgument for bad
-  // security options.
+  // `ps_hosts`: every server, shard order; `standby_hosts`: each shard's
+  // standby (empty: none). With standbys, a shard counts as told when
+  // either of its two processes was (one of them may be dead), and server
+  // 0's state is asked of its standby when its primary does not answer.
+  // InvalidArgument for bad security options.
   static absl::StatusOr<std::unique_ptr<JobEndClient>> Create(
       const std::vector<std::string>& ps_hosts,
-      const TransportSecurityOptions& security, absl::Duration rpc_timeout);
+      const TransportSecurityOptions& security, absl::Duration rpc_timeout,
+      const std::vector<std::string>& standby_hosts = {});
   ~JobEndClient();
 
   // Tells every server that `worker_id` is done; `result` not OK: failed.
@@ -72,9 +77,15 @@ class JobEndClient {
  private:
   struct Stubs;
   JobEndClient(std::vector<std::string> hosts, std::unique_ptr<Stubs> stubs,
-               absl::Duration rpc_timeout);
+               absl::Duration rpc_timeout, int num_shards);
+  // Calls `call` on every server; OK when each shard (its primary or its
+  // standby) answered, else the first failure of a shard neither did.
+  absl::Status CallEveryShard(
+      const std::function<absl::Status(size_t)>& call) const;
 
+  // The servers, then their standbys (hosts_[num_shards_ + k] is shard k's).
   const std::vector<std::string> hosts_;
+  const int num_shards_;
   std::unique_ptr<Stubs> stubs_;
   const absl::Duration rpc_timeout_;
 };

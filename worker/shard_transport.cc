@@ -1,6 +1,7 @@
 #include "worker/shard_transport.h"
 
 #include <atomic>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,21 @@ ShardTransport::ShardTransport(const ShardTransportOptions& options,
       adaptive_(options.max_calls_in_flight_per_connection < 0
                     ? std::make_unique<AdaptiveWindow>(AdaptiveWindowOptions())
                     : nullptr) {
-  for (const std::string& host : options_.hosts) {
+  const bool standbys = !options_.standby_hosts.empty();
+  if (standbys) {
+    const size_t n = options_.hosts.size();
+    active_ = std::make_unique<std::atomic<int>[]>(n);
+    answered_ = std::make_unique<std::atomic<int>[]>(n);
+    for (size_t s = 0; s < n; ++s) {
+      active_[s].store(0);
+      answered_[s].store(0);
+    }
+  }
+  stubs_.resize(standbys ? 2 : 1);
+  generic_.resize(standbys ? 2 : 1);
+  for (size_t a = 0; a < stubs_.size(); ++a) {
+  for (const std::string& host :
+       a == 0 ? options_.hosts : options_.standby_hosts) {
     std::vector<std::unique_ptr<grpc::GenericStub>> conns;
     for (int c = 0; c < options_.connections_per_shard; ++c) {
       grpc::ChannelArguments args;
@@ -30,15 +45,35 @@ ShardTransport::ShardTransport(const ShardTransportOptions& options,
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       std::shared_ptr<grpc::Channel> ch = *CreateChannel(host, security, args);
-      if (c == 0) stubs_.push_back(proto::ParameterServer::NewStub(ch));
+      if (c == 0) stubs_[a].push_back(proto::ParameterServer::NewStub(ch));
       conns.push_back(std::make_unique<grpc::GenericStub>(ch));
     }
-    generic_.push_back(std::move(conns));
+    generic_[a].push_back(std::move(conns));
+  }
   }
 }
 
 std::string ShardTransport::ShardName(int shard) const {
-  return absl::StrCat("shard ", shard, " (", options_.hosts[shard], ")");
+  return absl::StrCat("shard ", shard, " (",
+                      Active(shard) == 0 ? options_.hosts[shard]
+                                         : options_.standby_hosts[shard],
+                      ")");
+}
+
+std::function<void(grpc::Status)> ShardTransport::Track(
+    int shard, int at, std::function<void(grpc::Status)> done) const {
+  if (active_ == nullptr) return done;
+  return [this, shard, at, done = std::move(done)](grpc::Status s) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      int expected = at;
+      active_[shard].compare_exchange_strong(expected, 1 - at);
+    } else if (s.ok() && answered_[shard].exchange(at) != at) {
+      std::fprintf(stderr, "worker: shard %d failed over to %s\n", shard,
+                   (at == 0 ? options_.hosts : options_.standby_hosts)[shard]
+                       .c_str());
+    }
+    done(std::move(s));
+  };
 }
 
 absl::Status ShardTransport::Run(const FanOutCalls& calls,
@@ -77,7 +112,9 @@ absl::Status ShardTransport::CallEachShard(
   calls.count = num_shards();
   calls.peer_of = [this](int s) { return ShardName(s); };
   calls.lane_of = [](int s) { return s; };
-  calls.start = start;
+  calls.start = [this, &start](int s, grpc::ClientContext* ctx, auto done) {
+    start(s, ctx, Track(s, Active(s), std::move(done)));
+  };
   calls.reset = reset;
   return Run(calls, options_.rpc_timeout, /*wait_for_ready=*/false);
 }
@@ -90,8 +127,10 @@ absl::Status ShardTransport::CallParts(
   calls.start = [&](int k, grpc::ClientContext* ctx, auto done) {
     const int i = which[k];
     const Part& p = parts[i];
-    generic_[p.shard][p.conn]->UnaryCall(ctx, method, grpc::StubOptions(),
-                                         &req[i], &(*resp)[i], std::move(done));
+    const int at = Active(p.shard);
+    generic_[at][p.shard][p.conn]->UnaryCall(
+        ctx, method, grpc::StubOptions(), &req[i], &(*resp)[i],
+        Track(p.shard, at, std::move(done)));
   };
   calls.reset = [&](int k) { (*resp)[which[k]].Clear(); };
   if (on_ok) calls.on_ok = [&](int k) { return on_ok(which[k]); };

@@ -9,6 +9,14 @@
 // fixed, or sized from the measured throughput of whole-model exchanges
 // (worker/adaptive_window.h).
 //
+// Standby shards (server/replication.h): when a shard has a standby address,
+// the shard's calls go to one of its two addresses, the primary's at first;
+// a call that fails UNAVAILABLE moves the shard to the other address for
+// its retry (a standby refuses workers while its primary serves, a fenced or
+// dead primary refuses or does not answer), and the first call that
+// succeeds at a new address logs one line "worker: shard k failed over to
+// <address>" (the push dedup makes a retried push apply once).
+//
 //   ShardTransport transport(options, security);
 //   DP_RETURN_IF_ERROR(transport.CallAllParts("Pull", kPullMethod, parts,
 //                                             req, &resp, read_reply));
@@ -18,6 +26,7 @@
 #ifndef DOWNPOUR_WORKER_SHARD_TRANSPORT_H_
 #define DOWNPOUR_WORKER_SHARD_TRANSPORT_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,6 +47,8 @@ namespace downpour {
 struct ShardTransportOptions {
   // host:port of shard 0, 1, ... in order.
   std::vector<std::string> hosts;
+  // The standby of each shard, same order (empty: none).
+  std::vector<std::string> standby_hosts;
   // Channels (TCP connections) per shard, >= 1.
   int connections_per_shard = 1;
   // Calls in flight per connection; 0: no limit; -1: sized from measured
@@ -58,14 +69,24 @@ class ShardTransport {
   ShardTransport(const ShardTransportOptions& options,
                  const ClientSecurity& security);
 
-  int num_shards() const { return static_cast<int>(stubs_.size()); }
+  int num_shards() const { return static_cast<int>(options_.hosts.size()); }
   int connections_per_shard() const { return options_.connections_per_shard; }
-  // The typed stub of `shard` (its first channel).
+  // The typed stub of `shard` (its first channel) at its current address.
   proto::ParameterServer::Stub* stub(int shard) const {
-    return stubs_[shard].get();
+    return stubs_[Active(shard)][shard].get();
   }
-  // How errors name `shard`: "shard 1 (10.0.0.2:5000)".
+  // How errors name `shard`: "shard 1 (10.0.0.2:5000)", at its current
+  // address.
   std::string ShardName(int shard) const;
+  // The address a shard's calls go to: 0 its primary's, 1 its standby's.
+  int Active(int shard) const {
+    return active_ == nullptr ? 0 : active_[shard].load();
+  }
+  // `done` of a call to `shard` started at address `at` (0 primary, 1
+  // standby): moves the shard to its other address after UNAVAILABLE, and
+  // logs a failover on the first success at a new address.
+  std::function<void(grpc::Status)> Track(int shard, int at,
+                                          std::function<void(grpc::Status)> done) const;
 
   // Runs `calls` with this transport's window and retry policy, each
   // attempt with `timeout`; wait_for_ready waits for servers still starting.
@@ -101,9 +122,15 @@ class ShardTransport {
   const ShardTransportOptions options_;
   // Null unless max_calls_in_flight_per_connection is -1.
   const std::unique_ptr<AdaptiveWindow> adaptive_;
-  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
-  // generic_[shard][connection].
-  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> generic_;
+  // stubs_[address][shard]; address 1 only with standbys.
+  std::vector<std::vector<std::unique_ptr<proto::ParameterServer::Stub>>> stubs_;
+  // generic_[address][shard][connection].
+  std::vector<std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>>>
+      generic_;
+  // Per shard: the address calls go to, and the last one that answered
+  // (null without standbys).
+  std::unique_ptr<std::atomic<int>[]> active_;
+  std::unique_ptr<std::atomic<int>[]> answered_;
 };
 
 }  // namespace downpour

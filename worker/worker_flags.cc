@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/sandblaster_flags.h"
 #include "common/cluster_spec_flags.h"
 #include "common/job_flags.h"
 #include "common/metrics_flags.h"
@@ -26,8 +27,8 @@ ABSL_FLAG(std::string, position_file, "",
           "Keep this worker's data position (steps taken) in this file, "
           "written after every push and removed when training ends; a new "
           "process of the same worker index, data and job shape resumes "
-          "from it instead of beginning its epochs again. launch "
-          "--max_restarts sets it to <log_dir>/ckpt/worker<k>.position.");
+          "from it instead of beginning its epochs again. launch sets it "
+          "to <log_dir>/ckpt/worker<k>.position.");
 ABSL_FLAG(int, debug_step_delay_ms, 0,
           "Testing only: sleep this long in every step, to play a straggler.");
 ABSL_FLAG(double, job_wait_timeout_s, 7200,
@@ -48,6 +49,7 @@ absl::Status ApplySpec(WorkerOptions* f) {
         f->spec->task_index, "; run ps_server, or deploy/node, for it"));
   }
   f->client.hosts = f->spec->ps;
+  f->client.standby_hosts = f->spec->ps_standby;
   f->client.worker_id = f->spec->task_index;
   f->num_workers = static_cast<int>(f->spec->workers.size());
   return absl::OkStatus();
@@ -68,6 +70,9 @@ absl::Status ReadConnection(WorkerOptions* f) {
         "--ps_hosts is required (or a cluster spec: --worker_hosts, "
         "TF_CONFIG, Slurm)");
   }
+  DP_ASSIGN_OR_RETURN(f->client.standby_hosts,
+                      ResolveStandbyHosts(in, f->spec,
+                                          static_cast<int>(f->client.hosts.size())));
   return absl::OkStatus();
 }
 
@@ -109,6 +114,7 @@ absl::Status ReadJob(WorkerOptions* f) {
   f->cpu_backend = b.cpu_backend;
   f->cuda_blocking_sync = b.cuda_blocking_sync;
   f->max_chunk_bytes = MaxChunkBytesFromFlags();
+  DP_ASSIGN_OR_RETURN(f->sandblaster, SandblasterOptionsFromFlags());
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "worker/data/data.h"
 #include "worker/model_files.h"
+#include "worker/sandblaster_job.h"
 #include "worker/trainer.h"
 #include "worker/data/dataset_info.h"
 
@@ -108,7 +109,16 @@ absl::Status NormalizeLikeTraining(const WorkerOptions& f, Dataset* d) {
   return absl::OkStatus();
 }
 
+DoneReport PrintDoneWith(int w, const TrainResult& r, int64_t bad_images,
+                         const std::function<void(DoneReport*)>& more);
+
 DoneReport PrintDone(int w, const TrainResult& r, int64_t bad_images) {
+  return PrintDoneWith(w, r, bad_images, nullptr);
+}
+
+// The DONE line, with `more`'s members (null: none).
+DoneReport PrintDoneWith(int w, const TrainResult& r, int64_t bad_images,
+                         const std::function<void(DoneReport*)>& more) {
   std::printf("worker %d: finished %lld steps (%lld examples) in %.1f s; "
               "time %s: %s\n", w, static_cast<long long>(r.steps),
               static_cast<long long>(r.examples), r.seconds,
@@ -126,6 +136,7 @@ DoneReport PrintDone(int w, const TrainResult& r, int64_t bad_images) {
   d.time_push = r.total.push;
   d.verdict = r.total.Verdict();
   d.bad_images = bad_images;
+  if (more) more(&d);
   std::printf("%s\n", FormatDoneLine(d).c_str());
   std::fflush(stdout);
   return d;
@@ -206,6 +217,67 @@ absl::StatusOr<TrainResult> RunIndependentReplicas(
   return all;
 }
 
+// --mode=sandblaster (worker/sandblaster_job.h): the whole training split,
+// the first replica, portions from the chief's coordinator.
+absl::Status TrainSandblaster(
+    const WorkerOptions& f, ReplicaSet& set,
+    std::vector<std::unique_ptr<ParameterClient>>& clients, DoneReport* done) {
+  const int w = f.client.worker_id;
+  int64_t bad = 0;
+  DP_ASSIGN_OR_RETURN(Dataset train,
+                      LoadSplit(f, true, set.models[0].get(), &bad));
+  DP_RETURN_IF_ERROR(NormalizeLikeTraining(f, &train));
+  SandblasterJobOptions o;
+  o.worker_id = w;
+  o.num_workers = f.num_workers;
+  o.sandblaster = f.sandblaster;
+  o.epochs = f.epochs;
+  o.seed = f.seed;
+  o.compute_batch = f.batch_size;
+  o.iterations_per_batch = f.sandblaster.iterations_per_batch;
+  o.ps_hosts = f.client.hosts;
+  o.security = f.client.security;
+  o.rpc_timeout = f.client.rpc_timeout;
+  if (f.spec.has_value()) o.coordinator_listen = f.spec->SelfAddress();
+  o.debug_step_delay = f.trainer.debug_step_delay;
+  o.stop_requested = f.trainer.stop_requested;
+  o.log = [w](const std::string& m) {
+    std::printf("worker %d: %s\n", w, m.c_str());
+    std::fflush(stdout);
+  };
+  std::printf("worker %d: sandblaster over %lld training examples, backend "
+              "%s\n", w, static_cast<long long>(train.size),
+              set.models[0]->backend()->Name().c_str());
+  DP_ASSIGN_OR_RETURN(
+      const SandblasterJobResult r,
+      RunSandblaster(o, set.models[0].get(), clients[0].get(), train));
+  TrainResult tr;
+  tr.steps = r.batches;
+  tr.examples = r.examples;
+  tr.pushes = r.portions;
+  tr.final_loss = static_cast<float>(r.final_loss);
+  tr.seconds = r.seconds;
+  std::printf("worker %d: %lld portions used, %lld backup portions lost the "
+              "race\n", w, static_cast<long long>(r.portions),
+              static_cast<long long>(r.backup_portions));
+  if (r.iterations >= 0) {
+    std::printf("worker %d: sandblaster: %lld iterations, %lld evaluations "
+                "(%lld in line searches), loss %.6f\n", w,
+                static_cast<long long>(r.iterations),
+                static_cast<long long>(r.evaluations),
+                static_cast<long long>(r.line_search_evaluations),
+                r.final_loss);
+  }
+  DoneReport d = PrintDoneWith(w, tr, bad, [&r](DoneReport* d) {
+    d->portions = r.portions;
+    d->backup_portions = r.backup_portions;
+    d->iterations = r.iterations;
+    d->line_search_evaluations = r.line_search_evaluations;
+  });
+  *done = d;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTrainingData(
@@ -230,6 +302,9 @@ absl::Status Train(const WorkerOptions& f, ReplicaSet& set,
                    std::unique_ptr<ExampleSource> train,
                    std::vector<std::unique_ptr<ParameterClient>>& clients,
                    DoneReport* done) {
+  if (f.trainer.mode == TrainMode::kSandblaster) {
+    return TrainSandblaster(f, set, clients, done);
+  }
   const int w = f.client.worker_id;
   const int R = static_cast<int>(set.models.size());
   DP_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Batcher>> batchers,
@@ -333,7 +408,8 @@ absl::Status EndSpecJob(const WorkerOptions& f, const absl::Status& trained,
                         ParameterClient* client) {
   DP_ASSIGN_OR_RETURN(std::unique_ptr<JobEndClient> job,
                       JobEndClient::Create(f.client.hosts, f.client.security,
-                                           f.client.rpc_timeout));
+                                           f.client.rpc_timeout,
+                                           f.client.standby_hosts));
   const int w = f.client.worker_id;
   if (w != 0) {
     const absl::Status reported =

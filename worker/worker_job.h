@@ -7,7 +7,8 @@
 //  * Train: loads this worker's shard of the training data, runs the
 //    Downpour loop on the replicas (summed into one push, or each its own
 //    worker with --local_aggregation=none) and prints the PROGRESS and DONE
-//    lines;
+//    lines; in --mode=sandblaster it runs worker/sandblaster_job.h on the
+//    first replica instead (DONE then has portions and backup_portions);
 //  * Eval (--task=eval): pulls the servers' parameters, prints the test
 //    accuracy and the servers' stats, and writes --save_params;
 //  * EndSpecJob (a job from a cluster spec, worker/job_end.h): a worker
@@ -40,6 +41,7 @@
 #include "common/enum_names.h"
 #include "common/host_allocator.h"
 #include "common/report.h"
+#include "common/sandblaster_flags.h"
 #include "worker/data/augment.h"
 #include "worker/data/example_source.h"
 #include "worker/data/input_options.h"
@@ -94,6 +96,8 @@ struct WorkerOptions {
   int64_t max_train_examples = 0, max_test_examples = 0, max_chunk_bytes = 0;
   InputOptions input;  // Normalization, resizing, bad images.
   TrainerOptions trainer;
+  // --mode=sandblaster (worker/sandblaster_job.h).
+  SandblasterOptions sandblaster;
   // Set when the job comes from a cluster spec.
   std::optional<ClusterSpec> spec;
   std::string summary_json;

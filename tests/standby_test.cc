@@ -1,0 +1,246 @@
+// Standby shards through real processes: a shard's primary ps_server and its
+// standby (--task_type=ps_standby), and in-process gRPC clients pushing
+// known integer gradients with plain SGD at lr 1, so the final parameters
+// are an exact sum: any push lost or applied twice shows.
+//  * The primary is SIGKILLed mid-run: the standby takes over, every
+//    acknowledged push is in the final values exactly once, and the shard's
+//    pushes_applied counts them. The killed process, started again, rejoins
+//    as the standby (catching up from the new primary) and takes over in
+//    turn when the new primary is killed. The time from the kill to the
+//    first push acknowledged after it is printed ("failover: N ms").
+//  * The standby is SIGKILLed mid-run: the primary carries on alone and says
+//    so.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "tests/standby_cluster.h"
+#include "tests/test_cluster.h"
+#include "worker/grpc_ps_client.h"
+
+namespace downpour {
+namespace {
+
+constexpr int kClients = 3;
+constexpr int kPushes = 120;
+
+// The grpc.health.v1 status of the server at `address`.
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::string& address) {
+  auto ch = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Status s = grpc::health::v1::Health::NewStub(ch)->Check(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp.status();
+}
+
+const std::vector<std::string>& ServerFlags() {
+  static const auto* flags = new std::vector<std::string>{
+      "--mode=async", "--optimizer=sgd", "--lr_schedule=none", "--lr=1",
+      "--standby_lease_ms=1000"};
+  return *flags;
+}
+
+ModelLayout Layout() {
+  ModelLayout layout;
+  layout.tensors = {{"w", {64, 65}}, {"b", {7}}};
+  layout.num_shards = 1;
+  layout.max_chunk_bytes = 4 << 10;
+  return layout;
+}
+
+// Clients 0..kClients-1 push kPushes each, paced, on their own threads;
+// acked counts the acknowledged pushes and last_ack the time of the latest.
+class Pushers {
+ public:
+  explicit Pushers(const StandbyJob& job) {
+    const ModelLayout layout = Layout();
+    n_ = layout.NumElements();
+    for (int c = 0; c < kClients; ++c) {
+      GrpcClientOptions co;
+      co.hosts = job.ps;
+      co.standby_hosts = job.standby;
+      co.worker_id = c;
+      co.rpc_timeout = absl::Seconds(10);
+      co.reconnect_timeout = absl::Seconds(30);
+      auto client = NewGrpcParameterClient(co);
+      EXPECT_TRUE(client.ok()) << client.status();
+      if (!client.ok()) return;
+      EXPECT_TRUE((*client)->Declare(layout, std::vector<float>(n_, 0.0f)).ok());
+      clients_.push_back(std::move(*client));
+    }
+  }
+
+  void Start() {
+    errors_.resize(clients_.size());
+    for (size_t c = 0; c < clients_.size(); ++c) {
+      threads_.emplace_back([this, c] { Run(static_cast<int>(c)); });
+    }
+  }
+
+  void Join() {
+    for (auto& t : threads_) t.join();
+    for (const absl::Status& e : errors_) EXPECT_TRUE(e.ok()) << e;
+  }
+
+  int acked() const { return acked_.load(); }
+  // The first push acknowledged at or after `t`.
+  absl::Time FirstAckAfter(absl::Time t) {
+    absl::MutexLock l(&mu_);
+    absl::Time best = absl::InfiniteFuture();
+    for (absl::Time a : acks_) {
+      if (a >= t && a < best) best = a;
+    }
+    return best;
+  }
+
+  // The final values are the exact sum of every push, once.
+  void CheckExact() {
+    std::vector<float> params(n_);
+    std::vector<int64_t> versions;
+    ASSERT_TRUE(clients_[0]->Pull(absl::MakeSpan(params), &versions).ok());
+    const double tri = kPushes * (kPushes + 1) / 2.0;
+    for (int64_t i = 0; i < n_; ++i) {
+      double expected = 0;
+      for (int c = 0; c < kClients; ++c) {
+        expected += (i % 5 == c) ? (c + 1.0) * tri : kPushes;
+      }
+      ASSERT_EQ(params[i], static_cast<float>(expected)) << "element " << i;
+    }
+    for (int64_t v : versions) EXPECT_EQ(v, kClients * kPushes);
+    auto stats = clients_[1]->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ((*stats)[0].pushes_applied, kClients * kPushes);
+  }
+
+ private:
+  void Run(int c) {
+    std::vector<int64_t> versions;
+    std::vector<float> params(n_), grad(n_);
+    for (int p = 1; p <= kPushes && errors_[c].ok(); ++p) {
+      errors_[c] = clients_[c]->Pull(absl::MakeSpan(params), &versions);
+      if (!errors_[c].ok()) break;
+      // Integers: float32 sums stay exact.
+      for (int64_t i = 0; i < n_; ++i) {
+        grad[i] = (i % 5 == c) ? -(c + 1.0f) * p : -1.0f;
+      }
+      errors_[c] = clients_[c]->Push(p, grad, versions);
+      if (errors_[c].ok()) {
+        ++acked_;
+        absl::MutexLock l(&mu_);
+        acks_.push_back(absl::Now());
+      }
+      absl::SleepFor(absl::Milliseconds(8));
+    }
+  }
+
+  int64_t n_ = 0;
+  std::vector<std::unique_ptr<ParameterClient>> clients_;
+  std::vector<std::thread> threads_;
+  std::vector<absl::Status> errors_;
+  std::atomic<int> acked_{0};
+  absl::Mutex mu_;
+  std::vector<absl::Time> acks_ ABSL_GUARDED_BY(mu_);
+};
+
+void WaitForAcked(const Pushers& p, int n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (p.acked() < n && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(p.acked(), n);
+}
+
+TEST(StandbyTest, PrimaryKilledStandbyTakesOverAndTheOldOneRejoins) {
+  const StandbyJob job = StandbyJob::Make(1, kClients);
+  auto primary = StartSpecServer(job, "ps", 0, ServerFlags());
+  ASSERT_TRUE(primary);
+  auto standby = StartSpecServer(job, "ps_standby", 0, ServerFlags());
+  ASSERT_TRUE(standby);
+  std::vector<std::string> standby_log;
+  ASSERT_TRUE(WaitForText(standby.get(), "caught up", absl::Seconds(20),
+                          &standby_log))
+      << absl::StrJoin(standby_log, "\n");
+  Pushers pushers(job);
+  ASSERT_FALSE(testing::Test::HasFailure());
+  // Declared: the primary serves, the standby (refusing workers) does not.
+  EXPECT_EQ(Health(job.ps[0]), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(job.standby[0]),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  pushers.Start();
+
+  // Kill the primary a third of the way in.
+  WaitForAcked(pushers, kClients * kPushes / 3);
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(primary->Signal(SIGKILL).ok());
+  primary->WaitFor(absl::Seconds(5), nullptr);
+  EXPECT_TRUE(WaitForText(standby.get(), "promoted to primary (epoch 2)",
+                          absl::Seconds(10), &standby_log))
+      << absl::StrJoin(standby_log, "\n");
+  const int at_kill = pushers.acked();
+  WaitForAcked(pushers, at_kill + kClients);
+  const absl::Duration failover = pushers.FirstAckAfter(killed) - killed;
+  std::printf("failover: %lld ms (kill to the first push acknowledged)\n",
+              static_cast<long long>(absl::ToInt64Milliseconds(failover)));
+  EXPECT_LT(failover, absl::Seconds(5));
+  EXPECT_EQ(Health(job.standby[0]),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // The killed process, started again, rejoins as the standby.
+  auto again = StartSpecServer(job, "ps", 0, ServerFlags());
+  ASSERT_TRUE(again);
+  std::vector<std::string> again_log;
+  EXPECT_TRUE(WaitForText(again.get(), "caught up", absl::Seconds(20),
+                          &again_log))
+      << absl::StrJoin(again_log, "\n");
+
+  // Two thirds in, the new primary is killed: the rejoined one takes over.
+  WaitForAcked(pushers, 2 * kClients * kPushes / 3);
+  ASSERT_TRUE(standby->Signal(SIGKILL).ok());
+  standby->WaitFor(absl::Seconds(5), nullptr);
+  EXPECT_TRUE(WaitForText(again.get(), "promoted to primary (epoch 3)",
+                          absl::Seconds(10), &again_log))
+      << absl::StrJoin(again_log, "\n");
+  pushers.Join();
+  pushers.CheckExact();
+}
+
+TEST(StandbyTest, StandbyKilledPrimaryCarriesOnAlone) {
+  const StandbyJob job = StandbyJob::Make(1, kClients);
+  auto primary = StartSpecServer(job, "ps", 0, ServerFlags());
+  ASSERT_TRUE(primary);
+  auto standby = StartSpecServer(job, "ps_standby", 0, ServerFlags());
+  ASSERT_TRUE(standby);
+  std::vector<std::string> primary_log;
+  ASSERT_TRUE(WaitForText(primary.get(), "joined (epoch 1", absl::Seconds(20),
+                          &primary_log))
+      << absl::StrJoin(primary_log, "\n");
+  Pushers pushers(job);
+  ASSERT_FALSE(testing::Test::HasFailure());
+  pushers.Start();
+  WaitForAcked(pushers, kClients * kPushes / 2);
+  ASSERT_TRUE(standby->Signal(SIGKILL).ok());
+  standby->WaitFor(absl::Seconds(5), nullptr);
+  EXPECT_TRUE(WaitForText(primary.get(), "running without a standby",
+                          absl::Seconds(10), &primary_log))
+      << absl::StrJoin(primary_log, "\n");
+  pushers.Join();
+  pushers.CheckExact();
+}
+
+}  // namespace
+}  // namespace downpour
