@@ -48,13 +48,17 @@ struct VectorOp {
     kGather = 4,   // a = alpha * (sum of the accumulations of `workers`
                    // for evaluation `eval`); the accumulations are dropped.
     kPublish = 5,  // The parameters x become what the shard serves.
-    kLoad = 6,     // x = what the shard serves (the declared values).
+    kLoad = 6,     // x = what the shard serves (the declared values);
+                   // the shard keeps `history` (s, y) slots from now on.
+    kOpen = 7,     // Evaluation `eval` (>= 1) is the one Accumulate takes;
+                   // every accumulation of another one is dropped.
   };
   Kind kind = Kind::kDot;
   VecRef a, b;
-  double alpha = 0;
+  double alpha = 0;  // Finite.
   int64_t eval = 0;
-  std::vector<int32_t> workers;
+  std::vector<int32_t> workers;  // Distinct.
+  int32_t history = 0;           // kLoad: in [1, kMaxHistorySlots].
 
   static VectorOp Dot(VecRef a, VecRef b) { return {Kind::kDot, a, b}; }
   static VectorOp Axpy(VecRef a, double alpha, VecRef b) {
@@ -69,7 +73,18 @@ struct VectorOp {
     return {Kind::kGather, a, {}, alpha, eval, std::move(workers)};
   }
   static VectorOp Publish() { return {Kind::kPublish}; }
-  static VectorOp Load() { return {Kind::kLoad}; }
+  static VectorOp Load(int32_t history = kMaxHistorySlots) {
+    VectorOp op;
+    op.kind = Kind::kLoad;
+    op.history = history;
+    return op;
+  }
+  static VectorOp Open(int64_t eval) {
+    VectorOp op;
+    op.kind = Kind::kOpen;
+    op.eval = eval;
+    return op;
+  }
 };
 
 inline VecRef S(int32_t slot) { return {VecKind::kS, slot}; }

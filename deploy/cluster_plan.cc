@@ -45,12 +45,35 @@ std::vector<std::string> ClusterPlan::JobArgs() const {
   return args;
 }
 
+std::string ClusterPlan::Addresses(const std::vector<int>& ports) const {
+  std::vector<std::string> addresses;
+  for (int port : ports) addresses.push_back(ServerAddress(port));
+  return absl::StrJoin(addresses, ",");
+}
+
+std::vector<std::string> ClusterPlan::SpecArgs(int shard, bool standby) const {
+  if (!spec_ports_) return {};
+  return {absl::StrCat("--ps_hosts=", Addresses(spec_ports_->ps)),
+          absl::StrCat("--ps_standby_hosts=", Addresses(spec_ports_->standby)),
+          absl::StrCat("--worker_hosts=", Addresses(spec_ports_->workers)),
+          absl::StrCat("--task_type=", standby ? "ps_standby" : "ps"),
+          absl::StrCat("--task_index=", shard)};
+}
+
+std::vector<std::string> ClusterPlan::StandbyHostsArgs() const {
+  if (!spec_ports_) return {};
+  return {absl::StrCat("--ps_standby_hosts=", Addresses(spec_ports_->standby))};
+}
+
 std::vector<std::string> ClusterPlan::ServerArgv(
-    int shard, const std::string& port_file) const {
+    int shard, const std::string& port_file, bool standby) const {
   const LaunchOptions& o = options_;
+  // With a spec the server listens on its own entry; --port says the same.
+  int port = 0;
+  if (spec_ports_) port = (standby ? spec_ports_->standby : spec_ports_->ps)[shard];
   std::vector<std::string> argv = {
       o.ps_server_bin,
-      "--port=0",
+      absl::StrCat("--port=", port),
       absl::StrCat("--port_file=", port_file),
       absl::StrCat("--shard_index=", shard),
       absl::StrCat("--num_shards=", o.servers),
@@ -76,15 +99,20 @@ std::vector<std::string> ClusterPlan::ServerArgv(
     argv.push_back(absl::StrCat("--tls_key=", cert, ".key"));
     argv.push_back("--require_task_certificates");
   }
-  if (o.metrics_base_port >= 0) {
-    argv.push_back(absl::StrCat("--metrics_port=", o.metrics_base_port + shard));
+  if (o.metrics_base_port >= 0) {  // Standbys after the workers.
+    argv.push_back(absl::StrCat(
+        "--metrics_port=", o.metrics_base_port + shard +
+                               (standby ? o.servers + o.workers : 0)));
   }
-  {  // A restarted or resumed shard restores.
-    argv.push_back(absl::StrCat("--checkpoint_dir=", log_dir_, "/ckpt/shard",
+  {  // A restarted or resumed shard restores; a standby snapshots apart.
+    argv.push_back(absl::StrCat("--checkpoint_dir=", log_dir_,
+                                standby ? "/ckpt/standby" : "/ckpt/shard",
                                 shard));
     argv.push_back(absl::StrCat("--checkpoint_every_s=",
                                 absl::ToDoubleSeconds(o.checkpoint_every)));
   }
+  const std::vector<std::string> spec = SpecArgs(shard, standby);
+  argv.insert(argv.end(), spec.begin(), spec.end());
   argv.insert(argv.end(), o.forwarded_server_args.begin(),
               o.forwarded_server_args.end());
   argv.insert(argv.end(), o.server_args.begin(), o.server_args.end());
@@ -95,12 +123,25 @@ std::vector<TaskSpec> ClusterPlan::Servers() const {
   std::vector<TaskSpec> servers;
   for (int k = 0; k < options_.servers; ++k) {
     TaskSpec t = Task(TaskRole::kServer, k, absl::StrCat("ps ", k));
-    t.port = 0;
+    t.port = spec_ports_ ? spec_ports_->ps[k] : 0;
     t.port_file = absl::StrCat(log_dir_, "/ps_", k, ".port");
     t.argv = ServerArgv(k, t.port_file);
     servers.push_back(std::move(t));
   }
   return servers;
+}
+
+std::vector<TaskSpec> ClusterPlan::Standbys() const {
+  std::vector<TaskSpec> standbys;
+  if (!spec_ports_) return standbys;
+  for (int k = 0; k < options_.servers; ++k) {
+    TaskSpec t = Task(TaskRole::kServer, k, absl::StrCat("standby ", k));
+    t.port = spec_ports_->standby[k];
+    t.port_file = absl::StrCat(log_dir_, "/standby_", k, ".port");
+    t.argv = ServerArgv(k, t.port_file, /*standby=*/true);
+    standbys.push_back(std::move(t));
+  }
+  return standbys;
 }
 
 std::string ClusterPlan::ServerAddress(int port) const {
@@ -137,6 +178,8 @@ std::vector<std::string> ClusterPlan::WorkerArgv(
     argv.push_back(absl::StrCat("--dataset=", DatasetName(o.dataset)));
   }
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
+  const std::vector<std::string> standby_hosts = StandbyHostsArgs();
+  argv.insert(argv.end(), standby_hosts.begin(), standby_hosts.end());
   if (!o.task_cert_dir.empty()) {
     const std::string cert = absl::StrCat(o.task_cert_dir, "/worker-", index);
     argv.push_back(absl::StrCat("--tls_cert=", cert, ".pem"));
@@ -190,6 +233,8 @@ std::vector<std::string> ClusterPlan::EvalArgv(
   if (!save_params.empty()) {
     argv.push_back(absl::StrCat("--save_params=", save_params));
   }
+  const std::vector<std::string> standby_hosts = StandbyHostsArgs();
+  argv.insert(argv.end(), standby_hosts.begin(), standby_hosts.end());
   argv.insert(argv.end(), o.security_args.begin(), o.security_args.end());
   argv.insert(argv.end(), o.forwarded_worker_args.begin(),
               o.forwarded_worker_args.end());

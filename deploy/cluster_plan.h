@@ -14,12 +14,18 @@
 //
 // Servers listen on port 0 (any free port) and write the port they got to
 // their port_file; the workers and evaluations are planned once those ports
-// are known. Thread-compatible: const methods may run concurrently.
+// are known. With standbys (LaunchOptions::standby) every address is fixed
+// before anything starts: SetSpecPorts gives the loopback ports, the
+// servers and standbys take a cluster spec naming them all, and the workers
+// and evaluations --ps_standby_hosts.
+// Thread-compatible: const methods may run concurrently.
 #ifndef DOWNPOUR_DEPLOY_CLUSTER_PLAN_H_
 #define DOWNPOUR_DEPLOY_CLUSTER_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deploy/launch_options.h"
@@ -45,6 +51,13 @@ struct TaskSpec {
   std::vector<std::string> argv;  // argv[0] is the binary.
 };
 
+// The fixed ports of a job with standbys: shard k's primary and standby,
+// and one entry per worker (the spec names every task; workers listen on
+// none of them).
+struct SpecPorts {
+  std::vector<int> ps, standby, workers;
+};
+
 class ClusterPlan {
  public:
   // `options` is copied. `log_dir` holds the logs and port files; every task
@@ -54,6 +67,12 @@ class ClusterPlan {
 
   // ps_server shards 0..servers-1.
   std::vector<TaskSpec> Servers() const;
+  // Fixes every task's port (options.standby); call before the tasks are
+  // planned. Precondition: one port per shard, standby and worker.
+  void SetSpecPorts(SpecPorts ports) { spec_ports_ = std::move(ports); }
+  // The standby of each shard, named "standby <k>" (role kServer, index k);
+  // empty without SetSpecPorts.
+  std::vector<TaskSpec> Standbys() const;
   // "host:port" of a server listening on `port`.
   std::string ServerAddress(int port) const;
   // Training workers 0..workers-1 against `server_addresses` (shard order).
@@ -79,7 +98,14 @@ class ClusterPlan {
   // the same values in their own argv.
   std::vector<std::string> JobArgs() const;
   TaskSpec Task(TaskRole role, int index, std::string name) const;
-  std::vector<std::string> ServerArgv(int shard, const std::string& port_file) const;
+  std::vector<std::string> ServerArgv(int shard, const std::string& port_file,
+                                      bool standby = false) const;
+  // --ps_hosts, --ps_standby_hosts, --worker_hosts, --task_type and
+  // --task_index of a server task; empty without SetSpecPorts.
+  std::vector<std::string> SpecArgs(int shard, bool standby) const;
+  // --ps_standby_hosts for a worker or evaluation; empty without standbys.
+  std::vector<std::string> StandbyHostsArgs() const;
+  std::string Addresses(const std::vector<int>& ports) const;
   std::vector<std::string> WorkerArgv(int index,
                                       const std::string& ps_hosts) const;
   // `max_test_examples` 0 means the whole test set; `save_params` "" saves
@@ -91,6 +117,7 @@ class ClusterPlan {
   const LaunchOptions options_;
   const std::string log_dir_;
   const std::string host_;
+  std::optional<SpecPorts> spec_ports_;
 };
 
 }  // namespace downpour

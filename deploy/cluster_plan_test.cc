@@ -233,5 +233,56 @@ TEST(ClusterPlanTest, EachTaskPresentsItsOwnCertificate) {
   EXPECT_THAT(eval, testing::Not(testing::HasSubstr("worker-")));
 }
 
+TEST(ClusterPlanTest, StandbysAndEveryTaskShareOneSpecOfFixedPorts) {
+  LaunchOptions o = Options();
+  o.standby = true;
+  o.metrics_base_port = 9000;
+  ClusterPlan plan(o, "/logs");
+  EXPECT_TRUE(plan.Standbys().empty());  // No ports yet.
+  plan.SetSpecPorts({{7000, 7001}, {7100, 7101}, {7200, 7201}});
+  const std::string spec =
+      "--ps_hosts=127.0.0.1:7000,127.0.0.1:7001 "
+      "--ps_standby_hosts=127.0.0.1:7100,127.0.0.1:7101 "
+      "--worker_hosts=127.0.0.1:7200,127.0.0.1:7201";
+  const TaskSpec primary = plan.Servers()[1];
+  EXPECT_EQ(primary.port, 7001);
+  EXPECT_THAT(Args(primary), ::testing::StartsWith("/bin/ps_server --port=7001 "));
+  EXPECT_THAT(Args(primary), ::testing::HasSubstr(
+                                 spec + " --task_type=ps --task_index=1"));
+  EXPECT_THAT(Args(primary), ::testing::HasSubstr("--metrics_port=9001 "));
+  const std::vector<TaskSpec> standbys = plan.Standbys();
+  ASSERT_EQ(standbys.size(), 2u);
+  const TaskSpec& s = standbys[1];
+  EXPECT_EQ(s.role, TaskRole::kServer);
+  EXPECT_EQ(s.index, 1);
+  EXPECT_EQ(s.name, "standby 1");
+  EXPECT_EQ(s.port, 7101);
+  EXPECT_EQ(s.port_file, "/logs/standby_1.port");
+  EXPECT_EQ(s.log_path, "/logs/standby_1.log");
+  EXPECT_THAT(Args(s), ::testing::StartsWith(
+                           "/bin/ps_server --port=7101 "
+                           "--port_file=/logs/standby_1.port --shard_index=1 "));
+  EXPECT_THAT(Args(s), ::testing::HasSubstr(
+                           spec + " --task_type=ps_standby --task_index=1"));
+  // After the servers' and workers' metrics ports; its own snapshots.
+  EXPECT_THAT(Args(s), ::testing::HasSubstr("--metrics_port=9005 "));
+  EXPECT_THAT(Args(s),
+              ::testing::HasSubstr("--checkpoint_dir=/logs/ckpt/standby1 "));
+  const std::vector<std::string> ps = {"127.0.0.1:7000", "127.0.0.1:7001"};
+  const std::string standby_hosts =
+      "--ps_standby_hosts=127.0.0.1:7100,127.0.0.1:7101";
+  EXPECT_THAT(Args(plan.Workers(ps)[0]), ::testing::HasSubstr(standby_hosts));
+  EXPECT_THAT(Args(plan.FinalEval(ps)), ::testing::HasSubstr(standby_hosts));
+  EXPECT_THAT(Args(plan.CurveEval(ps)), ::testing::HasSubstr(standby_hosts));
+  EXPECT_THAT(Args(plan.SaveEval(ps, "/x")),
+              ::testing::HasSubstr(standby_hosts));
+  // Without standbys nothing of this appears.
+  const ClusterPlan plain(Options(), "/logs");
+  EXPECT_THAT(Args(plain.Workers(ps)[0]),
+              ::testing::Not(::testing::HasSubstr("standby")));
+  EXPECT_THAT(Args(plain.Servers()[0]),
+              ::testing::Not(::testing::HasSubstr("--task_type")));
+}
+
 }  // namespace
 }  // namespace downpour

@@ -68,6 +68,12 @@ ABSL_FLAG(int, max_restarts, 0,
           "child; 0: a death ends the job. Servers snapshot to "
           "<log_dir>/ckpt/shard<k> every --checkpoint_every_s and when "
           "stopped.");
+ABSL_FLAG(bool, standby, false,
+          "Start a standby ps_server beside each shard (docs/operations.md, "
+          "Standby shards): it applies every change before the primary "
+          "acknowledges it and takes over when the primary dies. Servers "
+          "then listen on loopback ports chosen up front. Not with "
+          "--mode=sandblaster.");
 ABSL_FLAG(bool, resume, false,
           "Continue the job whose snapshots and data positions are in "
           "--log_dir (after Ctrl-C or a crash), with the same job flags. "
@@ -213,6 +219,7 @@ bool ReadFlags(downpour::LaunchOptions* o) {
   o->startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   o->max_restarts = absl::GetFlag(FLAGS_max_restarts);
   o->resume = absl::GetFlag(FLAGS_resume);
+  o->standby = absl::GetFlag(FLAGS_standby);
   return true;
 }
 

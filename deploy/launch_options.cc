@@ -177,16 +177,22 @@ absl::Status ValidateRun(const LaunchOptions& o) {
     return absl::InvalidArgumentError(
         "--max_restarts must be >= 0 and --checkpoint_every_s > 0");
   }
+  if (o.standby && o.mode == TrainMode::kSandblaster) {
+    return absl::InvalidArgumentError(
+        "--standby replicates async, sync and ssp jobs; --mode=sandblaster "
+        "runs without standbys");
+  }
   if (o.startup_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--startup_timeout_s must be > 0");
   }
-  // One metrics port per server and worker.
+  // One metrics port per server, worker and standby.
+  const int metrics_ports = o.servers * (o.standby ? 2 : 1) + o.workers;
   if (o.metrics_base_port != -1 &&
       (o.metrics_base_port < 1 ||
-       o.metrics_base_port + o.servers + o.workers - 1 > 65535)) {
+       o.metrics_base_port + metrics_ports - 1 > 65535)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics_base_port must be -1 (off) or leave room for ",
-        o.servers + o.workers, " ports below 65536, got ", o.metrics_base_port));
+        metrics_ports, " ports below 65536, got ", o.metrics_base_port));
   }
   for (const auto& [flag, path] :
        {std::pair<const char*, const std::string&>{"ps_server_bin",

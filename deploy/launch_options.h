@@ -146,6 +146,11 @@ struct LaunchOptions {
   // snapshots to <log_dir>/ckpt/shard<k> every checkpoint_every and when
   // stopped; every worker keeps its position in <log_dir>/ckpt.
   int max_restarts = 0;                                 // --max_restarts.
+  // One standby ps_server per shard (server/replication.h) beside its
+  // primary: every task gets fixed loopback ports up front, the servers a
+  // cluster spec naming the standbys, the workers and evaluations
+  // --ps_standby_hosts. Not with --mode=sandblaster.
+  bool standby = false;  // --standby.
   absl::Duration checkpoint_every = absl::Seconds(2);  // --checkpoint_every_s.
   // Continue the job whose snapshots are in log_dir (deploy/resume_check.h);
   // without it a log_dir holding snapshots is refused.

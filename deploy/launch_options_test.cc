@@ -142,6 +142,17 @@ TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   bad.ps_worker_bin = "/nonexistent/ps_worker";
   EXPECT_THAT(std::string(ValidateLaunchOptions(bad).message()),
               HasSubstr("--ps_worker_bin"));
+  bad = o;
+  bad.standby = true;
+  EXPECT_TRUE(ValidateLaunchOptions(bad).ok());
+  bad.mode = TrainMode::kSandblaster;
+  st = ValidateLaunchOptions(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("--standby"));
+  bad = o;  // Standbys' metrics ports come after the workers'.
+  bad.standby = true;
+  bad.metrics_base_port = 65535 - o.servers - o.workers;
+  EXPECT_FALSE(ValidateLaunchOptions(bad).ok());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -17,6 +18,7 @@
 #include "common/exit_codes.h"
 #include "common/status_macros.h"
 #include "deploy/cluster_plan.h"
+#include "deploy/free_ports.h"
 #include "deploy/resume_check.h"
 #include "deploy/supervisor.h"
 
@@ -101,6 +103,11 @@ class ClusterRun {
   std::map<const Child*, ChildReport> reports_;
   std::vector<TaskSpec> server_specs_;
   std::vector<Child*> servers_;
+  // With --standby: each shard's standby (also role kServer; started once
+  // every primary listens) and whether its port file was seen.
+  std::vector<TaskSpec> standby_specs_;
+  std::vector<Child*> standbys_;
+  std::vector<bool> standby_ready_;
   std::vector<Child*> workers_;
   Child* eval_ = nullptr;
   Child* curve_eval_ = nullptr;  // The running curve evaluation, if any.
@@ -139,7 +146,17 @@ bool ClusterRun::ReadPorts() {
     }
     if (ports_[k] != 0) ++ready;
   }
-  return ready == options_.servers;
+  for (size_t k = 0; k < standbys_.size(); ++k) {
+    if (standby_ready_[k]) continue;
+    if (std::optional<int> port = ReadPortFile(standby_specs_[k].port_file)) {
+      standby_ready_[k] = true;
+      sup_->Print(absl::StrCat("launch: standby ", k, " listening on ",
+                               plan_->ServerAddress(*port)));
+    }
+  }
+  return ready == options_.servers &&
+         std::find(standby_ready_.begin(), standby_ready_.end(), false) ==
+             standby_ready_.end();
 }
 
 absl::Status ClusterRun::StartServersAndWaitForPorts() {
@@ -150,10 +167,23 @@ absl::Status ClusterRun::StartServersAndWaitForPorts() {
     DP_ASSIGN_OR_RETURN(Child * c, Start(spec));
     servers_.push_back(c);
   }
+  standby_specs_ = plan_->Standbys();
   ports_.assign(options_.servers, 0);
   const absl::Time deadline = start_ + options_.startup_timeout;
   while (true) {
-    if (ReadPorts()) break;
+    if (ReadPorts() && standbys_.size() == standby_specs_.size()) break;
+    if (standbys_.empty() && !standby_specs_.empty() &&
+        std::find(ports_.begin(), ports_.end(), 0) == ports_.end()) {
+      // The standbys once every primary listens: each joins its primary
+      // and then listens (a standby that finds no primary only waits).
+      for (const TaskSpec& spec : standby_specs_) {
+        unlink(spec.port_file.c_str());
+        DP_ASSIGN_OR_RETURN(Child * c, Start(spec));
+        standbys_.push_back(c);
+      }
+      standby_ready_.assign(standbys_.size(), false);
+      continue;
+    }
     for (Child* c : sup_->ReapExited()) {
       return sup_->Fail(*c, absl::StrCat(c->proc->exit_status().ToString(),
                                          ", during startup"));
@@ -165,6 +195,14 @@ absl::Status ClusterRun::StartServersAndWaitForPorts() {
         return sup_->Fail(
             *servers_[k],
             absl::StrCat("no port file ", server_specs_[k].port_file,
+                         " after ",
+                         absl::FormatDuration(options_.startup_timeout)));
+      }
+      for (size_t k = 0; k < standbys_.size(); ++k) {
+        if (standby_ready_[k]) continue;
+        return sup_->Fail(
+            *standbys_[k],
+            absl::StrCat("no port file ", standby_specs_[k].port_file,
                          " after ",
                          absl::FormatDuration(options_.startup_timeout)));
       }
@@ -190,14 +228,16 @@ absl::Status ClusterRun::RestartOrFail(Child* c, absl::string_view phase) {
                                        c->restarts, " times (--max_restarts=",
                                        options_.max_restarts, ")"));
   }
-  if (c->role() == TaskRole::kServer) {  // Same port, so workers find it.
+  // Same port, so workers find it (a task of a spec has its port fixed, and
+  // a shard's process with a standby rejoins as the standby).
+  if (c->role() == TaskRole::kServer && c->spec.port == 0) {
     for (std::string& arg : c->spec.argv) {
       if (absl::StartsWith(arg, "--port=")) {
         arg = absl::StrCat("--port=", ports_[c->spec.index]);
       }
     }
-    unlink(c->spec.port_file.c_str());
   }
+  if (c->role() == TaskRole::kServer) unlink(c->spec.port_file.c_str());
   sup_->Print(absl::StrCat("launch: restarting ", c->name(), " (", why,
                            "; restart ", c->restarts + 1, " of ",
                            options_.max_restarts, ")"));
@@ -444,6 +484,16 @@ RunRecord ClusterRun::Record() const {
 absl::StatusOr<Summary> ClusterRun::Run() {
   DP_ASSIGN_OR_RETURN(log_dir_, PrepareLogDir(options_.log_dir));
   plan_ = std::make_unique<ClusterPlan>(options_, log_dir_);
+  if (options_.standby) {  // A spec names every task before any starts.
+    const int s = options_.servers;
+    DP_ASSIGN_OR_RETURN(std::vector<int> ports,
+                        FreeLoopbackPorts(2 * s + options_.workers));
+    SpecPorts spec;
+    spec.ps.assign(ports.begin(), ports.begin() + s);
+    spec.standby.assign(ports.begin() + s, ports.begin() + 2 * s);
+    spec.workers.assign(ports.begin() + 2 * s, ports.end());
+    plan_->SetSpecPorts(std::move(spec));
+  }
   SupervisorOptions so;
   so.log_dir = log_dir_;
   so.stop_grace = options_.stop_grace;

@@ -23,6 +23,13 @@
 //                    which is removed when the run succeeded and wrote
 //                    nothing there in place of an output.
 //   launch: server <k> listening on <host>:<port>  (host: kDefaultHost)
+//   launch: standby <k> listening on <host>:<port>
+//                    with options.standby, once shard k's standby joined
+//                    its primary (the standbys start once every primary
+//                    listens); every task's port is then fixed before any
+//                    starts (free loopback ports), and a server
+//                    restarted by max_restarts rejoins as its shard's
+//                    standby.
 //   <child output>   every line of every child, prefixed with "<name>: "
 //                    unless it already starts with that; names are "ps <k>",
 //                    "worker <i>", "curve eval" (the evaluations during

@@ -12,16 +12,23 @@
 //    the standby and applied there before it is applied here and
 //    acknowledged (ReplicateAndApply). A forward or heartbeat that fails:
 //    when the standby's address refuses connections (no process listens:
-//    it is dead, so it never promoted), the primary goes on alone ("runs
-//    without a standby") and takes the standby back when it rejoins; when
-//    the standby cannot be reached at all (a partition), the primary fences
-//    itself: it refuses workers until it reaches the standby again at its
-//    own epoch, or learns that it was deposed (then `on_deposed` runs: the
-//    process exits 3 and restarts as the standby).
+//    it is dead, so it never promoted), or the standby answers that it
+//    holds no state and is not joining (ABORTED), the primary goes on alone
+//    ("runs without a standby") and takes the standby back when it rejoins;
+//    on any other failure (a partition, a timeout, a standby still taking
+//    the join's state) the primary fences itself: it refuses workers until
+//    it reaches the standby again at its own epoch, or learns that it was
+//    deposed (then `on_deposed` runs: the process exits 3 and restarts as
+//    the standby). A change whose forward failed that way may or may not
+//    have been applied there: the primary applies it too (without
+//    acknowledging it) and forwards it again before it serves again.
 //  * standby: refuses workers (UNAVAILABLE, so they try the other address),
 //    applies forwards of its primary's epoch, refuses lower epochs. It
 //    promotes itself (epoch + 1) when its primary's address refuses
-//    connections, or when it heard nothing for a whole lease.
+//    connections, or when it heard nothing for a whole lease after at least
+//    one forward or heartbeat since it joined (a standby that hears nothing
+//    within a lease of its join drops the state and joins again). While it
+//    takes a join's state it answers UNAVAILABLE (the primary fences).
 // A primary never acknowledges a change its standby has not applied, fences
 // itself after a third of a lease without contact, and a standby promotes
 // only after a whole lease (or when its primary is gone): two processes
@@ -35,8 +42,11 @@
 #ifndef DOWNPOUR_SERVER_REPLICATION_H_
 #define DOWNPOUR_SERVER_REPLICATION_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -101,6 +111,8 @@ struct ReplicaShard {
   // change held back).
   std::function<absl::StatusOr<JoinState>()> export_state;
   // Standby: takes a primary's state (before any forward is applied).
+  // (The state travels in one message: a shard whose snapshot is over
+  // kMaxJoinBytes cannot take a standby.)
   std::function<absl::Status(const JoinState&)> import_state;
 };
 
@@ -128,6 +140,11 @@ struct ReplicaOptions {
 
 class ShardReplica {
  public:
+  // The largest join snapshot (it travels in one gRPC message, whose limit
+  // is 64 MiB: rpc/grpc_config.h).
+  static constexpr size_t kMaxJoinBytes = (64u << 20) - (1u << 20);
+  static constexpr double kForwardBytesPerSecond = 32.0 * (1 << 20);
+
   // Starts the replica's timer thread (heartbeats, leases, joining).
   static absl::StatusOr<std::unique_ptr<ShardReplica>> Create(
       ReplicaOptions options, std::unique_ptr<ReplicaPeer> peer,
@@ -150,9 +167,16 @@ class ShardReplica {
 
   // The replication service's calls.
   PeerState Hello() const ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<JoinState> OnJoin() ABSL_LOCKS_EXCLUDED(mu_, change_mu_);
+  // RESOURCE_EXHAUSTED (and no standby taken) when the snapshot is over
+  // `max_snapshot_bytes`.
+  absl::StatusOr<JoinState> OnJoin(
+      size_t max_snapshot_bytes = std::numeric_limits<size_t>::max())
+      ABSL_LOCKS_EXCLUDED(mu_, change_mu_);
+  // `abandoned` (may be null): true once the caller gave up on the call
+  // (cancelled, past its deadline); the change is then not applied.
   absl::Status OnForward(uint64_t epoch, ForwardKind kind,
-                         const std::string& request)
+                         const std::string& request,
+                         const std::function<bool()>& abandoned = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_, apply_mu_);
   absl::Status OnHeartbeat(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -170,13 +194,24 @@ class ShardReplica {
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
   // A standby's join of its primary.
   void TryJoin() ABSL_LOCKS_EXCLUDED(mu_, apply_mu_);
-  // A primary's reaction to a failed forward or heartbeat.
-  void OnPeerFailure(const absl::Status& failure, uint64_t epoch)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // A fenced primary's retry: changes of uncertain fate forwarded again,
+  // then a heartbeat.
+  void TickFenced(uint64_t epoch, uint64_t gen) ABSL_LOCKS_EXCLUDED(mu_);
+  // A primary's reaction to a failed forward or heartbeat sent at `epoch`
+  // to the standby of join `gen`.
+  void OnPeerFailure(const absl::Status& failure, uint64_t epoch,
+                     uint64_t gen) ABSL_LOCKS_EXCLUDED(mu_);
+  void RunAlone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A standby's check of a forward or heartbeat from `epoch`.
+  absl::Status CheckCall(uint64_t epoch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Promote(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(const std::string& line) const;
   absl::Duration Heartbeat() const { return options_.lease / 10; }
   absl::Duration RpcTimeout() const { return options_.lease / 4; }
+  // A forward's deadline: RpcTimeout() plus the time to move its bytes at
+  // kForwardBytesPerSecond.
+  absl::Duration ForwardTimeout(size_t bytes) const;
 
   const ReplicaOptions options_;
   const std::unique_ptr<ReplicaPeer> peer_;
@@ -187,8 +222,27 @@ class ShardReplica {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_);
   uint64_t incarnation_ ABSL_GUARDED_BY(mu_);
   bool attached_ ABSL_GUARDED_BY(mu_) = false;     // Standby: joined.
+  // Standby: a join is under way (state not taken yet).
+  bool joining_ ABSL_GUARDED_BY(mu_) = false;
+  // Standby: a forward or heartbeat came since the join.
+  bool confirmed_ ABSL_GUARDED_BY(mu_) = false;
   bool has_standby_ ABSL_GUARDED_BY(mu_) = false;  // Primary.
   bool deposed_ ABSL_GUARDED_BY(mu_) = false;
+  // Primary: raised by each join, so that the answer to a call sent to an
+  // earlier standby does not drop the one that joined since.
+  uint64_t standby_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  // Primary: changes whose forward failed with the outcome unknown (applied
+  // here, not acknowledged), forwarded again before serving again.
+  struct Uncertain {
+    ForwardKind kind;
+    std::string request;
+  };
+  std::map<uint64_t, Uncertain> uncertain_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_uncertain_ ABSL_GUARDED_BY(mu_) = 0;
+  // Standby (timer thread only): no join before next_join_; the wait
+  // doubles with each failed join.
+  absl::Time next_join_ = absl::InfinitePast();
+  absl::Duration join_backoff_ = absl::ZeroDuration();
   // Primary: the last forward or heartbeat the standby answered; standby:
   // the last one received.
   absl::Time last_contact_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -24,6 +25,9 @@
 
 namespace downpour {
 namespace {
+
+static_assert(ShardReplica::kMaxJoinBytes < static_cast<size_t>(kMaxMessageBytes),
+              "a join's snapshot travels in one message");
 
 proto::ReplicaRole RoleToProto(ReplicaRole r) {
   switch (r) {
@@ -92,7 +96,7 @@ class ReplicationService final : public proto::Replication::CallbackService {
     if (absl::Status s = Admit(*ctx, req->shard_index(), &r); !s.ok()) {
       return Finish(ctx, s);
     }
-    absl::StatusOr<JoinState> st = r->OnJoin();
+    absl::StatusOr<JoinState> st = r->OnJoin(ShardReplica::kMaxJoinBytes);
     if (st.ok()) {
       resp->set_epoch(st->epoch);
       resp->set_server_incarnation(st->server_incarnation);
@@ -113,7 +117,11 @@ class ReplicationService final : public proto::Replication::CallbackService {
     }
     absl::StatusOr<ForwardKind> kind = KindFromProto(req->kind());
     if (!kind.ok()) return Finish(ctx, kind.status());
-    absl::Status s = r->OnForward(req->epoch(), *kind, req->request());
+    absl::Status s =
+        r->OnForward(req->epoch(), *kind, req->request(), [ctx] {
+          return ctx->IsCancelled() ||
+                 std::chrono::system_clock::now() >= ctx->deadline();
+        });
     resp->set_epoch(r->epoch());
     return Finish(ctx, s);
   }

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/sandblaster.grpc.pb.h"
+#include "rpc/peer_identity.h"
 #include "rpc/rpc_convert.h"
 #include "server/lbfgs_shard.h"
 
@@ -23,14 +24,17 @@ class SandblasterShardService final
     : public proto::SandblasterShard::CallbackService {
  public:
   SandblasterShardService(std::function<ParameterStore*()> store,
-                          const TokenAuthenticator* auth)
-      : store_(std::move(store)), auth_(auth) {}
+                          const TokenAuthenticator* auth,
+                          SandblasterShardServiceOptions options)
+      : store_(std::move(store)), auth_(auth), options_(options) {}
 
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context,
                                 const proto::VectorProgram* request,
                                 proto::VectorResult* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor)) return reactor;
+    if (Refused(*context, reactor) || NotChief(*context, reactor)) {
+      return reactor;
+    }
     std::vector<VectorOp> program;
     for (const proto::VectorOp& p : request->ops()) {
       VectorOp op;
@@ -40,6 +44,7 @@ class SandblasterShardService final
       op.alpha = p.alpha();
       op.eval = p.eval();
       op.workers.assign(p.workers().begin(), p.workers().end());
+      op.history = p.history();
       program.push_back(std::move(op));
     }
     absl::StatusOr<LbfgsShard*> shard = Shard();
@@ -59,8 +64,12 @@ class SandblasterShardService final
       proto::AccumulateResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     if (Refused(*context, reactor)) return reactor;
-    absl::StatusOr<LbfgsShard*> shard = Shard();
-    absl::Status s = shard.status();
+    absl::Status s = CheckActsForWorker(PeerIdentityOf(*context),
+                                        request->worker_id(),
+                                        options_.require_task_certificates);
+    absl::StatusOr<LbfgsShard*> shard =
+        s.ok() ? Shard() : absl::StatusOr<LbfgsShard*>(s);
+    s = shard.status();
     if (s.ok()) {
       s = (*shard)->Accumulate(
           request->eval(), request->worker_id(),
@@ -76,7 +85,9 @@ class SandblasterShardService final
       const proto::CoordinatorAddress* request,
       proto::SetCoordinatorResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor)) return reactor;
+    if (Refused(*context, reactor) || NotChief(*context, reactor)) {
+      return reactor;
+    }
     if (request->address().size() > 1024) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                    "coordinator address too long"));
@@ -114,6 +125,16 @@ class SandblasterShardService final
     return true;
   }
 
+  // Run and SetCoordinator steer every worker: the chief's alone.
+  bool NotChief(const grpc::CallbackServerContext& context,
+                grpc::ServerUnaryReactor* reactor) const {
+    const absl::Status s = CheckActsForWorker(
+        PeerIdentityOf(context), 0, options_.require_task_certificates);
+    if (s.ok()) return false;
+    reactor->Finish(ToGrpcStatus(s));
+    return true;
+  }
+
   // The shard's L-BFGS side, made once the model is declared.
   absl::StatusOr<LbfgsShard*> Shard() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
@@ -124,7 +145,7 @@ class SandblasterShardService final
     if (!map.ok()) return map.status();
     const int64_t size = store->Stats().num_elements;
     shard_ = std::make_unique<LbfgsShard>(
-        size,
+        size, options_.num_workers,
         [store](absl::Span<float> out) {
           int64_t at = 0;
           absl::Status s = store->Pull({}, [&](const ChunkView& c) {
@@ -143,6 +164,7 @@ class SandblasterShardService final
 
   const std::function<ParameterStore*()> store_;
   const TokenAuthenticator* const auth_;  // Not owned; null: no token.
+  const SandblasterShardServiceOptions options_;
   absl::Mutex mu_;
   std::unique_ptr<LbfgsShard> shard_ ABSL_GUARDED_BY(mu_);
   std::string coordinator_ ABSL_GUARDED_BY(mu_);
@@ -151,8 +173,10 @@ class SandblasterShardService final
 }  // namespace
 
 std::unique_ptr<grpc::Service> NewSandblasterShardService(
-    std::function<ParameterStore*()> store, const TokenAuthenticator* auth) {
-  return std::make_unique<SandblasterShardService>(std::move(store), auth);
+    std::function<ParameterStore*()> store, const TokenAuthenticator* auth,
+    SandblasterShardServiceOptions options) {
+  return std::make_unique<SandblasterShardService>(std::move(store), auth,
+                                                   options);
 }
 
 }  // namespace downpour

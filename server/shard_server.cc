@@ -92,7 +92,9 @@ absl::Status ShardServer::Start() {
     }
     sandblaster_service_ = NewSandblasterShardService(
         [store = &serving_store_] { return store->load(); },
-        host_options.authenticator.get());
+        host_options.authenticator.get(),
+        {store_options.num_workers > 0 ? store_options.num_workers : 1,
+         host_options.security.require_task_certificates});
     host_options.extra_services.push_back(sandblaster_service_.get());
   }
   // Restore before serving; snapshots while serving.
@@ -202,6 +204,22 @@ absl::Status ShardServer::StartReplica() {
                    options_.replica_peer, ")"));
   // A standby takes its primary's state, never a snapshot of its own.
   if (role == ReplicaRole::kStandby) host_options.prepare_store = nullptr;
+  // A primary with no peer restores the newer of its own folder and its
+  // standby's: after a failover the promoted standby wrote the newest.
+  const std::string peer_dir =
+      PeerCheckpointDir(options_.snapshots.dir, shard);
+  if (role == ReplicaRole::kPrimary && host_options.prepare_store &&
+      !peer_dir.empty()) {
+    host_options.prepare_store =
+        [dir = options_.snapshots.dir, peer_dir, shard,
+         shards = host_options.store.num_shards, log,
+         start_empty = options_.snapshots.start_empty_if_unusable](
+            ParameterStore* store) {
+          return RestoreLatestSnapshot(
+              NewerCheckpointDir(dir, peer_dir, shard, shards, log), shard,
+              shards, store, log, start_empty);
+        };
+  }
   host_options.service.server_incarnation = ro.server_incarnation;
   DP_ASSIGN_OR_RETURN(
       replica_,

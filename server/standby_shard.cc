@@ -140,4 +140,46 @@ absl::StatusOr<ReplicaRole> DecideStartRole(
   }
 }
 
+std::string PeerCheckpointDir(const std::string& dir, int shard_index) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const size_t slash = d.rfind('/');
+  const std::string parent =
+      slash == std::string::npos ? "" : d.substr(0, slash + 1);
+  const std::string base =
+      slash == std::string::npos ? d : d.substr(slash + 1);
+  if (base == absl::StrCat("shard", shard_index)) {
+    return absl::StrCat(parent, "standby", shard_index);
+  }
+  if (base == absl::StrCat("standby", shard_index)) {
+    return absl::StrCat(parent, "shard", shard_index);
+  }
+  return "";
+}
+
+std::string NewerCheckpointDir(
+    const std::string& dir, const std::string& peer_dir, int shard_index,
+    int num_shards, const std::function<void(const std::string&)>& log) {
+  if (peer_dir.empty()) return dir;
+  absl::StatusOr<LoadedSnapshot> peer =
+      LoadLatestShardSnapshot(peer_dir, shard_index, num_shards);
+  if (!peer.ok()) return dir;
+  absl::StatusOr<LoadedSnapshot> own =
+      LoadLatestShardSnapshot(dir, shard_index, num_shards);
+  const bool peer_newer =
+      !own.ok() ||
+      peer->snapshot.step > own->snapshot.step ||
+      (peer->snapshot.step == own->snapshot.step &&
+       peer->snapshot.created_unix_ms > own->snapshot.created_unix_ms);
+  if (!peer_newer) return dir;
+  if (log) {
+    log(absl::StrCat("the other process's folder ", peer_dir,
+                     " holds the newer snapshot (step ", peer->snapshot.step,
+                     own.ok() ? absl::StrCat(" against ", own->snapshot.step)
+                              : std::string(),
+                     "): restoring from there"));
+  }
+  return peer_dir;
+}
+
 }  // namespace downpour

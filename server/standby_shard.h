@@ -45,6 +45,21 @@ absl::StatusOr<ReplicaRole> DecideStartRole(
     ReplicaPeer* peer, bool standby_task, absl::Duration give_up,
     const std::function<void(const std::string&)>& log);
 
+// The checkpoint folder of the shard's other process, by launch's naming
+// (deploy/cluster_plan.h): ".../shard<k>" and ".../standby<k>" are each
+// other's. Empty when `dir` is named otherwise.
+std::string PeerCheckpointDir(const std::string& dir, int shard_index);
+
+// Of `dir` and `peer_dir` (may be empty), the folder whose newest readable
+// snapshot of the shard is the newer (higher step, then written later):
+// a primary starting with no peer restores from there, since after a
+// failover the promoted standby's snapshots are the shard's newest. `dir`
+// when the peer's folder has none. `log` says when it is the peer's.
+std::string NewerCheckpointDir(const std::string& dir,
+                               const std::string& peer_dir, int shard_index,
+                               int num_shards,
+                               const std::function<void(const std::string&)>& log);
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_SERVER_STANDBY_SHARD_H_

@@ -76,11 +76,20 @@ class PortionWorker {
         continue;
       }
       if (order.action == WorkAction::kPush) {
-        DP_RETURN_IF_ERROR(shards_->Accumulate(order.eval, o_.worker_id,
-                                               accum_, client_->shard_map()));
+        const absl::Status pushed = shards_->Accumulate(
+            order.eval, o_.worker_id, accum_, client_->shard_map());
+        if (absl::IsAborted(pushed)) {
+          // A shard already took the next evaluation: this one went on
+          // without us (we were given up on), so the gradient is dropped,
+          // as with `discard`.
+          result_.portions -= pending_used_;
+          result_.backup_portions += pending_used_;
+        } else {
+          DP_RETURN_IF_ERROR(pushed);
+          req.pushed_eval = order.eval;
+        }
         std::fill(accum_.begin(), accum_.end(), 0.0f);
         pending_used_ = 0;
-        req.pushed_eval = order.eval;
         continue;
       }
       if (order.eval != accum_eval_) {
@@ -210,6 +219,8 @@ class PortionObjective final : public Objective {
           {start + at, static_cast<int32_t>(std::min<int64_t>(
                            o_.sandblaster.portion_examples, batch_ - at))});
     }
+    // The shards take pushes of this evaluation only from now on.
+    DP_RETURN_IF_ERROR(shards_->Run({VectorOp::Open(eval_ + 1)}).status());
     DP_ASSIGN_OR_RETURN(const EvalOutcome out,
                         table_->Evaluate(++eval_, std::move(portions)));
     if (out.examples <= 0) {

@@ -9,7 +9,9 @@
 // evaluation, computes the portion's summed loss and gradient in batches of
 // `compute_batch`, reports the loss, and adds the gradient to its
 // accumulation only when its result is the one used. Asked to push, it sends
-// the accumulation to the shards once (SandblasterShards::Accumulate).
+// the accumulation to the shards once (SandblasterShards::Accumulate); a
+// shard's ABORTED (that evaluation is over there: the job went on without
+// this worker) drops the accumulation, as a `discard` does.
 // Between batches it asks whether the evaluation is still open, so that a
 // backup copy another worker finished first is dropped at once.
 //

@@ -65,7 +65,9 @@ absl::StatusOr<double> LbfgsDriver::Direction() {
 
 absl::StatusOr<LbfgsResult> LbfgsDriver::Run() {
   LbfgsResult r;
-  DP_RETURN_IF_ERROR(ops_->Run({VectorOp::Load()}).status());
+  // The shards keep as many (s, y) slots as the history uses.
+  DP_RETURN_IF_ERROR(
+      ops_->Run({VectorOp::Load(std::max(1, options_.history))}).status());
   int64_t examples = 0;
   DP_ASSIGN_OR_RETURN(double f, objective_->Evaluate(0, kVecG, &examples));
   ++r.evaluations;

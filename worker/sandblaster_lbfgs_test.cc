@@ -19,7 +19,7 @@ class InProcessShards final : public ShardVectorOps {
   explicit InProcessShards(std::vector<int64_t> sizes) {
     for (const int64_t n : sizes) {
       shards_.push_back(std::make_unique<LbfgsShard>(
-          n,
+          n, /*num_workers=*/1,
           [this, i = shards_.size()](absl::Span<float> out) {
             for (size_t k = 0; k < out.size(); ++k) {
               out[k] = served_[Offset(i) + k];
@@ -52,6 +52,7 @@ class InProcessShards final : public ShardVectorOps {
     for (size_t i = 0; i < shards_.size(); ++i) {
       std::vector<float> part(values.begin() + Offset(i),
                               values.begin() + Offset(i) + shards_[i]->size());
+      ASSERT_TRUE(shards_[i]->Run({VectorOp::Open(eval_)}).ok());
       ASSERT_TRUE(shards_[i]->Accumulate(eval_, 0, part).ok());
       ASSERT_TRUE(shards_[i]->Run({VectorOp::Gather(v, 1.0, eval_, {0})}).ok());
     }

@@ -1,5 +1,6 @@
 #include "worker/sandblaster_portions.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +41,16 @@ WorkOrder PortionTable::Assign(int32_t worker, int32_t portion) {
   return o;
 }
 
-WorkOrder PortionTable::GetWork(const WorkReport& r) {
+absl::StatusOr<WorkOrder> PortionTable::GetWork(const WorkReport& r) {
+  if (r.worker < 0 || r.worker >= options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", r.worker, " is not in [0, ", options_.num_workers, ")"));
+  }
+  if (!std::isfinite(r.loss_sum)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", r.worker, " reported a loss that is not finite for "
+        "portion ", r.portion, " of evaluation ", r.eval));
+  }
   absl::MutexLock l(&mu_);
   WorkOrder o;
   o.eval = eval_;
@@ -77,13 +87,25 @@ WorkOrder PortionTable::GetWork(const WorkReport& r) {
     o.discard = true;
   } else {
     const bool current = open_ && r.eval == eval_;
-    if (current && r.portion >= 0 &&
-        r.portion < static_cast<int32_t>(slots_.size()) &&
-        slots_[r.portion].winner < 0 && w.benched_eval != eval_) {
+    const bool known = current && r.portion >= 0 &&
+                       r.portion < static_cast<int32_t>(slots_.size());
+    if (known && slots_[r.portion].winner == r.worker &&
+        w.won.count(r.portion) > 0) {
+      // A retry of a report that was taken (its reply was lost): the result
+      // is used, so say so again; the worker keeps what it was handed then
+      // if that is still wanted.
+      o.accepted = true;
+      if (w.holding >= 0 && w.holding_eval == eval_ &&
+          slots_[w.holding].winner < 0) {
+        WorkOrder again = Assign(r.worker, w.holding);
+        again.accepted = true;
+        return again;
+      }
+    } else if (known && slots_[r.portion].winner < 0 &&
+               w.benched_eval != eval_) {
       Slot& s = slots_[r.portion];
       s.winner = r.worker;
       s.loss_sum = r.loss_sum;
-      s.examples = r.examples;
       w.won.insert(r.portion);
       w.pushed = false;  // This result still has to be pushed.
       o.accepted = true;
@@ -202,7 +224,7 @@ absl::StatusOr<EvalOutcome> PortionTable::Evaluate(
   EvalOutcome out;
   for (const Slot& s : slots_) {
     out.loss_sum += s.loss_sum;
-    out.examples += s.examples;
+    out.examples += s.portion.num_examples;
   }
   for (const auto& [id, w] : workers_) {
     if (!w.given_up && !w.won.empty()) out.workers.push_back(id);

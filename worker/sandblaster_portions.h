@@ -65,7 +65,8 @@ struct WorkReport {
   // The portion just computed (-1: none) of evaluation `eval`.
   int64_t eval = 0;
   int32_t portion = -1;
-  double loss_sum = 0;
+  double loss_sum = 0;  // Finite.
+  // Informational: the coordinator counts the portion's own examples.
   int64_t examples = 0;
   // The worker's accumulated gradient of this evaluation is on every shard
   // (0: none).
@@ -121,8 +122,13 @@ class PortionTable {
  public:
   explicit PortionTable(PortionTableOptions options);
 
-  // Any worker's request; never blocks for long.
-  WorkOrder GetWork(const WorkReport& report) ABSL_LOCKS_EXCLUDED(mu_);
+  // Any worker's request; never blocks for long. InvalidArgument (nothing
+  // changed) for a worker outside [0, num_workers) or a loss that is not
+  // finite. A repeated report of a portion this worker (same incarnation)
+  // already won is answered `accepted` again (a retry whose first reply
+  // was lost), with the portion it was handed then if that is unfinished.
+  absl::StatusOr<WorkOrder> GetWork(const WorkReport& report)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Opens evaluation `eval` (larger than every earlier one) over `portions`
   // and blocks until every portion's result is in and every worker holding
@@ -144,7 +150,6 @@ class PortionTable {
     bool issued = false;
     int32_t winner = -1;
     double loss_sum = 0;
-    int64_t examples = 0;
   };
   struct WorkerState {
     // What the worker computes now (-1: nothing), of eval `holding_eval`.

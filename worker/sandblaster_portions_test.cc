@@ -1,5 +1,6 @@
 #include "worker/sandblaster_portions.h"
 
+#include <cmath>
 #include <set>
 #include <thread>
 #include <vector>
@@ -38,12 +39,26 @@ WorkReport Pushed(int worker, int64_t eval) {
   return r;
 }
 
-// Runs Evaluate on its own thread, as the coordinator's driver does.
+// The table's answer, which the test expects to be OK.
+WorkOrder Work(PortionTable& table, const WorkReport& r) {
+  absl::StatusOr<WorkOrder> o = table.GetWork(r);
+  EXPECT_TRUE(o.ok()) << o.status();
+  return o.ok() ? *o : WorkOrder();
+}
+
+// Runs Evaluate on its own thread, as the coordinator's driver does, and
+// returns once the evaluation is open (a poll says so).
 class Evaluation {
  public:
   Evaluation(PortionTable* table, int64_t eval, std::vector<Portion> p)
       : thread_([=] { result_ = table->Evaluate(eval, p); }) {
-    absl::SleepFor(absl::Milliseconds(50));  // Opened.
+    WorkReport poll;
+    poll.eval = eval;
+    poll.poll = true;
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (!Work(*table, poll).eval_open && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
   }
   absl::StatusOr<EvalOutcome> Join() {
     thread_.join();
@@ -59,32 +74,32 @@ TEST(PortionTableTest, FirstComeThenBackupsFirstResultWins) {
   PortionTable table(PortionTableOptions{2});
   Evaluation e(&table, 1, Portions(3, 10));
   // Portions go out in order, first come first served.
-  const WorkOrder a0 = table.GetWork(Ask(0));
-  const WorkOrder b0 = table.GetWork(Ask(1));
+  const WorkOrder a0 = Work(table, Ask(0));
+  const WorkOrder b0 = Work(table, Ask(1));
   ASSERT_EQ(a0.action, WorkAction::kCompute);
   EXPECT_EQ(a0.portion, 0);
   EXPECT_EQ(b0.portion, 1);
-  const WorkOrder a1 = table.GetWork(Result(0, a0, 1.0));
+  const WorkOrder a1 = Work(table, Result(0, a0, 1.0));
   EXPECT_TRUE(a1.accepted);
   EXPECT_EQ(a1.portion, 2);
   // Worker 0 is done with 2; worker 1 (slow) still holds 1: a backup of 1.
-  const WorkOrder a2 = table.GetWork(Result(0, a1, 3.0));
+  const WorkOrder a2 = Work(table, Result(0, a1, 3.0));
   EXPECT_TRUE(a2.accepted);
   ASSERT_EQ(a2.action, WorkAction::kCompute);
   EXPECT_EQ(a2.portion, 1);
   // The backup wins; the slow worker's result is not used.
-  const WorkOrder a3 = table.GetWork(Result(0, a2, 2.0));
+  const WorkOrder a3 = Work(table, Result(0, a2, 2.0));
   EXPECT_TRUE(a3.accepted);
   EXPECT_EQ(a3.action, WorkAction::kPush);
   WorkReport poll;
   poll.worker = 1;
   poll.eval = 1;
   poll.poll = true;
-  EXPECT_FALSE(table.GetWork(poll).eval_open);
-  const WorkOrder b1 = table.GetWork(Result(1, b0, 99.0));
+  EXPECT_FALSE(Work(table, poll).eval_open);
+  const WorkOrder b1 = Work(table, Result(1, b0, 99.0));
   EXPECT_FALSE(b1.accepted);
   EXPECT_EQ(b1.action, WorkAction::kWait);  // Nothing of its to push.
-  EXPECT_EQ(table.GetWork(Pushed(0, 1)).action, WorkAction::kWait);
+  EXPECT_EQ(Work(table, Pushed(0, 1)).action, WorkAction::kWait);
   absl::StatusOr<EvalOutcome> out = e.Join();
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_DOUBLE_EQ(out->loss_sum, 6.0);
@@ -92,7 +107,7 @@ TEST(PortionTableTest, FirstComeThenBackupsFirstResultWins) {
   EXPECT_EQ(out->workers, std::vector<int32_t>{0});
   EXPECT_EQ(out->backups_issued, 1);
   table.Finish("over");
-  EXPECT_EQ(table.GetWork(Ask(1)).action, WorkAction::kDone);
+  EXPECT_EQ(Work(table, Ask(1)).action, WorkAction::kDone);
   EXPECT_EQ(table.Evaluate(2, Portions(1, 1)).status().code(),
             absl::StatusCode::kCancelled);
 }
@@ -102,30 +117,30 @@ TEST(PortionTableTest, AWorkerThatNeverPushesIsGivenUpOn) {
   o.push_timeout = absl::Milliseconds(200);
   PortionTable table(o);
   Evaluation e(&table, 5, Portions(2, 4));
-  const WorkOrder a0 = table.GetWork(Ask(0));
-  const WorkOrder b0 = table.GetWork(Ask(1));
+  const WorkOrder a0 = Work(table, Ask(0));
+  const WorkOrder b0 = Work(table, Ask(1));
   // Worker 1 reports its result, then dies before pushing.
-  EXPECT_EQ(table.GetWork(Result(1, b0, 1.0)).action, WorkAction::kCompute);
-  const WorkOrder a1 = table.GetWork(Result(0, a0, 1.0));
+  EXPECT_EQ(Work(table, Result(1, b0, 1.0)).action, WorkAction::kCompute);
+  const WorkOrder a1 = Work(table, Result(0, a0, 1.0));
   EXPECT_EQ(a1.action, WorkAction::kPush);
-  EXPECT_EQ(table.GetWork(Pushed(0, 5)).action, WorkAction::kWait);
+  EXPECT_EQ(Work(table, Pushed(0, 5)).action, WorkAction::kWait);
   // After the timeout its portion is handed out again.
   WorkOrder again;
   for (int i = 0; i < 200 && again.action != WorkAction::kCompute; ++i) {
     absl::SleepFor(absl::Milliseconds(10));
-    again = table.GetWork(Ask(0));
+    again = Work(table, Ask(0));
   }
   ASSERT_EQ(again.action, WorkAction::kCompute);
   EXPECT_EQ(again.portion, b0.portion);
-  EXPECT_EQ(table.GetWork(Result(0, again, 2.0)).action, WorkAction::kPush);
-  EXPECT_EQ(table.GetWork(Pushed(0, 5)).action, WorkAction::kWait);
+  EXPECT_EQ(Work(table, Result(0, again, 2.0)).action, WorkAction::kPush);
+  EXPECT_EQ(Work(table, Pushed(0, 5)).action, WorkAction::kWait);
   absl::StatusOr<EvalOutcome> out = e.Join();
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->workers, std::vector<int32_t>{0});
   EXPECT_DOUBLE_EQ(out->loss_sum, 3.0);
   EXPECT_EQ(out->workers_given_up, 1);
   // The given-up worker, back, is told to drop what it holds.
-  EXPECT_TRUE(table.GetWork(Ask(1)).discard);
+  EXPECT_TRUE(Work(table, Ask(1)).discard);
 }
 
 TEST(PortionTableTest, PortionAccountingWithASlowWorker) {
@@ -141,7 +156,7 @@ TEST(PortionTableTest, PortionAccountingWithASlowWorker) {
     for (int w = 0; w < 3; ++w) {
       if (w == 2 && tick % 4 != 3) continue;  // The slow worker.
       const bool reported = next[w].portion >= 0;
-      const WorkOrder o = table.GetWork(next[w]);
+      const WorkOrder o = Work(table, next[w]);
       if (reported) (o.accepted ? used[w] : lost[w])++;
       next[w] = Ask(w);
       if (o.action == WorkAction::kCompute) {
@@ -173,35 +188,100 @@ TEST(PortionTableTest, ARestartedWorkersUnpushedResultsAreComputedAgain) {
   WorkReport first = Ask(0), second = Ask(1);
   first.incarnation = 11;
   second.incarnation = 21;
-  const WorkOrder a0 = table.GetWork(first);
-  const WorkOrder b0 = table.GetWork(second);
+  const WorkOrder a0 = Work(table, first);
+  const WorkOrder b0 = Work(table, second);
   WorkReport r = Result(1, b0, 1.0);
   r.incarnation = 21;
-  EXPECT_TRUE(table.GetWork(r).accepted);  // Worker 1 holds a used result...
+  EXPECT_TRUE(Work(table, r).accepted);  // Worker 1 holds a used result...
   // ... and its process dies; a new one asks: the result is handed out
   // again, and the new process sits this evaluation out.
   WorkReport reborn = Ask(1);
   reborn.incarnation = 22;
-  EXPECT_EQ(table.GetWork(reborn).action, WorkAction::kWait);
+  EXPECT_EQ(Work(table, reborn).action, WorkAction::kWait);
   WorkReport r0 = Result(0, a0, 1.0);
   r0.incarnation = 11;
-  WorkOrder next = table.GetWork(r0);
+  WorkOrder next = Work(table, r0);
   std::set<int32_t> done = {a0.portion};
   while (next.action == WorkAction::kCompute) {
     done.insert(next.portion);
     r0 = Result(0, next, 1.0);
     r0.incarnation = 11;
-    next = table.GetWork(r0);
+    next = Work(table, r0);
   }
   EXPECT_EQ(done.size(), 3u);  // Worker 0 computed all three, b0's again.
   ASSERT_EQ(next.action, WorkAction::kPush);
   WorkReport pushed = Pushed(0, 3);
   pushed.incarnation = 11;
-  table.GetWork(pushed);
+  Work(table, pushed);
   absl::StatusOr<EvalOutcome> out = e.Join();
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->workers, std::vector<int32_t>{0});
   EXPECT_DOUBLE_EQ(out->loss_sum, 3.0);
+}
+
+}  // namespace
+}  // namespace downpour
+
+namespace downpour {
+namespace {
+
+// A report whose reply was lost is sent again: the result stays used (the
+// worker keeps its gradient), it is counted once, and the portion handed
+// out with the lost reply is handed out again.
+TEST(PortionTableTest, ARetriedReportOfAnAcceptedPortionIsAcceptedAgain) {
+  PortionTable table(PortionTableOptions{2});
+  Evaluation e(&table, 1, Portions(3, 10));
+  const WorkOrder a0 = Work(table, Ask(0));
+  const WorkReport report = Result(0, a0, 1.0);
+  const WorkOrder lost = Work(table, report);  // Never reaches the worker.
+  ASSERT_TRUE(lost.accepted);
+  ASSERT_EQ(lost.action, WorkAction::kCompute);
+  const WorkOrder retried = Work(table, report);
+  EXPECT_TRUE(retried.accepted);
+  EXPECT_EQ(retried.action, WorkAction::kCompute);
+  EXPECT_EQ(retried.portion, lost.portion);
+  // Another worker's report of the same portion is a losing copy.
+  WorkReport copy = Result(1, a0, 5.0);
+  EXPECT_FALSE(Work(table, copy).accepted);
+  WorkOrder next = Work(table, Result(0, retried, 2.0));
+  while (next.action == WorkAction::kCompute) {
+    next = Work(table, Result(0, next, 3.0));
+  }
+  ASSERT_EQ(next.action, WorkAction::kPush);
+  Work(table, Pushed(0, 1));
+  absl::StatusOr<EvalOutcome> out = e.Join();
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->workers, std::vector<int32_t>{0});
+  EXPECT_DOUBLE_EQ(out->loss_sum, 6.0);
+  EXPECT_EQ(out->examples, 30);
+}
+
+// The coordinator counts what it can itself: a portion's examples are its
+// own whatever the report says; a worker outside the job or a loss that
+// is not finite is refused and changes nothing.
+TEST(PortionTableTest, BadReportsAreRefusedAndExamplesAreThePortions) {
+  PortionTable table(PortionTableOptions{2});
+  Evaluation e(&table, 1, Portions(1, 10));
+  const WorkOrder a0 = Work(table, Ask(0));
+  ASSERT_EQ(a0.action, WorkAction::kCompute);
+  EXPECT_EQ(table.GetWork(Ask(2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.GetWork(Ask(-1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (const double loss : {double{NAN}, double{INFINITY}}) {
+    EXPECT_EQ(table.GetWork(Result(0, a0, loss)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  WorkReport r = Result(0, a0, 4.0);
+  r.examples = -1000000;
+  const WorkOrder o = Work(table, r);
+  EXPECT_TRUE(o.accepted);
+  EXPECT_EQ(o.action, WorkAction::kPush);
+  Work(table, Pushed(0, 1));
+  absl::StatusOr<EvalOutcome> out = e.Join();
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->examples, 10);
+  EXPECT_DOUBLE_EQ(out->loss_sum, 4.0);
 }
 
 }  // namespace

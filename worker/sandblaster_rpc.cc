@@ -11,7 +11,9 @@
 #include "proto/sandblaster.grpc.pb.h"
 #include "rpc/auth_token.h"
 #include "rpc/grpc_config.h"
+#include "rpc/peer_identity.h"
 #include "rpc/rpc_convert.h"
+#include "rpc/server_auth.h"
 
 namespace downpour {
 
@@ -73,6 +75,7 @@ absl::StatusOr<std::vector<double>> SandblasterShards::Run(
     ToProto(op.a, p->mutable_a());
     ToProto(op.b, p->mutable_b());
     p->set_alpha(op.alpha);
+    p->set_history(op.history);
     p->set_eval(op.eval);
     for (const int32_t w : op.workers) p->add_workers(w);
   }
@@ -235,7 +238,12 @@ class RemoteSource final : public WorkSource {
       const bool transient = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
                              st.error_code() ==
                                  grpc::StatusCode::DEADLINE_EXCEEDED;
-      if (!transient || absl::Now() >= give_up) {
+      if (!transient) {  // Refused (who, or what was reported).
+        return FromGrpcStatus(
+            st, absl::StrCat("the chief's Sandblaster coordinator at ",
+                             address_));
+      }
+      if (absl::Now() >= give_up) {
         return absl::UnavailableError(absl::StrCat(
             "the chief's Sandblaster coordinator at ", address_,
             " is gone (the chief died or stopped): ", st.error_message()));
@@ -268,24 +276,19 @@ absl::StatusOr<std::unique_ptr<WorkSource>> RemoteWorkSource(
 class CoordinatorService final
     : public proto::SandblasterCoordinator::CallbackService {
  public:
-  CoordinatorService(PortionTable* table,
-                     std::unique_ptr<TokenAuthenticator> auth)
-      : table_(table), auth_(std::move(auth)) {}
+  CoordinatorService(PortionTable* table, bool require_task_certificates)
+      : table_(table), strict_(require_task_certificates) {}
 
+  // The token was checked from the headers (the server's credentials,
+  // rpc/server_auth.h); here, who the caller is.
   grpc::ServerUnaryReactor* GetWork(grpc::CallbackServerContext* context,
                                     const proto::WorkRequest* request,
                                     proto::WorkResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (auth_ != nullptr) {
-      const absl::Status s = auth_->Check(*context);
-      if (!s.ok()) {
-        reactor->Finish(ToGrpcStatus(s));
-        return reactor;
-      }
-    }
-    if (request->worker_id() < 0) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "worker_id < 0"));
+    const absl::Status who = CheckActsForWorker(
+        PeerIdentityOf(*context), request->worker_id(), strict_);
+    if (!who.ok()) {
+      reactor->Finish(ToGrpcStatus(who));
       return reactor;
     }
     WorkReport r;
@@ -297,7 +300,12 @@ class CoordinatorService final
     r.pushed_eval = request->pushed_eval();
     r.poll = request->poll();
     r.incarnation = request->incarnation();
-    const WorkOrder o = table_->GetWork(r);
+    const absl::StatusOr<WorkOrder> order = table_->GetWork(r);
+    if (!order.ok()) {
+      reactor->Finish(ToGrpcStatus(order.status()));
+      return reactor;
+    }
+    const WorkOrder& o = *order;
     response->set_action(static_cast<int32_t>(o.action));
     response->set_eval(o.eval);
     response->set_portion(o.portion);
@@ -313,19 +321,26 @@ class CoordinatorService final
 
  private:
   PortionTable* const table_;  // Not owned.
-  const std::unique_ptr<TokenAuthenticator> auth_;
+  const bool strict_;          // require_task_certificates
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     PortionTable* table, const std::string& listen,
     const TransportSecurityOptions& security) {
+  // The chief's cluster-spec address is not loopback: the same rule as
+  // every shard's listener.
+  DP_RETURN_IF_ERROR(CheckListenAddressIsSafe(listen, security));
   DP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                       BuildServerCredentials(security));
   DP_ASSIGN_OR_RETURN(std::unique_ptr<TokenAuthenticator> auth,
                       TokenAuthenticator::Create(security));
+  // The token is checked from a call's headers, before its body is read.
+  credentials = WithTokenCheck(
+      std::move(credentials), security,
+      std::shared_ptr<const TokenAuthenticator>(std::move(auth)));
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
-  server->service_ =
-      std::make_unique<CoordinatorService>(table, std::move(auth));
+  server->service_ = std::make_unique<CoordinatorService>(
+      table, security.require_task_certificates);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, credentials, &port);

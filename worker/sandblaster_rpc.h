@@ -8,7 +8,11 @@
 //    and registers / finds the chief's coordinator (kept by the shards, so
 //    a job started by launch, by hand, TF_CONFIG or Slurm finds it alike);
 //  * CoordinatorServer: the chief's coordinator, serving a PortionTable
-//    (worker/sandblaster_portions.h) on its own port;
+//    (worker/sandblaster_portions.h) on its own port, with the shards'
+//    rules: its address checked (CheckListenAddressIsSafe), the token
+//    checked from the headers (rpc/server_auth.h), and a request for
+//    worker k taken only from a caller that may act for it
+//    (rpc/peer_identity.h);
 //  * WorkSource: how a worker asks for work, in process (the chief) or
 //    over gRPC.
 //
@@ -77,8 +81,10 @@ class WorkSource {
 // The chief's own worker: calls the table directly. `table` not owned.
 std::unique_ptr<WorkSource> LocalWorkSource(PortionTable* table);
 
-// Another worker: the coordinator at `address`. A call that fails is
-// retried for `patience`; then Unavailable naming the coordinator.
+// Another worker: the coordinator at `address`. A call that fails for
+// want of the coordinator (unavailable, deadline) is retried for
+// `patience`, then Unavailable naming the coordinator; a refused one
+// (permission, a bad report) fails at once with its code.
 absl::StatusOr<std::unique_ptr<WorkSource>> RemoteWorkSource(
     const std::string& address, const TransportSecurityOptions& security,
     absl::Duration patience);

@@ -7,11 +7,21 @@
 # killed shard lost (seconds since its last snapshot, and that times the
 # shard's update rate, in shard steps = sum of its chunk versions), and the
 # final accuracy. Not a CI test (about 2.5 minutes).
+# STANDBY=1: `launch --standby`; the soak then SIGKILLs a random shard's
+# primary or standby process (whichever of `ps k` / `standby k` is named)
+# and no worker, and at the end compares, per shard, the pushes the workers
+# had acknowledged (their DONE lines) with the most pushes_applied of its
+# two processes' final stats: the difference is the acknowledged updates
+# lost (recovery: kill -> the killed process listening again as standby).
 #
 #   bazel build //deploy:launch && bash tests/bench/chaos_soak.sh
 #   SOAK_S=120 SEED=1 bash tests/bench/chaos_soak.sh
 #   EPOCHS=15 EXAMPLES=60000: the job (it must outlast SOAK_S)
+#   STANDBY=1 SOAK_S=120 bash tests/bench/chaos_soak.sh
 set -u
+STANDBY=${STANDBY:-0}
+STANDBY_ARGS=()
+[ "$STANDBY" = 1 ] && STANDBY_ARGS=(--standby)
 cd "$(dirname "$0")/../.."
 LAUNCH=${LAUNCH:-bazel-bin/deploy/launch}
 SOAK_S=${SOAK_S:-120}
@@ -27,7 +37,7 @@ RANDOM=$SEED
 "$LAUNCH" --servers=2 --workers=2 --mode=async --epochs="${EPOCHS:-15}" \
   --max_train_examples="${EXAMPLES:-60000}" --max_restarts=20 \
   --checkpoint_every_s="$EVERY_S" --log_dir="$LOG_DIR/logs" \
-  --worker_args="--log_every=10" 2>&1 |
+  --worker_args="--log_every=10" "${STANDBY_ARGS[@]}" 2>&1 |
   perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' > "$OUT" &
 PIPE_PID=$!
 sleep 1
@@ -44,9 +54,10 @@ while :; do
   awk -v t="$t" -v s="$start" -v d="$SOAK_S" 'BEGIN{exit !(t - s < d)}' || break
   grep -q "launch: training done" "$OUT" && break
   if (( RANDOM % 2 )); then kind=ps; else kind=worker; fi
+  [ "$STANDBY" = 1 ] && { kind=ps; (( RANDOM % 2 )) && kind=standby; }
   idx=$(( RANDOM % 2 ))
-  if [ $kind = ps ]; then
-    pid=$(pgrep -P "$LPID" -f "port_file=$LOG_DIR/logs/ps_$idx.port")
+  if [ $kind = ps ] || [ $kind = standby ]; then
+    pid=$(pgrep -P "$LPID" -f "port_file=$LOG_DIR/logs/${kind}_$idx.port")
   else
     pid=$(pgrep -P "$LPID" -f "worker_index=$idx --num_workers=2 --task=train")
   fi
@@ -64,17 +75,19 @@ echo
 echo "kill  at_s    what      recovery_s  lost_s  lost_shard_steps"
 for k in "${kills[@]}"; do
   read -r t kind idx <<<"$k"
-  awk -v t="$t" -v s="$start" -v kind="$kind" -v idx="$idx" -v every="$EVERY_S" '
+  awk -v t="$t" -v s="$start" -v kind="$kind" -v idx="$idx" -v every="$EVERY_S" -v standby="$STANDBY" '
     # Snapshot lines: "<time> ps k: ps_server: shard k: snapshot ... (step N,".
     kind == "ps" && $0 ~ ("ps " idx ": .*snapshot .* written \\(step ") {
       match($0, /step [0-9]+/); st = substr($0, RSTART + 5, RLENGTH - 5) + 0
       if ($1 < t) { pt = lt; ps_ = ls; lt = $1; ls = st }
     }
-    kind == "ps" && $1 > t && !rec && $0 ~ ("ps " idx ": .*listening on") { rec = $1 }
+    kind != "worker" && $1 > t && !rec && $0 ~ ("^[0-9.]* " kind " " idx ": .*listening on") { rec = $1 }
     kind == "worker" && $1 > t && !rec && $0 ~ ("worker " idx ": step ") { rec = $1 }
     END {
       lost_s = "-"; lost = "-"
-      if (kind == "ps" && lt != "") {
+      # With standbys a kill loses nothing acknowledged: see the
+      # per-shard count below.
+      if (kind == "ps" && lt != "" && standby != 1) {
         lost_s = sprintf("%.1f", t - lt)
         if (pt != "" && lt > pt) lost = sprintf("%.0f", (ls - ps_) / (lt - pt) * (t - lt))
       }
@@ -83,7 +96,24 @@ for k in "${kills[@]}"; do
     }' "$OUT"
 done
 echo
-grep -E "restarting|EVAL|test accuracy" "$OUT" | cut -d' ' -f2- | tail -n 12
+if [ "$STANDBY" = 1 ]; then
+  # Acknowledged pushes (every worker pushes to every shard) against what
+  # each shard's processes applied, from their final stats lines.
+  awk '
+    / DONE \{/ { match($0, /"pushes":[0-9]+/); acked += substr($0, RSTART + 9, RLENGTH - 9) }
+    / shard [0-9]+ stopped: \{/ {
+      match($0, /"shard":[0-9]+/); k = substr($0, RSTART + 8, RLENGTH - 8)
+      match($0, /"pushes_applied":[0-9]+/); a = substr($0, RSTART + 17, RLENGTH - 17) + 0
+      if (a > applied[k]) applied[k] = a
+    }
+    / failed over to / { failovers++ }
+    END {
+      for (k in applied)
+        printf "shard %d: acknowledged pushes %d, applied %d, lost %d\n", k, acked, applied[k], acked - applied[k]
+      printf "worker failover lines: %d\n", failovers
+    }' "$OUT"
+fi
+grep -E "restarting|EVAL|test accuracy|promoted" "$OUT" | cut -d' ' -f2- | tail -n 12
 grep "^[0-9.]* launch: " "$OUT" | tail -n 3 | cut -d' ' -f2-
 if [ "$rc" -ge 1 ]; then
   echo "chaos: job completed (${#kills[@]} kills)"
