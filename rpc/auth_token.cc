@@ -58,4 +58,15 @@ absl::Status TokenAuthenticator::CheckHeader(const std::string& authorization) c
   return absl::OkStatus();
 }
 
+bool RefuseUnauthenticated(const TokenAuthenticator* auth,
+                           const grpc::ServerContextBase& context,
+                           grpc::ServerUnaryReactor* reactor) {
+  if (auth == nullptr) return false;
+  const absl::Status s = auth->Check(context);
+  if (s.ok()) return false;
+  reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                               std::string(s.message())));
+  return true;
+}
+
 }  // namespace downpour

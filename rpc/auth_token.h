@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
 #include "rpc/credentials.h"
 
 namespace downpour {
@@ -54,6 +55,13 @@ class TokenAuthenticator {
   mutable std::atomic<int64_t> refused_wrong_{0};
   std::function<void(Refusal)> on_refusal_;
 };
+
+// For a callback-API unary handler, first thing: true, with `reactor`
+// finished UNAUTHENTICATED, when `auth` (null: no token) refuses the call.
+//   if (RefuseUnauthenticated(auth_, *context, reactor)) return reactor;
+bool RefuseUnauthenticated(const TokenAuthenticator* auth,
+                           const grpc::ServerContextBase& context,
+                           grpc::ServerUnaryReactor* reactor);
 
 }  // namespace downpour
 

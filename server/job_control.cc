@@ -24,7 +24,7 @@ class JobControlService final : public proto::JobControl::CallbackService {
       const proto::WorkerDoneRequest* request,
       proto::WorkerDoneResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor)) return reactor;
+    if (RefuseUnauthenticated(auth_, *context, reactor)) return reactor;
     if (absl::Status s = CheckActsForWorker(PeerIdentityOf(*context),
                                             request->worker_id(), strict_);
         !s.ok()) {
@@ -41,7 +41,7 @@ class JobControlService final : public proto::JobControl::CallbackService {
       const proto::JobStateRequest* /*request*/,
       proto::JobStateResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor)) return reactor;
+    if (RefuseUnauthenticated(auth_, *context, reactor)) return reactor;
     response->set_num_workers(state_->num_workers());
     for (const WorkerReport& r : state_->Reports()) {
       proto::WorkerState* w = response->add_done();
@@ -60,7 +60,7 @@ class JobControlService final : public proto::JobControl::CallbackService {
                                    const proto::EndJobRequest* request,
                                    proto::EndJobResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor)) return reactor;
+    if (RefuseUnauthenticated(auth_, *context, reactor)) return reactor;
     // Only the chief (worker 0) ends the job.
     const PeerIdentity peer = PeerIdentityOf(*context);
     absl::Status s = CheckActsForWorker(peer, 0, strict_);
@@ -75,20 +75,11 @@ class JobControlService final : public proto::JobControl::CallbackService {
   }
 
  private:
-  // Security: the job's bearer token, checked before anything is read (the
-  // same authenticator as the host's, so refusals are counted together).
-  bool Refused(const grpc::CallbackServerContext& context,
-               grpc::ServerUnaryReactor* reactor) const {
-    if (auth_ == nullptr) return false;
-    const absl::Status s = auth_->Check(context);
-    if (s.ok()) return false;
-    reactor->Finish(ToGrpcStatus(s));
-    return true;
-  }
-
   JobState* const state_;  // Not owned.
   const std::function<std::string()> aborted_;
-  const TokenAuthenticator* const auth_;  // Not owned; null: no token.
+  // The job's bearer token, checked before anything is read (the host's
+  // authenticator, so refusals are counted together). Not owned; null: none.
+  const TokenAuthenticator* const auth_;
   const bool strict_;  // require_task_certificates
 };
 

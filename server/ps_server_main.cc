@@ -53,6 +53,7 @@ downpour::ShardServerOptions ShardServerOptionsFrom(downpour::ServerFlags f,
 int ReportStartFailure(const absl::Status& status) {
   const bool unavailable = status.code() == absl::StatusCode::kUnavailable;
   std::fprintf(stderr, "ps_server: %s\n", std::string(status.message()).c_str());
+  if (status.code() == absl::StatusCode::kCancelled) return 0;  // A signal.
   return unavailable ? 1 : 2;
 }
 
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   downpour::ShardServerOptions options =
       ShardServerOptionsFrom(*std::move(flags), file_limit);
   options.standby_lease = *lease;
+  options.stop = &(*stop)->stopped();
   absl::StatusOr<std::unique_ptr<downpour::ShardServer>> server =
       downpour::ShardServer::Create(std::move(options));
   if (!server.ok()) return ReportStartFailure(server.status());

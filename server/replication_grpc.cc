@@ -194,8 +194,18 @@ class GrpcReplicaPeer final : public ReplicaPeer {
         shard_index_(shard_index) {}
 
   absl::StatusOr<PeerState> Hello(absl::Duration timeout) override {
+    // A peer not listening yet answers at once, as without waiting.
+    if (Refuses(timeout)) {
+      return absl::UnavailableError(
+          absl::StrCat(address_, " refuses connections"));
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    // Waits for a connection within the deadline: without it, a channel
+    // whose earlier attempts failed (the peer was not listening yet) fails
+    // the call at once, and nothing in a process with no server yet polls
+    // the channel's next attempt, so a TLS handshake never completes.
+    ctx.set_wait_for_ready(true);
     proto::HelloRequest req;
     req.set_shard_index(shard_index_);
     proto::HelloResponse resp;
@@ -211,6 +221,7 @@ class GrpcReplicaPeer final : public ReplicaPeer {
   absl::StatusOr<JoinState> Join(absl::Duration timeout) override {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    ctx.set_wait_for_ready(true);
     proto::JoinRequest req;
     req.set_shard_index(shard_index_);
     proto::JoinResponse resp;
@@ -316,7 +327,10 @@ absl::StatusOr<std::unique_ptr<ReplicaPeer>> NewGrpcReplicaPeer(
   grpc::ChannelArguments args;
   ConfigureChannelArguments(&args);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // gRPC takes this as the least time a connection attempt (TCP, TLS
+  // handshake, HTTP/2 settings) may take; 100 ms cut TLS handshakes short
+  // on a busy host.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> ch =
       CreateChannel(address, *client, args);

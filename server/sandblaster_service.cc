@@ -32,7 +32,7 @@ class SandblasterShardService final
                                 const proto::VectorProgram* request,
                                 proto::VectorResult* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor) || NotChief(*context, reactor)) {
+    if (RefuseUnauthenticated(auth_, *context, reactor) || NotChief(*context, reactor)) {
       return reactor;
     }
     std::vector<VectorOp> program;
@@ -63,7 +63,7 @@ class SandblasterShardService final
       const proto::AccumulateRequest* request,
       proto::AccumulateResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor)) return reactor;
+    if (RefuseUnauthenticated(auth_, *context, reactor)) return reactor;
     absl::Status s = CheckActsForWorker(PeerIdentityOf(*context),
                                         request->worker_id(),
                                         options_.require_task_certificates);
@@ -85,7 +85,7 @@ class SandblasterShardService final
       const proto::CoordinatorAddress* request,
       proto::SetCoordinatorResponse* /*response*/) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor) || NotChief(*context, reactor)) {
+    if (RefuseUnauthenticated(auth_, *context, reactor) || NotChief(*context, reactor)) {
       return reactor;
     }
     if (request->address().size() > 1024) {
@@ -106,7 +106,7 @@ class SandblasterShardService final
       const proto::GetCoordinatorRequest* /*request*/,
       proto::CoordinatorAddress* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (Refused(*context, reactor)) return reactor;
+    if (RefuseUnauthenticated(auth_, *context, reactor)) return reactor;
     {
       absl::MutexLock l(&mu_);
       response->set_address(coordinator_);
@@ -116,15 +116,6 @@ class SandblasterShardService final
   }
 
  private:
-  bool Refused(const grpc::CallbackServerContext& context,
-               grpc::ServerUnaryReactor* reactor) const {
-    if (auth_ == nullptr) return false;
-    const absl::Status s = auth_->Check(context);
-    if (s.ok()) return false;
-    reactor->Finish(ToGrpcStatus(s));
-    return true;
-  }
-
   // Run and SetCoordinator steer every worker: the chief's alone.
   bool NotChief(const grpc::CallbackServerContext& context,
                 grpc::ServerUnaryReactor* reactor) const {

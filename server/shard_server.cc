@@ -181,7 +181,8 @@ absl::Status ShardServer::StartReplica() {
       NewGrpcReplicaPeer(options_.replica_peer, host_options.security, shard));
   DP_ASSIGN_OR_RETURN(
       const ReplicaRole role,
-      DecideStartRole(peer.get(), options_.standby_task, absl::Minutes(10), log));
+      DecideStartRole(peer.get(), options_.standby_task, absl::Minutes(10), log,
+                      options_.stop));
   ReplicaOptions ro;
   ro.shard_index = shard;
   ro.start_role = role;

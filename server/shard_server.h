@@ -101,6 +101,9 @@ struct ShardServerOptions {
   // deposed primary ends Run with exit code 3 to restart as the standby.
   std::string replica_peer;
   bool standby_task = false;
+  // Notified when the process is asked to stop: the wait for a standby's
+  // peer at start ends then (Create fails with CANCELLED). May be null.
+  const absl::Notification* stop = nullptr;  // Not owned.
   absl::Duration standby_lease = absl::Seconds(1);
 };
 

@@ -102,7 +102,8 @@ ReplicaShard StoreReplicaShard(std::function<ParameterStore*()> store) {
 
 absl::StatusOr<ReplicaRole> DecideStartRole(
     ReplicaPeer* peer, bool standby_task, absl::Duration give_up,
-    const std::function<void(const std::string&)>& log) {
+    const std::function<void(const std::string&)>& log,
+    const absl::Notification* stop) {
   const absl::Time deadline = absl::Now() + give_up;
   std::string last_reason;
   auto wait = [&](const std::string& reason) {
@@ -136,7 +137,12 @@ absl::StatusOr<ReplicaRole> DecideStartRole(
       return absl::UnavailableError(absl::StrCat(
           "gave up after ", absl::FormatDuration(give_up), ": ", last_reason));
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    if (stop != nullptr &&
+        stop->WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      return absl::CancelledError(
+          absl::StrCat("stopped by a signal while ", last_reason));
+    }
+    if (stop == nullptr) absl::SleepFor(absl::Milliseconds(100));
   }
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/parameter_store.h"
 #include "server/replication.h"
@@ -39,11 +40,13 @@ ReplicaShard StoreReplicaShard(std::function<ParameterStore*()> store);
 //    at its address: primary for the shard's primary task, wait for the
 //    standby task;
 //  * the peer does not answer at all (a partition): wait.
-// UNAVAILABLE after `give_up` of waiting. `log` hears what it waits for
-// (once per reason).
+// UNAVAILABLE after `give_up` of waiting; CANCELLED within about 100 ms
+// once `stop` (may be null) is notified, naming what it waited for. `log`
+// hears what it waits for (once per reason).
 absl::StatusOr<ReplicaRole> DecideStartRole(
     ReplicaPeer* peer, bool standby_task, absl::Duration give_up,
-    const std::function<void(const std::string&)>& log);
+    const std::function<void(const std::string&)>& log,
+    const absl::Notification* stop = nullptr);
 
 // The checkpoint folder of the shard's other process, by launch's naming
 // (deploy/cluster_plan.h): ".../shard<k>" and ".../standby<k>" are each

@@ -15,48 +15,18 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/report.h"
 #include "common/test_files.h"
 #include "deploy/subprocess.h"
+#include "tests/proc_children.h"
 #include "gtest/gtest.h"
 
 namespace downpour {
 namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The pid of the running child of `parent` whose command line holds every
-// one of `needles` (arguments are NUL-separated in /proc), or 0.
-pid_t FindChild(pid_t parent, const std::vector<std::string>& needles) {
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
-    // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm has no ") ".
-    const std::string stat = ReadAll(absl::StrCat("/proc/", pid, "/stat"));
-    const size_t close = stat.rfind(") ");
-    if (close == std::string::npos) continue;
-    std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
-    int ppid = 0;
-    if (f.size() < 2 || !absl::SimpleAtoi(f[1], &ppid) || ppid != parent ||
-        f[0] == "Z") {
-      continue;
-    }
-    const std::string cmd = ReadAll(absl::StrCat("/proc/", pid, "/cmdline"));
-    bool all = true;
-    for (const std::string& n : needles) all &= absl::StrContains(cmd, n);
-    if (all) return pid;
-  }
-  return 0;
-}
 
 std::unique_ptr<Subprocess> StartLaunch(std::vector<std::string> flags) {
   SubprocessOptions o;

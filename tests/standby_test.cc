@@ -10,18 +10,24 @@
 //    first push acknowledged after it is printed ("failover: N ms").
 //  * The standby is SIGKILLed mid-run: the primary carries on alone and says
 //    so.
+//  * With TLS and per-task certificates (--require_task_certificates), a
+//    standby started before its primary joins it within seconds of the
+//    primary listening (its channel's failed attempts do not keep it out).
 #include <signal.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/test_files.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -240,6 +246,65 @@ TEST(StandbyTest, StandbyKilledPrimaryCarriesOnAlone) {
       << absl::StrJoin(primary_log, "\n");
   pushers.Join();
   pushers.CheckExact();
+}
+
+TEST(StandbyTest, TlsStandbyStartedBeforeItsPrimaryJoins) {
+  const std::string certs = TestTmpPath("certs");
+  const std::string cmd = absl::StrCat(
+      "bash deploy/make_certs.sh --ps=1 --workers=1 ", certs, " >/dev/null");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::vector<std::string> flags = ServerFlags();
+  for (const std::string& f :
+       {"--tls_cert=" + certs + "/ps-0.pem", "--tls_key=" + certs + "/ps-0.key",
+        "--tls_ca=" + certs + "/ca.pem", "--auth_token_file=" + certs + "/token",
+        std::string("--require_task_certificates")}) {
+    flags.push_back(f);
+  }
+  const StandbyJob job = StandbyJob::Make(1, 1);
+  // The standby first: it says it waits, its channel's attempts refused.
+  std::vector<std::string> argv = {"server/ps_server"};
+  for (const std::string& f : job.SpecFlags("ps_standby", 0)) argv.push_back(f);
+  for (const std::string& f : flags) argv.push_back(f);
+  auto standby = StartChild(argv);
+  ASSERT_TRUE(standby);
+  std::vector<std::string> standby_log;
+  ASSERT_TRUE(WaitForText(standby.get(), "waiting for a primary",
+                          absl::Seconds(10), &standby_log))
+      << absl::StrJoin(standby_log, "\n");
+  absl::SleepFor(absl::Seconds(1));
+  auto primary = StartSpecServer(job, "ps", 0, flags);
+  ASSERT_TRUE(primary);
+  std::vector<std::string> primary_log;
+  EXPECT_TRUE(WaitForText(primary.get(), "joined (epoch 1", absl::Seconds(5),
+                          &primary_log))
+      << absl::StrJoin(primary_log, "\n");
+  EXPECT_TRUE(WaitForText(standby.get(), "caught up", absl::Seconds(5),
+                          &standby_log))
+      << absl::StrJoin(standby_log, "\n");
+}
+
+// A standby whose primary never comes stops on SIGTERM at once, saying what
+// it was waiting for.
+TEST(StandbyTest, StandbyWaitingForItsPrimaryStopsOnSigterm) {
+  const StandbyJob job = StandbyJob::Make(1, 1);
+  std::vector<std::string> argv = {"server/ps_server"};
+  for (const std::string& f : job.SpecFlags("ps_standby", 0)) argv.push_back(f);
+  for (const std::string& f : ServerFlags()) argv.push_back(f);
+  auto standby = StartChild(argv);
+  ASSERT_TRUE(standby);
+  std::vector<std::string> log;
+  ASSERT_TRUE(WaitForText(standby.get(), "waiting for a primary",
+                          absl::Seconds(10), &log))
+      << absl::StrJoin(log, "\n");
+  ASSERT_TRUE(standby->Signal(SIGTERM).ok());
+  ASSERT_TRUE(standby->WaitFor(absl::Seconds(2), &log))
+      << "still waiting 2 s after SIGTERM:\n" << absl::StrJoin(log, "\n");
+  EXPECT_TRUE(standby->exit_status().success())
+      << standby->exit_status().ToString() << "\n" << absl::StrJoin(log, "\n");
+  EXPECT_NE(absl::StrJoin(log, "\n").find(
+                "stopped by a signal while waiting for a primary"),
+            std::string::npos)
+      << absl::StrJoin(log, "\n");
 }
 
 }  // namespace
