@@ -28,16 +28,6 @@ namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
-std::unique_ptr<Subprocess> StartLaunch(std::vector<std::string> flags) {
-  SubprocessOptions o;
-  o.argv = {"deploy/launch"};
-  o.argv.insert(o.argv.end(), flags.begin(), flags.end());
-  o.tail_lines = 60;
-  auto p = Subprocess::Start(o);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? std::move(*p) : nullptr;
-}
-
 // Waits for a progress line of `worker` at step >= `step`.
 bool WaitForStep(Subprocess* launch, int worker, int64_t step,
                  std::vector<std::string>* lines) {

@@ -32,16 +32,6 @@ namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
-std::unique_ptr<Subprocess> StartLaunch(std::vector<std::string> flags) {
-  SubprocessOptions o;
-  o.argv = {"deploy/launch"};
-  o.argv.insert(o.argv.end(), flags.begin(), flags.end());
-  o.tail_lines = 60;
-  auto p = Subprocess::Start(o);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? std::move(*p) : nullptr;
-}
-
 // pushes_applied of the last "<prefix>... stopped: {json}" line, or -1.
 int64_t PushesApplied(const std::vector<std::string>& lines,
                       const std::string& prefix) {

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
 
 namespace downpour {
 namespace {
@@ -18,6 +19,16 @@ std::string ReadAll(const std::string& path) {
 }
 
 }  // namespace
+
+std::unique_ptr<Subprocess> StartLaunch(std::vector<std::string> flags) {
+  SubprocessOptions o;
+  o.argv = {"deploy/launch"};
+  o.argv.insert(o.argv.end(), flags.begin(), flags.end());
+  o.tail_lines = 60;
+  auto p = Subprocess::Start(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
+}
 
 pid_t FindChild(pid_t parent, const std::vector<std::string>& needles) {
   std::error_code ec;

@@ -212,8 +212,8 @@ class PortionObjective final : public Objective {
   absl::StatusOr<double> Evaluate(int64_t iteration, VecRef into,
                                   int64_t* examples) override {
     std::vector<Portion> portions;
-    const int64_t start =
-        (iteration / std::max(1, o_.iterations_per_batch) * batch_) % n_;
+    const int per = std::max(1, o_.sandblaster.iterations_per_batch);
+    const int64_t start = (iteration / per * batch_) % n_;
     for (int64_t at = 0; at < batch_; at += o_.sandblaster.portion_examples) {
       portions.push_back(
           {start + at, static_cast<int32_t>(std::min<int64_t>(
@@ -242,7 +242,7 @@ class PortionObjective final : public Objective {
   }
 
   bool SameBatch(int64_t k) const override {
-    const int per = std::max(1, o_.iterations_per_batch);
+    const int per = std::max(1, o_.sandblaster.iterations_per_batch);
     return batch_ >= n_ || k / per == (k + 1) / per;
   }
 

@@ -51,11 +51,6 @@ struct SandblasterJobOptions {
   int epochs = 1;
   uint64_t seed = 1;
   int compute_batch = 64;  // At most the model's max_batch.
-  // Iterations that share one batch: iteration k uses batch k / this, so
-  // that the gradient at an accepted trial point is the next iteration's
-  // gradient too (one evaluation per iteration instead of two while the
-  // batch lasts).
-  int iterations_per_batch = 1;
   std::vector<std::string> ps_hosts;
   TransportSecurityOptions security;
   absl::Duration rpc_timeout = absl::Seconds(60);

@@ -234,7 +234,6 @@ absl::Status TrainSandblaster(
   o.epochs = f.epochs;
   o.seed = f.seed;
   o.compute_batch = f.batch_size;
-  o.iterations_per_batch = f.sandblaster.iterations_per_batch;
   o.ps_hosts = f.client.hosts;
   o.security = f.client.security;
   o.rpc_timeout = f.client.rpc_timeout;
