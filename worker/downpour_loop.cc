@@ -32,7 +32,9 @@ absl::StatusOr<std::unique_ptr<DownpourLoop>> DownpourLoop::Create(
   ExchangeOptions eo;
   eo.mode = options.mode;
   eo.n_fetch = options.n_fetch;
+  eo.n_push = options.n_push;
   eo.overlap = options.overlap;
+  eo.wait_free = options.wait_free;
   DP_ASSIGN_OR_RETURN(std::unique_ptr<Exchange> exchange,
                       Exchange::Create(eo, client, group.get(), alloc));
   return std::unique_ptr<DownpourLoop>(
@@ -118,7 +120,11 @@ absl::StatusOr<bool> DownpourLoop::Step() {
   }
 
   DP_RETURN_IF_ERROR(Compute());
-  window_.times().compute += clock_.Lap();
+  // Waits inside the step (wait-free exchange) are the exchange's time.
+  const HookWaits waits = exchange_->TakeHookWaits();
+  window_.times().compute += clock_.Lap() - waits.pull - waits.push;
+  window_.times().pull += waits.pull;
+  window_.times().push += waits.push;
 
   if (result_.steps % options_.n_push == 0) {
     DP_RETURN_IF_ERROR(exchange_->Push(result_.steps));
@@ -131,7 +137,11 @@ absl::StatusOr<bool> DownpourLoop::Step() {
 }
 
 absl::Status DownpourLoop::Compute() {
-  DP_ASSIGN_OR_RETURN(const GroupStep s, group_->Compute(result_.steps));
+  const StepHooks* hooks = exchange_->hooks();
+  DP_ASSIGN_OR_RETURN(const GroupStep s,
+                      hooks != nullptr
+                          ? group_->ComputeWithHooks(result_.steps, *hooks)
+                          : group_->Compute(result_.steps));
   if (options_.debug_step_delay > absl::ZeroDuration()) {
     absl::SleepFor(options_.debug_step_delay);
   }

@@ -65,6 +65,9 @@ struct TrainerOptions {
   absl::Duration debug_step_delay = absl::ZeroDuration();
   // Push and pull in the background while computing (see exchange.h).
   bool overlap = false;
+  // With overlap: wait-free backpropagation where it applies
+  // (ExchangeOptions::wait_free).
+  bool wait_free = ExchangeOptions{}.wait_free;
   // Host staging for pulled parameters and pushed gradients (pinned memory
   // for a CUDA backend); null means DefaultHostAllocator(). Not owned.
   HostAllocator* host_allocator = nullptr;

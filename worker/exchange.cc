@@ -1,7 +1,11 @@
 #include "worker/exchange.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "worker/job_thread.h"
@@ -144,6 +148,231 @@ class OverlappedExchange final : public Exchange {
   JobThread comm_;  // Last: joined before the buffers above go.
 };
 
+// The flat offsets where wait-free buckets begin (ascending, > 0): tensors
+// from the end of the model grouped until a bucket holds bucket_bytes.
+std::vector<int64_t> BucketBreaks(const std::vector<TensorSpec>& specs,
+                                  int64_t bucket_bytes) {
+  std::vector<int64_t> begin(specs.size());
+  int64_t offset = 0;
+  for (size_t t = 0; t < specs.size(); ++t) {
+    begin[t] = offset;
+    offset += specs[t].NumElements();
+  }
+  std::vector<int64_t> breaks;
+  int64_t bytes = 0;
+  for (size_t t = specs.size(); t-- > 1;) {
+    bytes += specs[t].NumElements() * 4;
+    if (bytes >= bucket_bytes) {
+      breaks.push_back(begin[t]);
+      bytes = 0;
+    }
+  }
+  std::reverse(breaks.begin(), breaks.end());
+  return breaks;
+}
+
+// Wait-free backpropagation: the overlapped exchange whose sends start
+// inside the step (exchange.h). The step's hooks run on the loop's thread;
+// the background job streams the gradient's buckets as the hooks release
+// them, then (sync, ssp) pulls, telling the hooks which chunks arrived.
+class WaitFreeExchange final : public Exchange {
+ public:
+  WaitFreeExchange(const ExchangeOptions& options, ParameterClient* client,
+                   ReplicaGroup* group, HostArray<float> params,
+                   HostArray<float> grads, HostArray<float> incoming,
+                   HostArray<float> sending)
+      : Exchange(options, client, group, std::move(params), std::move(grads)),
+        incoming_{std::move(incoming), {}},
+        sending_(std::move(sending)) {
+    hooks_.before_forward = [this](int64_t b, int64_t e) {
+      return BeforeForward(b, e);
+    };
+    hooks_.gradients_ready = [this](int64_t from) {
+      return GradientsReady(from);
+    };
+    const ShardMap& map = client_->shard_map();
+    for (const Chunk& c : map.chunks) {
+      by_offset_.push_back({c.flat_offset, c.num_elements, c.id});
+    }
+    std::sort(by_offset_.begin(), by_offset_.end());
+    absl::MutexLock l(&mu_);
+    arrived_.assign(map.chunks.size(), 1);
+  }
+
+  ~WaitFreeExchange() override {
+    // A step that failed half-way leaves the job waiting for buckets.
+    absl::MutexLock l(&mu_);
+    abort_ = true;
+    cv_.SignalAll();
+  }
+
+  const StepHooks* hooks() const override { return &hooks_; }
+
+  HookWaits TakeHookWaits() override {
+    HookWaits w = waits_;
+    waits_ = {};
+    return w;
+  }
+
+  absl::Status Fetch() override {
+    if (!incoming_pull_) return absl::OkStatus();
+    if (options_.mode == TrainMode::kSync) {
+      // This step's forward takes each layer's parameters as they arrive.
+      per_layer_ = true;
+      return absl::OkStatus();
+    }
+    if (!comm_.Finished()) return absl::OkStatus();  // Keep the current ones.
+    DP_RETURN_IF_ERROR(comm_.Wait());
+    incoming_pull_ = false;
+    return Load(&incoming_);
+  }
+
+  absl::Status Push(int64_t /*steps*/) override {
+    if (!streaming_) {
+      return absl::InternalError(
+          "wait-free exchange: the step released no gradient");
+    }
+    streaming_ = false;
+    incoming_pull_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  struct ChunkAt {
+    int64_t offset, length;
+    int32_t id;
+    bool operator<(const ChunkAt& o) const { return offset < o.offset; }
+  };
+
+  absl::Status WaitBackground() override { return comm_.Wait(); }
+
+  // True when every chunk overlapping flat [b, e) has arrived.
+  bool RangeArrived(int64_t b, int64_t e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = std::upper_bound(by_offset_.begin(), by_offset_.end(),
+                               ChunkAt{b, 0, 0});
+    if (it != by_offset_.begin()) --it;
+    for (; it != by_offset_.end() && it->offset < e; ++it) {
+      if (it->offset + it->length > b && !arrived_[it->id]) return false;
+    }
+    return true;
+  }
+
+  absl::Status BeforeForward(int64_t b, int64_t e) {
+    if (!per_layer_) return absl::OkStatus();
+    const absl::Time start = absl::Now();
+    bool arrived;
+    {
+      absl::MutexLock l(&mu_);
+      while (!comm_done_ && !RangeArrived(b, e)) cv_.Wait(&mu_);
+      arrived = RangeArrived(b, e);
+    }
+    if (!arrived) {
+      DP_RETURN_IF_ERROR(comm_.Wait());
+      return absl::InternalError("wait-free exchange: a pull ended early");
+    }
+    waits_.pull += absl::ToDoubleSeconds(absl::Now() - start);
+    return group_->SetParameterRange(
+        absl::MakeConstSpan(incoming_.params.data(), n_), b, e);
+  }
+
+  absl::Status GradientsReady(int64_t from) {
+    if (!streaming_) {
+      // One exchange in flight: the previous one ends before this one
+      // starts (in sync mode its pull is complete: the forward took it).
+      const absl::Time start = absl::Now();
+      DP_RETURN_IF_ERROR(comm_.Wait());
+      waits_.push += absl::ToDoubleSeconds(absl::Now() - start);
+      if (per_layer_) {
+        // The parameters this step computed from become the current ones.
+        std::swap(current_.params, incoming_.params);
+        std::swap(current_.versions, incoming_.versions);
+        per_layer_ = false;
+        incoming_pull_ = false;
+      }
+      streaming_ = true;
+      copied_from_ = n_;
+      sending_base_ = current_.versions;
+      const int64_t seq = ++seq_;
+      ++pushes_;
+      PullOptions wait = WaitFor(sending_base_);
+      {
+        absl::MutexLock l(&mu_);
+        ready_from_ = n_;
+        comm_done_ = false;
+        if (options_.mode != TrainMode::kAsync) {
+          std::fill(arrived_.begin(), arrived_.end(), 0);
+        }
+      }
+      comm_.Start([this, seq, wait]() mutable { return Stream(seq, wait); });
+    }
+    if (from < copied_from_) {
+      DP_RETURN_IF_ERROR(group_->GetGradientRange(
+          from, copied_from_, absl::MakeSpan(sending_.data(), n_)));
+      copied_from_ = from;
+      absl::MutexLock l(&mu_);
+      ready_from_ = from;
+      cv_.SignalAll();
+    }
+    return absl::OkStatus();
+  }
+
+  // The background job: sends each released bucket, then pulls (sync and
+  // ssp; async's buckets went as PushPulls). Touches sending_,
+  // sending_base_, incoming_ and the client, which the loop's thread leaves
+  // alone until comm_.Wait() (or, for incoming_, until a chunk arrived).
+  absl::Status Stream(int64_t seq, PullOptions wait) {
+    const absl::Span<const float> grads =
+        absl::MakeConstSpan(sending_.data(), n_);
+    const bool async = options_.mode == TrainMode::kAsync;
+    PulledValues pulled{absl::MakeSpan(incoming_.params.data(), n_),
+                        &incoming_.versions};
+    absl::Status s;
+    for (int64_t sent = n_; s.ok() && sent > 0;) {
+      int64_t from;
+      {
+        absl::MutexLock l(&mu_);
+        while (!abort_ && ready_from_ >= sent) cv_.Wait(&mu_);
+        if (abort_) return absl::CancelledError("wait-free exchange stopped");
+        from = ready_from_;
+      }
+      s = client_->PushFrom(seq, grads, sending_base_, from,
+                            async ? &pulled : nullptr);
+      sent = from;
+    }
+    if (s.ok() && !async) {
+      wait.on_chunks = [this](absl::Span<const int32_t> ids) {
+        absl::MutexLock l(&mu_);
+        for (int32_t id : ids) arrived_[id] = 1;
+        cv_.SignalAll();
+      };
+      s = client_->Pull(pulled.params, pulled.versions, wait);
+    }
+    absl::MutexLock l(&mu_);
+    comm_done_ = true;
+    cv_.SignalAll();
+    return s;
+  }
+
+  StepHooks hooks_;
+  Snapshot incoming_;                  // The parameters being pulled.
+  HostArray<float> sending_;           // The gradient being pushed.
+  std::vector<int64_t> sending_base_;  // The versions it was computed from.
+  std::vector<ChunkAt> by_offset_;     // The chunks in flat order.
+  bool incoming_pull_ = false;  // The background job ends with a pull.
+  bool per_layer_ = false;      // This step's forward waits per layer.
+  bool streaming_ = false;      // This step's push has started.
+  int64_t copied_from_ = 0;     // sending_ holds the gradient from here.
+  HookWaits waits_;
+
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  int64_t ready_from_ ABSL_GUARDED_BY(mu_) = 0;  // Released for sending.
+  bool comm_done_ ABSL_GUARDED_BY(mu_) = true;
+  bool abort_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<char> arrived_ ABSL_GUARDED_BY(mu_);  // Per chunk id.
+  JobThread comm_;  // Last: joined before the state above goes.
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Exchange>> Exchange::Create(
@@ -165,6 +394,14 @@ absl::StatusOr<std::unique_ptr<Exchange>> Exchange::Create(
                       HostArray<float>::Create(alloc, n));
   DP_ASSIGN_OR_RETURN(HostArray<float> sending,
                       HostArray<float>::Create(alloc, n));
+  if (options.wait_free && options.n_fetch == 1 && options.n_push == 1 &&
+      group->CanStream()) {
+    DP_RETURN_IF_ERROR(client->SetPushBreaks(
+        BucketBreaks(group->param_specs(), options.bucket_bytes)));
+    return std::unique_ptr<Exchange>(new WaitFreeExchange(
+        options, client, group, std::move(params), std::move(grads),
+        std::move(incoming), std::move(sending)));
+  }
   return std::unique_ptr<Exchange>(new OverlappedExchange(
       options, client, group, std::move(params), std::move(grads),
       std::move(incoming), std::move(sending)));

@@ -5,6 +5,15 @@
 //
 //  * synchronous: Fetch() pulls and Push() pushes on the calling thread, so
 //    the replicas wait for both;
+//  * wait-free (the default with overlap, see ExchangeOptions::wait_free):
+//    the overlapped exchange with its sends moved into the step: hooks
+//    between the layers push each bucket of the gradient as soon as the
+//    backward pass has produced it (the last layers first), while the
+//    earlier layers' backward still runs, and in sync mode let each layer's
+//    forward wait only for its own parameters of the pull under way. In
+//    async mode each bucket goes as a PushPull whose reply brings that
+//    bucket's new parameters, taken by the first step that finds the
+//    exchange finished;
 //  * overlapped: Push() hands step t's gradient (and, at a fetch step, the
 //    pull of the next parameters, as one PushPull) to a background thread
 //    while the replicas compute step t+1. In async and ssp mode Fetch() then
@@ -45,10 +54,27 @@ namespace downpour {
 
 struct ExchangeOptions {
   TrainMode mode = TrainMode::kAsync;
-  // Fetch parameters every n_fetch steps (>= 1).
+  // Fetch parameters every n_fetch steps (>= 1); push every n_push steps.
   int n_fetch = 1;
+  int n_push = 1;
   // Push and pull in the background while computing.
   bool overlap = false;
+  // With overlap, n_fetch = n_push = 1 and a group that can stream
+  // (ReplicaGroup::CanStream): wait-free backpropagation. The gradient
+  // leaves in buckets while the backward pass still runs, the end of the
+  // model first, and in sync mode each layer's parameters are waited for
+  // only just before its forward.
+  bool wait_free = true;
+  // Wait-free buckets: tensors from the end of the model are grouped until
+  // a bucket holds at least this many bytes; each bucket is pushed as soon
+  // as the backward pass has produced all of it.
+  int64_t bucket_bytes = 256 << 10;
+};
+
+// Time a step's compute spent waiting inside the wait-free exchange's hooks,
+// for parameters (pull) or for the previous exchange to finish (push).
+struct HookWaits {
+  double pull = 0, push = 0;
 };
 
 class Exchange {
@@ -74,6 +100,12 @@ class Exchange {
   absl::Status Finish();
 
   int64_t pushes() const { return pushes_; }
+
+  // Hooks the replicas' step must call between layers (ReplicaGroup::
+  // ComputeWithHooks), or null when this exchange has none.
+  virtual const StepHooks* hooks() const { return nullptr; }
+  // The time spent waiting inside the hooks since the last call.
+  virtual HookWaits TakeHookWaits() { return {}; }
 
  protected:
   struct Snapshot {

@@ -118,6 +118,7 @@ TEST(ExchangeTest, OverlappedPushPullsInTheBackgroundAndFinishFlushes) {
   Fixture f(TrainMode::kSync);
   ExchangeOptions o;
   o.overlap = true;
+  o.wait_free = false;
   o.mode = TrainMode::kSync;  // Fetch waits for the step's parameters.
   auto ex = Exchange::Create(o, f.client.get(), f.group.get(),
                              DefaultHostAllocator());

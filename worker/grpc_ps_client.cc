@@ -70,6 +70,10 @@ class GrpcParameterClient final : public ParameterClient {
                         absl::Span<const int64_t> base_versions,
                         absl::Span<float> params, std::vector<int64_t>* versions,
                         const PullOptions& options) override;
+  absl::Status SetPushBreaks(std::vector<int64_t> breaks) override;
+  absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
+                        absl::Span<const int64_t> base_versions, int64_t from,
+                        const PulledValues* pulled) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   const ShardMap& shard_map() const override { return map_; }
 
@@ -79,7 +83,13 @@ class GrpcParameterClient final : public ParameterClient {
   // incarnation into (*part_inc)[i] when part_inc is set), then frees it.
   OnReply ReadValues(absl::Span<float> params, std::vector<int64_t>* versions,
                      std::vector<grpc::ByteBuffer>* resp,
-                     std::vector<uint64_t>* part_inc = nullptr);
+                     std::vector<uint64_t>* part_inc = nullptr,
+                     const PullOptions* options = nullptr);
+  // ReadValues without resetting *versions.
+  OnReply ReadInto(absl::Span<float> params, std::vector<int64_t>* versions,
+                   std::vector<grpc::ByteBuffer>* resp,
+                   std::vector<uint64_t>* part_inc,
+                   const PullOptions* options);
   // After a push call (part i acknowledged by incarnation (*part_inc)[i]):
   // sends again, with the same (seq, part), the parts that a shard's
   // previous process acknowledged (ShardIncarnations::ResendStaleParts);
@@ -95,6 +105,10 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status WaitForServers();
   absl::Status CheckPush(absl::Span<const float> grads,
                          absl::Span<const int64_t> base_versions) const;
+  // The on_ok of Push replies: part i's server incarnation into
+  // (*part_inc)[i].
+  OnReply ReadAcks(std::vector<grpc::ByteBuffer>* resp,
+                   std::vector<uint64_t>* part_inc);
   // push_pull: PushPull requests (with the pull encoding).
   std::vector<grpc::ByteBuffer> PushRequests(
       int64_t seq, absl::Span<const float> grads,
@@ -105,6 +119,13 @@ class GrpcParameterClient final : public ParameterClient {
   ShardIncarnations incarnations_;
   ShardMap map_;
   std::vector<Part> parts_;
+  std::vector<int64_t> breaks_;        // SetPushBreaks.
+  std::vector<int64_t> part_begin_;    // PartBegin of each of parts_.
+  // The piecewise push under way (PushFrom): its seq, which parts went,
+  // and the server incarnation that acknowledged each.
+  int64_t piece_seq_ = 0;
+  std::vector<bool> piece_sent_;
+  std::vector<uint64_t> piece_inc_;
   bool servers_answered_ = false;  // WaitForServers succeeded once.
   // Its buffers are reused across pushes.
   PushEncoder push_encoder_;
@@ -225,24 +246,53 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
   }
   map_ = std::move(map);
   parts_ = std::move(parts);
+  return SetPushBreaks(breaks_);
+}
+
+absl::Status GrpcParameterClient::SetPushBreaks(std::vector<int64_t> breaks) {
+  for (size_t i = 0; i < breaks.size(); ++i) {
+    if (breaks[i] <= 0 || (i > 0 && breaks[i] <= breaks[i - 1])) {
+      return absl::InvalidArgumentError(
+          "push breaks must be positive and ascending");
+    }
+  }
+  breaks_ = std::move(breaks);
+  if (map_.chunks.empty()) return absl::OkStatus();  // Planned at Declare.
+  parts_ = PlanParts(map_, options_.part_bytes,
+                     transport_.connections_per_shard(), breaks_);
+  part_begin_.clear();
+  for (const Part& p : parts_) part_begin_.push_back(PartBegin(map_, p));
+  piece_seq_ = 0;
   return absl::OkStatus();
 }
 
 OnReply GrpcParameterClient::ReadValues(absl::Span<float> params,
                                         std::vector<int64_t>* versions,
                                         std::vector<grpc::ByteBuffer>* resp,
-                                        std::vector<uint64_t>* part_inc) {
+                                        std::vector<uint64_t>* part_inc,
+                                        const PullOptions* options) {
   versions->assign(map_.chunks.size(), -1);
+  return ReadInto(params, versions, resp, part_inc, options);
+}
+
+OnReply GrpcParameterClient::ReadInto(absl::Span<float> params,
+                                      std::vector<int64_t>* versions,
+                                      std::vector<grpc::ByteBuffer>* resp,
+                                      std::vector<uint64_t>* part_inc,
+                                      const PullOptions* options) {
   const wire::Store store = wire::StoreFor(
       static_cast<int64_t>(params.size() * sizeof(float)),
       options_.streaming_pull_min_bytes);
-  return [this, params, versions, resp, store, part_inc](int i) {
+  return [this, params, versions, resp, store, part_inc, options](int i) {
     uint64_t inc = 0;
     absl::Status s = ReadPulledPart(map_, parts_[i], (*resp)[i], params,
                                     versions, store, &inc);
     if (s.ok()) {
       incarnations_.Saw(parts_[i].shard, inc);
       if (part_inc != nullptr) (*part_inc)[i] = inc;
+      if (options != nullptr && options->on_chunks) {
+        options->on_chunks(parts_[i].chunk_ids);
+      }
     }
     // Free the received slices now, so that later reads reuse them while
     // they are still in cache.
@@ -259,7 +309,8 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
       parts_, options_.worker_id, options, options_.pull_encoding);
   std::vector<grpc::ByteBuffer> resp(parts_.size());
   return transport_.CallAllParts("Pull", kPullMethod, parts_, req, &resp,
-                                 ReadValues(params, versions, &resp));
+                                 ReadValues(params, versions, &resp,
+                                            /*part_inc=*/nullptr, &options));
 }
 
 std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
@@ -294,20 +345,87 @@ absl::Status GrpcParameterClient::Push(int64_t seq,
       PushRequests(seq, grads, base_versions, /*push_pull=*/false);
   std::vector<grpc::ByteBuffer> resp(parts_.size());
   std::vector<uint64_t> part_inc(parts_.size(), 0);
-  // A PushResponse is small: parsed for its server incarnation (an
-  // unreadable one is not an error: the push was acknowledged).
-  const OnReply on_ok = [&](int i) {
-    uint64_t inc = 0;
-    if (ReadPushReply(resp[i], &inc)) {
-      incarnations_.Saw(parts_[i].shard, inc);
-      part_inc[i] = inc;
-    }
-    return absl::OkStatus();
-  };
+  const OnReply on_ok = ReadAcks(&resp, &part_inc);
   DP_RETURN_IF_ERROR(
       transport_.CallAllParts("Push", kPushMethod, parts_, req, &resp, on_ok));
   return ResendToRestartedShards("Push", kPushMethod, seq, req, &resp,
                                  &part_inc, on_ok);
+}
+
+OnReply GrpcParameterClient::ReadAcks(std::vector<grpc::ByteBuffer>* resp,
+                                      std::vector<uint64_t>* part_inc) {
+  // A PushResponse is small: parsed for its server incarnation (an
+  // unreadable one is not an error: the push was acknowledged).
+  return [this, resp, part_inc](int i) {
+    uint64_t inc = 0;
+    if (ReadPushReply((*resp)[i], &inc)) {
+      incarnations_.Saw(parts_[i].shard, inc);
+      (*part_inc)[i] = inc;
+    }
+    return absl::OkStatus();
+  };
+}
+
+absl::Status GrpcParameterClient::PushFrom(int64_t seq,
+                                           absl::Span<const float> grads,
+                                           absl::Span<const int64_t> base_versions,
+                                           int64_t from,
+                                           const PulledValues* pulled) {
+  const int n = static_cast<int>(parts_.size());
+  if (seq != piece_seq_) {
+    DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
+    if (pulled != nullptr) {
+      DP_RETURN_IF_ERROR(CheckFlatSize(map_, pulled->params.size(), "Pull"));
+      if (grads.data() < pulled->params.data() + pulled->params.size() &&
+          pulled->params.data() < grads.data() + grads.size()) {
+        return absl::InvalidArgumentError("PushFrom: grads and params overlap");
+      }
+      pulled->versions->assign(map_.chunks.size(), -1);
+    }
+    piece_seq_ = seq;
+    piece_sent_.assign(n, false);
+    piece_inc_.assign(n, 0);
+  }
+  const char* what = pulled != nullptr ? "PushPull" : "Push";
+  const char* method = pulled != nullptr ? kPushPullMethod : kPushMethod;
+  std::vector<grpc::ByteBuffer> resp(n);
+  const OnReply on_ok =
+      pulled != nullptr
+          ? ReadInto(pulled->params, pulled->versions, &resp, &piece_inc_,
+                     /*options=*/nullptr)
+          : ReadAcks(&resp, &piece_inc_);
+  std::vector<int> which;
+  for (int i = 0; i < n; ++i) {
+    if (!piece_sent_[i] && part_begin_[i] >= from) which.push_back(i);
+  }
+  if (!which.empty()) {
+    std::vector<Part> some;
+    for (int i : which) some.push_back(parts_[i]);
+    wire::PushHead head;
+    head.worker_id = options_.worker_id;
+    head.seq = seq;
+    if (pulled != nullptr) head.pull_encoding = options_.pull_encoding;
+    head.incarnation = options_.incarnation;
+    std::vector<grpc::ByteBuffer> encoded = push_encoder_.Encode(
+        map_, some, head, options_.push_encoding, grads, base_versions);
+    std::vector<grpc::ByteBuffer> req(n);
+    for (size_t k = 0; k < which.size(); ++k) {
+      req[which[k]] = std::move(encoded[k]);
+    }
+    DP_RETURN_IF_ERROR(
+        transport_.CallParts(what, method, parts_, which, req, &resp, on_ok));
+    for (int i : which) piece_sent_[i] = true;
+  }
+  if (from > 0) return absl::OkStatus();
+  // The whole push has gone: the parts a restarted shard's previous process
+  // acknowledged go again.
+  return incarnations_.ResendStaleParts(
+      seq, parts_, &piece_inc_, [&](const std::vector<int>& stale) {
+        const std::vector<grpc::ByteBuffer> all =
+            PushRequests(seq, grads, base_versions, pulled != nullptr);
+        return transport_.CallParts(what, method, parts_, stale, all, &resp,
+                                    on_ok);
+      });
 }
 
 absl::Status GrpcParameterClient::ResendToRestartedShards(

@@ -1,5 +1,7 @@
 #include "worker/local_ps_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
@@ -36,6 +38,15 @@ class LocalParameterClient final : public ParameterClient {
     DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
     versions->assign(map_.chunks.size(), -1);
     for (size_t s = 0; s < stores_.size(); ++s) {
+      DP_RETURN_IF_ERROR(PullShard(s, params, versions, options));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status PullShard(size_t s, absl::Span<float> params,
+                         std::vector<int64_t>* versions,
+                         const PullOptions& options) {
+    {
       PullSpec spec;
       spec.min_version = options.min_version;
       spec.worker_clock = options.worker_clock;
@@ -50,6 +61,10 @@ class LocalParameterClient final : public ParameterClient {
             copy_status = StoreChunk(map_, static_cast<int>(s), c.chunk_id,
                                      c.version, c.data, c.num_elements * 4,
                                      params, versions);
+            if (copy_status.ok() && options.on_chunks) {
+              const int32_t id = c.chunk_id;
+              options.on_chunks(absl::MakeConstSpan(&id, 1));
+            }
           },
           [&](absl::Status st) {
             pull_status = st;
@@ -57,9 +72,8 @@ class LocalParameterClient final : public ParameterClient {
           });
       done.WaitForNotification();
       DP_RETURN_IF_ERROR(pull_status);
-      DP_RETURN_IF_ERROR(copy_status);
+      return copy_status;
     }
-    return absl::OkStatus();
   }
 
   absl::Status Leave() override {
@@ -77,6 +91,68 @@ class LocalParameterClient final : public ParameterClient {
       DP_RETURN_IF_ERROR(
           stores_[s]->Push(worker_id_, seq, Slices(map_, s, grads, base_versions))
               .status());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SetPushBreaks(std::vector<int64_t> breaks) override {
+    breaks_ = std::move(breaks);
+    piece_seq_ = 0;
+    return absl::OkStatus();
+  }
+
+  // Each shard's chunks between two breaks are one part, pushed once the
+  // gradient from its first chunk on is released; with `pulled`, the shard's
+  // values are read back after each part.
+  absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
+                        absl::Span<const int64_t> base_versions, int64_t from,
+                        const PulledValues* pulled) override {
+    const size_t shards = stores_.size();
+    if (seq != piece_seq_) {
+      DP_RETURN_IF_ERROR(CheckFlatSize(map_, grads.size(), "Push"));
+      if (base_versions.size() != map_.chunks.size()) {
+        return absl::InvalidArgumentError("Push: wrong number of base versions");
+      }
+      if (pulled != nullptr) {
+        pulled->versions->assign(map_.chunks.size(), -1);
+      }
+      piece_seq_ = seq;
+      piece_sent_.assign(shards, {});
+    }
+    for (size_t s = 0; s < shards; ++s) {
+      // The shard's parts: its chunks grouped by bucket, in order.
+      std::vector<std::vector<int32_t>> parts;
+      int64_t bucket = -1;
+      for (int32_t id : map_.shard_chunks[s]) {
+        const int64_t b =
+            std::upper_bound(breaks_.begin(), breaks_.end(),
+                             map_.chunks[id].flat_offset) - breaks_.begin();
+        if (b != bucket) parts.emplace_back();
+        bucket = b;
+        parts.back().push_back(id);
+      }
+      if (parts.empty()) parts.emplace_back();
+      piece_sent_[s].resize(parts.size(), false);
+      for (size_t k = 0; k < parts.size(); ++k) {
+        if (piece_sent_[s][k]) continue;
+        std::vector<ChunkBytes> slices;
+        bool ready = true;
+        for (int32_t id : parts[k]) {
+          const Chunk& c = map_.chunks[id];
+          ready = ready && c.flat_offset >= from;
+          slices.push_back({id, base_versions[id], grads.data() + c.flat_offset,
+                            c.num_elements * 4});
+        }
+        if (!ready) continue;
+        const PushId push{worker_id_, seq, static_cast<int32_t>(k),
+                          static_cast<int32_t>(parts.size())};
+        DP_RETURN_IF_ERROR(stores_[s]->Push(push, slices).status());
+        piece_sent_[s][k] = true;
+        if (pulled != nullptr) {
+          DP_RETURN_IF_ERROR(PullShard(s, pulled->params, pulled->versions,
+                                       PullOptions()));
+        }
+      }
     }
     return absl::OkStatus();
   }
@@ -105,6 +181,10 @@ class LocalParameterClient final : public ParameterClient {
   const std::vector<ParameterStore*> stores_;  // Not owned.
   const int32_t worker_id_;
   ShardMap map_;
+  std::vector<int64_t> breaks_;  // SetPushBreaks.
+  // The piecewise push under way: its seq and, per shard, which parts went.
+  int64_t piece_seq_ = 0;
+  std::vector<std::vector<bool>> piece_sent_;
 };
 
 }  // namespace

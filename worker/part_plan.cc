@@ -1,9 +1,18 @@
 #include "worker/part_plan.h"
 
+#include <algorithm>
+
 namespace downpour {
 
 std::vector<Part> PlanParts(const ShardMap& map, int64_t part_bytes,
-                            int connections) {
+                            int connections,
+                            absl::Span<const int64_t> breaks) {
+  // Chunks between the same two breaks share a bucket.
+  const auto bucket = [&](int32_t id) {
+    return std::upper_bound(breaks.begin(), breaks.end(),
+                            map.chunks[id].flat_offset) -
+           breaks.begin();
+  };
   std::vector<Part> parts;
   for (int s = 0; s < static_cast<int>(map.shard_chunks.size()); ++s) {
     const size_t first = parts.size();
@@ -12,7 +21,8 @@ std::vector<Part> PlanParts(const ShardMap& map, int64_t part_bytes,
     int64_t bytes = 0;
     for (int32_t id : map.shard_chunks[s]) {
       const int64_t b = map.chunks[id].num_elements * 4;
-      if (!cur.chunk_ids.empty() && bytes + b > part_bytes) {
+      if (!cur.chunk_ids.empty() &&
+          (bytes + b > part_bytes || bucket(id) != bucket(cur.chunk_ids[0]))) {
         parts.push_back(cur);
         cur.chunk_ids.clear();
         bytes = 0;
@@ -29,6 +39,14 @@ std::vector<Part> PlanParts(const ShardMap& map, int64_t part_bytes,
     }
   }
   return parts;
+}
+
+int64_t PartBegin(const ShardMap& map, const Part& p) {
+  int64_t begin = map.total_elements;
+  for (int32_t id : p.chunk_ids) {
+    begin = std::min(begin, map.chunks[id].flat_offset);
+  }
+  return begin;
 }
 
 }  // namespace downpour

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "common/sharding.h"
 
 namespace downpour {
@@ -34,9 +35,16 @@ struct Part {
 // their order within the shard, into parts of at most part_bytes (a larger
 // chunk alone); a shard without chunks gets one empty part, so that it still
 // sees every push and pull. Part i of a shard goes on connection
-// i % connections (connections >= 1).
+// i % connections (connections >= 1). A part also never holds chunks on
+// both sides of a break (flat offsets, ascending; chunk boundaries), so that
+// the gradient above a break can be pushed before the rest
+// (ParameterClient::PushFrom).
 std::vector<Part> PlanParts(const ShardMap& map, int64_t part_bytes,
-                            int connections);
+                            int connections,
+                            absl::Span<const int64_t> breaks = {});
+
+// The smallest flat offset of the part's chunks.
+int64_t PartBegin(const ShardMap& map, const Part& p);
 
 // The lane (connection across all shards) of part p: shard * connections +
 // conn.

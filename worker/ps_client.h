@@ -13,6 +13,7 @@
 #define DOWNPOUR_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,6 +30,16 @@ struct PullOptions {
   int64_t min_version = 0;
   // Ssp: this worker's clock (pushes completed); -1: do not wait.
   int64_t worker_clock = -1;
+  // Called, possibly on another thread and before the pull returns, once
+  // the values and versions of these chunks are in place (a chunk may be
+  // named again). May be null.
+  std::function<void(absl::Span<const int32_t> chunk_ids)> on_chunks;
+};
+
+// Where a piecewise push's PushPull parts put the values they bring back.
+struct PulledValues {
+  absl::Span<float> params;         // The whole flat model.
+  std::vector<int64_t>* versions;   // Indexed by chunk id.
 };
 
 // Thread-safety: one thread at a time per client.
@@ -71,6 +82,30 @@ class ParameterClient {
     if (!s.ok()) return s;
     return Pull(params, versions, options);
   }
+  // Wait-free backpropagation (worker/exchange.h) pushes a gradient in
+  // pieces while the backward pass still computes it, from the end of the
+  // flat vector towards its start. SetPushBreaks cuts the parts of every
+  // later transfer also at these flat offsets (ascending, each in (0, n)),
+  // so that the end of the vector can leave first; call it after Declare.
+  virtual absl::Status SetPushBreaks(std::vector<int64_t> breaks) {
+    return absl::OkStatus();
+  }
+  // Sends the parts of push `seq` that lie wholly at or above flat offset
+  // `from` and have not been sent for this seq yet; from = 0 sends the rest
+  // and completes the push (as Push would). Calls for one seq come with
+  // decreasing `from`, `grads` and `base_versions` unchanged. With `pulled`
+  // set, each part goes as a PushPull (PullOptions() semantics) and brings
+  // its values after the push into *pulled, whose versions are reset by
+  // the seq's first call. This default sends everything at from = 0.
+  virtual absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
+                                absl::Span<const int64_t> base_versions,
+                                int64_t from, const PulledValues* pulled) {
+    if (from > 0) return absl::OkStatus();
+    if (pulled == nullptr) return Push(seq, grads, base_versions);
+    return PushPull(seq, grads, base_versions, pulled->params,
+                    pulled->versions, PullOptions());
+  }
+
   // Tells every shard this worker has finished (sync/ssp stop waiting).
   virtual absl::Status Leave() = 0;
 

@@ -88,6 +88,40 @@ absl::StatusOr<GroupStep> ReplicaGroup::Compute(int64_t step) {
     if (first.ok()) first = s;
   }
   DP_RETURN_IF_ERROR(first);
+  DP_ASSIGN_OR_RETURN(GroupStep out, Summarize(step));
+  ++accrued_steps_;
+  return out;
+}
+
+absl::StatusOr<GroupStep> ReplicaGroup::ComputeWithHooks(
+    int64_t step, const StepHooks& hooks) {
+  if (!CanStream()) {
+    return absl::FailedPreconditionError(
+        "gradients can leave during the backward pass only with one replica "
+        "and no local step");
+  }
+  const Batch& b = *batches_[0];
+  DP_ASSIGN_OR_RETURN(steps_[0],
+                      replicas_[0].model->ComputeGradients(
+                          b.images.data(), b.labels.data(), b.size, hooks));
+  return Summarize(step);
+}
+
+absl::Status ReplicaGroup::GetGradientRange(int64_t begin, int64_t end,
+                                            absl::Span<float> out) {
+  return replicas_[0].model->GetGradientRange(begin, end, out);
+}
+
+absl::Status ReplicaGroup::SetParameterRange(absl::Span<const float> params,
+                                             int64_t begin, int64_t end) {
+  for (const Replica& r : replicas_) {
+    DP_RETURN_IF_ERROR(r.model->SetParameterRange(params, begin, end));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GroupStep> ReplicaGroup::Summarize(int64_t step) const {
+  const int num = size();
   GroupStep out;
   for (int r = 0; r < num; ++r) {
     if (!std::isfinite(steps_[r].loss)) {
@@ -98,7 +132,6 @@ absl::StatusOr<GroupStep> ReplicaGroup::Compute(int64_t step) {
     out.loss += steps_[r].loss / num;
     out.examples += batches_[r]->size;
   }
-  ++accrued_steps_;
   return out;
 }
 

@@ -61,6 +61,10 @@ class ReplicaGroup {
 
   int size() const { return static_cast<int>(replicas_.size()); }
   int64_t num_parameters() const { return n_; }
+  // The replicas' parameter tensors, in flat order.
+  const std::vector<TensorSpec>& param_specs() const {
+    return replicas_[0].model->param_specs();
+  }
 
   // Takes the next batch of every replica; false when any batcher is
   // exhausted.
@@ -77,6 +81,22 @@ class ReplicaGroup {
   // non-finite loss is an Internal error.
   absl::StatusOr<GroupStep> Compute(int64_t step);
 
+  // Wait-free backpropagation (exchange.h) needs the step's gradient to be
+  // the model's own: one replica, no local step.
+  bool CanStream() const { return replicas_.size() == 1 && local_lr_ == 0; }
+  // Precondition: CanStream(). Replica 0's step with `hooks` between its
+  // layers (model.h); its gradient stays in the model, where
+  // GetGradientRange reads it, and nothing accrues.
+  absl::StatusOr<GroupStep> ComputeWithHooks(int64_t step,
+                                             const StepHooks& hooks);
+  // Replica 0's gradients [begin, end) into the same range of `out`
+  // (num_parameters() floats).
+  absl::Status GetGradientRange(int64_t begin, int64_t end,
+                                absl::Span<float> out);
+  // params[begin, end) (params: num_parameters() floats) into every replica.
+  absl::Status SetParameterRange(absl::Span<const float> params,
+                                 int64_t begin, int64_t end);
+
   // Steps accrued since the last TakeMeanGradient.
   int64_t accrued_steps() const { return accrued_steps_; }
 
@@ -87,6 +107,8 @@ class ReplicaGroup {
  private:
   ReplicaGroup(std::vector<Replica> replicas, int64_t n, float local_lr);
   absl::Status ComputeOne(int r);
+  // The group's step from steps_ (a non-finite loss is an error).
+  absl::StatusOr<GroupStep> Summarize(int64_t step) const;
 
   const std::vector<Replica> replicas_;
   const int64_t n_;

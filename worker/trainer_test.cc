@@ -183,7 +183,8 @@ TEST(TrainerTest, RejectsBadOptionsAndUndeclaredClient) {
 // W workers in threads against in-process stores in `mode`; returns the
 // final flat parameters.
 std::vector<float> TrainTogether(TrainMode mode, TrainMode tmode, int workers,
-                                 int staleness = 0, bool overlap = false) {
+                                 int staleness = 0, bool overlap = false,
+                                 bool wait_free = true) {
   Cluster cluster = MakeCluster(2, "momentum", 0.02f, mode, workers, staleness);
   Dataset train = Synthetic(96 * workers, 6);
   std::vector<std::unique_ptr<Backend>> backends;
@@ -209,6 +210,7 @@ std::vector<float> TrainTogether(TrainMode mode, TrainMode tmode, int workers,
   to.mode = tmode;
   to.log_every = 0;
   to.overlap = overlap;
+  to.wait_free = wait_free;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       results[w] = RunDownpourWorker(to, models[w].get(), clients[w].get(),
@@ -220,6 +222,16 @@ std::vector<float> TrainTogether(TrainMode mode, TrainMode tmode, int workers,
   std::vector<float> params(models[0]->num_parameters());
   std::vector<int64_t> versions;
   EXPECT_TRUE(clients[0]->Pull(absl::MakeSpan(params), &versions).ok());
+  if (mode == TrainMode::kAsync) {
+    // Every push counted once, however many pieces it went in.
+    int64_t pushes = 0;
+    for (auto& r : results) pushes += r.ok() ? r->pushes : 0;
+    const absl::StatusOr<std::vector<ShardStats>> stats = clients[0]->Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    for (const ShardStats& s : stats.value_or(std::vector<ShardStats>())) {
+      EXPECT_EQ(s.pushes_applied, pushes);
+    }
+  }
   if (mode == TrainMode::kSync) {
     // 6 steps per worker per epoch, 2 epochs, every gradient in a step.
     const absl::StatusOr<std::vector<ShardStats>> stats = clients[0]->Stats();
@@ -239,19 +251,30 @@ TEST(TrainerTest, SyncModeIsBitIdenticalAcrossRuns) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+// Without overlap, with the overlapped exchange, and wait-free (the gradient
+// pushed in buckets during the backward pass, each layer's forward waiting
+// for its own parameters): the same bits.
 TEST(TrainerTest, OverlapOnAndOffGiveTheSameParametersInSyncMode) {
   std::vector<float> off = TrainTogether(TrainMode::kSync, TrainMode::kSync, 3);
   std::vector<float> on = TrainTogether(TrainMode::kSync, TrainMode::kSync, 3, 0,
-                                        /*overlap=*/true);
+                                        /*overlap=*/true, /*wait_free=*/false);
+  std::vector<float> wait_free = TrainTogether(
+      TrainMode::kSync, TrainMode::kSync, 3, 0, /*overlap=*/true);
   ASSERT_EQ(off.size(), on.size());
   EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * sizeof(float)));
+  ASSERT_EQ(off.size(), wait_free.size());
+  EXPECT_EQ(0, std::memcmp(off.data(), wait_free.data(),
+                           off.size() * sizeof(float)));
 }
 
 TEST(TrainerTest, OverlapInAsyncAndSspModeAppliesEveryPush) {
   for (auto [mode, tmode] : {std::pair{TrainMode::kAsync, TrainMode::kAsync},
                              std::pair{TrainMode::kSsp, TrainMode::kSsp}}) {
-    std::vector<float> p = TrainTogether(mode, tmode, 2, 1, /*overlap=*/true);
-    for (float x : p) ASSERT_TRUE(std::isfinite(x));
+    for (bool wait_free : {false, true}) {
+      std::vector<float> p =
+          TrainTogether(mode, tmode, 2, 1, /*overlap=*/true, wait_free);
+      for (float x : p) ASSERT_TRUE(std::isfinite(x));
+    }
   }
 }
 

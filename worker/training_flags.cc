@@ -40,6 +40,12 @@ ABSL_FLAG(int, prefetch, downpour::TrainingFlags{}.prefetch,
           "Batches prepared ahead by the input threads.");
 ABSL_FLAG(bool, overlap, downpour::TrainingFlags{}.overlap,
           "Push and pull in the background while computing the next step.");
+ABSL_FLAG(bool, wait_free, downpour::TrainingFlags{}.wait_free,
+          "With --overlap: push each bucket of layers' gradients as soon as "
+          "the backward pass has produced it, and in sync mode start each "
+          "layer's forward as soon as its own parameters arrived (wait-free "
+          "backpropagation). Needs --n_fetch=1, --n_push=1, one replica and "
+          "no --local_lr; otherwise the plain overlapped exchange runs.");
 ABSL_FLAG(int, log_every, downpour::TrainingFlags{}.log_every,
           "Print progress every N steps.");
 ABSL_FLAG(int64_t, max_steps, downpour::TrainingFlags{}.max_steps,
@@ -67,6 +73,7 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
   t.data_threads = absl::GetFlag(FLAGS_data_threads);
   t.prefetch = absl::GetFlag(FLAGS_prefetch);
   t.overlap = absl::GetFlag(FLAGS_overlap);
+  t.wait_free = absl::GetFlag(FLAGS_wait_free);
   t.log_every = absl::GetFlag(FLAGS_log_every);
   t.max_steps = absl::GetFlag(FLAGS_max_steps);
   t.max_test_examples = absl::GetFlag(FLAGS_max_test_examples);
@@ -97,7 +104,8 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
 std::vector<std::string> GivenTrainingFlagArgs() {
   return GivenFlagArgs({"model", "seed", "n_fetch", "local_lr", "augment",
                         "augment_crop_padding", "label_smoothing",
-                        "data_threads", "prefetch", "overlap", "log_every",
+                        "data_threads", "prefetch", "overlap", "wait_free",
+                        "log_every",
                         "max_steps", "init_from", "bn_stats_examples"});
 }
 

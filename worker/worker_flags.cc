@@ -102,6 +102,7 @@ absl::Status ReadJob(WorkerOptions* f) {
   DP_ASSIGN_OR_RETURN(f->input, InputOptionsFromFlags());
   f->prefetch = t.prefetch;
   f->trainer.overlap = t.overlap;
+  f->trainer.wait_free = t.wait_free;
   f->trainer.log_every = t.log_every;
   f->trainer.max_steps = t.max_steps;
   f->max_test_examples = t.max_test_examples;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <set>
@@ -157,7 +158,11 @@ class ModelImpl : public Model {
       DP_RETURN_IF_ERROR(layer->Bind(backend_, p, g, max_batch_));
       DP_RETURN_IF_ERROR(layer->BindState(st));
       has_params_.push_back(first_param[i + 1] > first_param[i]);
+      node_params_.push_back(first_param[i] < specs_.size()
+                                 ? offsets_[first_param[i]]
+                                 : num_params_);
     }
+    node_params_.push_back(num_params_);
     return PlanBackward();
   }
 
@@ -210,18 +215,40 @@ class ModelImpl : public Model {
 
   // Waits for the device once, at the end: the loss is queued (deferred)
   // and settled by the final Synchronize.
-  absl::StatusOr<StepResult> ComputeGradients(const float* host_x,
-                                              const int32_t* host_labels,
-                                              int batch) override {
+  absl::StatusOr<StepResult> ComputeGradients(
+      const float* host_x, const int32_t* host_labels, int batch,
+      const StepHooks& hooks) override {
     StepResult r;
     DP_RETURN_IF_ERROR(LoadBatch(host_x, host_labels, batch));
-    DP_RETURN_IF_ERROR(Forward(TrainingPass(), batch));
+    DP_RETURN_IF_ERROR(Forward(TrainingPass(), batch, hooks.before_forward));
     DP_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropyDeferred(
         batch, classes_, acts_.back().data(), labels_buf_.data(),
         options_.label_smoothing, dlogits_.data(), &r.loss, &r.correct));
-    DP_RETURN_IF_ERROR(Backward(batch));
+    if (hooks.gradients_ready) {
+      // Gradients leave during the backward pass: none of a diverged step.
+      DP_RETURN_IF_ERROR(backend_->Synchronize());
+      if (!std::isfinite(r.loss)) return r;
+    }
+    DP_RETURN_IF_ERROR(Backward(batch, hooks.gradients_ready));
     DP_RETURN_IF_ERROR(backend_->Synchronize());
     return r;
+  }
+
+  absl::Status SetParameterRange(absl::Span<const float> host, int64_t begin,
+                                 int64_t end) override {
+    DP_RETURN_IF_ERROR(CheckSize("SetParameterRange", host.size(), num_params_));
+    DP_RETURN_IF_ERROR(CheckRange("SetParameterRange", begin, end));
+    return backend_->CopyToDevice(host.data() + begin, params_.data() + begin,
+                                  end - begin);
+  }
+
+  absl::Status GetGradientRange(int64_t begin, int64_t end,
+                                absl::Span<float> host) override {
+    DP_RETURN_IF_ERROR(CheckSize("GetGradientRange", host.size(), num_params_));
+    DP_RETURN_IF_ERROR(CheckRange("GetGradientRange", begin, end));
+    DP_RETURN_IF_ERROR(backend_->CopyToHost(grads_.data() + begin,
+                                            host.data() + begin, end - begin));
+    return backend_->Synchronize();
   }
 
   absl::StatusOr<StepResult> Evaluate(const float* host_x,
@@ -254,6 +281,14 @@ class ModelImpl : public Model {
     if (static_cast<int64_t>(got) != want) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": got ", got, " values, model has ", want));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CheckRange(const char* op, int64_t begin, int64_t end) const {
+    if (begin < 0 || begin > end || end > num_params_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": range [", begin, ", ", end, ") is not within the model's ",
+          num_params_, " parameters"));
     }
     return absl::OkStatus();
   }
@@ -396,8 +431,15 @@ class ModelImpl : public Model {
     return x;
   }
 
-  absl::Status Forward(const ForwardPass& pass, int batch) {
+  using RangeHook = std::function<absl::Status(int64_t, int64_t)>;
+  using ReadyHook = std::function<absl::Status(int64_t)>;
+
+  absl::Status Forward(const ForwardPass& pass, int batch,
+                       const RangeHook& before = nullptr) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (before && has_params_[i]) {
+        DP_RETURN_IF_ERROR(before(node_params_[i], node_params_[i + 1]));
+      }
       // Last step's activation (of a possibly larger batch) is dead.
       DP_RETURN_IF_ERROR(backend_->Discard(acts_[i].data(), acts_[i].size()));
       ForwardPass node_pass = pass;
@@ -408,7 +450,7 @@ class ModelImpl : public Model {
     return absl::OkStatus();
   }
 
-  absl::Status Backward(int batch) {
+  absl::Status Backward(int batch, const ReadyHook& ready = nullptr) {
     for (size_t i = nodes_.size(); i-- > 0;) {
       const NodePlan& p = plan_[i];
       if (!p.run_backward) continue;
@@ -435,8 +477,12 @@ class ModelImpl : public Model {
             batch * out_dims_[s.input].Size(), 1.f, dx[k],
             grad_pool_[target].data()));
       }
+      // Node i's parameter gradients, and every later node's, are final.
+      if (ready && has_params_[i] && node_params_[i] > 0) {
+        DP_RETURN_IF_ERROR(ready(node_params_[i]));
+      }
     }
-    return absl::OkStatus();
+    return ready ? ready(0) : absl::OkStatus();
   }
 
   Backend* const backend_;  // Not owned.
@@ -447,6 +493,10 @@ class ModelImpl : public Model {
 
   std::vector<Dims> out_dims_;     // Per node.
   std::vector<bool> has_params_;   // Per node.
+  // Per node, the flat offset of its first parameter (its parameters are
+  // [node_params_[i], node_params_[i + 1]) when it has any); one more entry,
+  // num_params_.
+  std::vector<int64_t> node_params_;
   std::vector<TensorSpec> specs_;  // Flat order.
   std::vector<ParamSpec> inits_;   // Parallel to specs_.
   std::vector<int64_t> offsets_;   // Parallel to specs_, in floats.

@@ -28,10 +28,12 @@
 #define DOWNPOUR_WORKER_NN_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/sharding.h"
@@ -172,6 +174,22 @@ struct StepResult {
   int64_t correct = 0;   // Examples whose argmax equals the label.
 };
 
+// Hooks a training step calls between its layers, for wait-free
+// backpropagation (worker/exchange.h): parameters may still be arriving while
+// the forward pass runs, and gradients leave while the backward pass runs.
+// An unset hook is not called.
+struct StepHooks {
+  // Before the forward of a node with parameters, which are the flat range
+  // [begin, end): the hook may wait for them and write them
+  // (Model::SetParameterRange). Called in increasing order of begin.
+  std::function<absl::Status(int64_t begin, int64_t end)> before_forward;
+  // After the backward of a node with parameters: the gradients from flat
+  // offset `ready_from` to the end are final for this step
+  // (Model::GetGradientRange reads them). Called with decreasing offsets,
+  // the last time with 0. Not called at all when the loss is not finite.
+  std::function<absl::Status(int64_t ready_from)> gradients_ready;
+};
+
 struct ModelOptions {
   // Label smoothing of the training loss, in [0, 1)
   // (Backend::SoftmaxCrossEntropy).
@@ -224,9 +242,25 @@ class Model {
   // holds batch * input_dims().Size() floats, host_labels batch class
   // indices. Gradients of the mean loss overwrite gradients(); running
   // statistics move by their momentum.
-  virtual absl::StatusOr<StepResult> ComputeGradients(const float* host_x,
-                                                      const int32_t* host_labels,
-                                                      int batch) = 0;
+  absl::StatusOr<StepResult> ComputeGradients(const float* host_x,
+                                              const int32_t* host_labels,
+                                              int batch) {
+    return ComputeGradients(host_x, host_labels, batch, StepHooks{});
+  }
+  // The same, calling `hooks` between layers. With gradients_ready set, the
+  // loss is settled before the backward pass, which is skipped (gradients
+  // unchanged) when it is not finite.
+  virtual absl::StatusOr<StepResult> ComputeGradients(
+      const float* host_x, const int32_t* host_labels, int batch,
+      const StepHooks& hooks) = 0;
+  // Copies host[begin, end) (host: num_parameters() floats) into the same
+  // range of the parameter buffer.
+  virtual absl::Status SetParameterRange(absl::Span<const float> host,
+                                         int64_t begin, int64_t end) = 0;
+  // Copies gradients [begin, end) into the same range of `host`
+  // (num_parameters() floats), waiting for the device.
+  virtual absl::Status GetGradientRange(int64_t begin, int64_t end,
+                                        absl::Span<float> host) = 0;
   // An evaluation forward (running statistics, no dropout).
   virtual absl::StatusOr<StepResult> Evaluate(const float* host_x,
                                               const int32_t* host_labels,
