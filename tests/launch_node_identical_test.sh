@@ -5,7 +5,8 @@
 # own: epochs, examples, seed), as the Slurm recipe starts them. The
 # learning defaults (optimizer, rate, schedule, augmentation) are the
 # servers' and workers' own, so both runs must save byte-identical
-# parameters.
+# parameters. Then the same sync job over 2 shards with and without
+# wait-free backpropagation: byte-identical too.
 #
 # Usage: launch_node_identical_test.sh <launch> <node>
 set -euo pipefail
@@ -65,3 +66,17 @@ if ! cmp "$work/launch.safetensors" "$work/node.safetensors"; then
   exit 1
 fi
 echo "PASS: launch and node saved identical parameters ($(stat -c %s "$work/node.safetensors") bytes)"
+
+# Wait-free backpropagation (the default) against the plain overlapped
+# exchange, over 2 shards: sync mode keeps its exact arithmetic.
+for wf in wait_free nowait_free; do
+  "$launch" --servers=2 --workers=2 "${job[@]}" --"$wf" \
+    --log_dir="$work/$wf" --save_params="$work/$wf.safetensors" \
+    > "$work/$wf.out" 2>&1 || {
+    echo "FAIL: launch --$wf exited $?"; tail -30 "$work/$wf.out"; exit 1; }
+done
+if ! cmp "$work/wait_free.safetensors" "$work/nowait_free.safetensors"; then
+  echo "FAIL: --wait_free and --nowait_free saved different parameters"
+  exit 1
+fi
+echo "PASS: --wait_free and --nowait_free saved identical parameters"
