@@ -97,6 +97,56 @@ TEST(GrpcParameterClientTest, EveryCallOverTwoShards) {
   EXPECT_TRUE((*client)->Leave().ok());
 }
 
+// A push in pieces (wait-free backpropagation): the parts above a break go
+// first and the push counts once the rest arrived; with PushPull pieces,
+// each brings its own values back.
+TEST(GrpcParameterClientTest, PushInPiecesCountsOnceWhole) {
+  auto hosts = StartShards(2);
+  ASSERT_EQ(hosts.size(), 2u);
+  GrpcClientOptions o;
+  o.hosts = Addresses(hosts);
+  o.part_bytes = 4096;
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const ModelLayout layout = Layout(2);
+  const int64_t n = layout.NumElements();
+  const std::vector<float> init = Ramp(n, 0.5f);
+  ASSERT_TRUE((*client)->Declare(layout, init).ok());
+  EXPECT_EQ((*client)->SetPushBreaks({5, 3}).code(),
+            absl::StatusCode::kInvalidArgument);  // Not ascending.
+  const int64_t brk = 64 * 33;  // "b" and "scalar" above it.
+  ASSERT_TRUE((*client)->SetPushBreaks({brk}).ok());
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+
+  const std::vector<float> g = Ramp(n, 0.25f);
+  ASSERT_TRUE((*client)->PushFrom(1, g, versions, brk, nullptr).ok());
+  ASSERT_TRUE((*client)->PushFrom(1, g, versions, brk, nullptr).ok());  // Again: nothing.
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const ShardStats& s : *stats) EXPECT_EQ(s.pushes_applied, 0);
+  std::vector<float> mid(n);
+  std::vector<int64_t> mid_versions;
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(mid), &mid_versions).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    // Async applies each part as it comes: only the end has moved.
+    ASSERT_EQ(mid[i], i >= brk ? init[i] - g[i] : init[i]) << i;
+  }
+  ASSERT_TRUE((*client)->PushFrom(1, g, versions, 0, nullptr).ok());
+  stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const ShardStats& s : *stats) EXPECT_EQ(s.pushes_applied, 1);
+
+  std::vector<float> after(n);
+  std::vector<int64_t> after_versions;
+  const PulledValues pulled{absl::MakeSpan(after), &after_versions};
+  ASSERT_TRUE((*client)->PushFrom(2, g, versions, brk, &pulled).ok());
+  ASSERT_TRUE((*client)->PushFrom(2, g, versions, 0, &pulled).ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i] - g[i]) << i;
+  for (int64_t v : after_versions) EXPECT_EQ(v, 2);
+}
+
 TEST(GrpcParameterClientTest, OptionsAreChecked) {
   GrpcClientOptions o;
   EXPECT_EQ(NewGrpcParameterClient(o).status().code(),
