@@ -11,10 +11,13 @@
 #          workers, Fashion-MNIST, with a test-accuracy curve every 30 s;
 #          prints the wall time, SUMMARY and curve.
 #   async  the same servers and workers in Downpour async mode, same curve.
-#   slow   by hand (launch slows every worker alike): 2 servers and 3
-#          workers with worker 2 slowed by SLOW_MS per compute batch, then
-#          the same job without worker 2; prints each job's iterations,
-#          seconds per iteration and each worker's portions.
+#   slow   by hand (launch slows every worker alike): 2 servers, FAST
+#          workers and one more slowed by SLOW_MS per compute batch, then
+#          the same job without the slow one; prints each job's iterations,
+#          seconds per iteration and each worker's portions. FAST=1 keeps
+#          the 2 cores here from being shared by more computing workers
+#          than there are cores, which the slow one's own compute would
+#          otherwise take from the fast ones.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-bazel-bin}
@@ -23,6 +26,7 @@ EPOCHS=${EPOCHS:-16}          # done: about 3 minutes of training here
 ASYNC_EPOCHS=${ASYNC_EPOCHS:-6}
 SLOW_MS=${SLOW_MS:-90}        # about 3x a compute batch of 125 here: 4x slower
 SLOW_EPOCHS=${SLOW_EPOCHS:-3}
+FAST=${FAST:-2}               # slow: fast workers beside the slow one
 OUT=$(mktemp -d /tmp/sandblaster_bench.XXXXXX)
 echo "bench: logs in $OUT; $(date -u); $(uptime)"
 
@@ -87,7 +91,9 @@ by_hand() {
 }
 
 if [[ " $PARTS " == *" slow "* ]]; then
-  by_hand with_slow 0 0 "$SLOW_MS"
-  by_hand without_slow 0 0
+  fast=()
+  for ((w = 0; w < FAST; w++)); do fast+=(0); done
+  by_hand with_slow "${fast[@]}" "$SLOW_MS"
+  by_hand without_slow "${fast[@]}"
 fi
 echo "bench: $(date -u); $(uptime)"
