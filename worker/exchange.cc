@@ -78,10 +78,11 @@ class SynchronousExchange final : public Exchange {
   absl::Status Push(int64_t /*steps*/) override { return PushNow(); }
 };
 
-// One push (or push-and-pull) in flight on a background thread.
-class OverlappedExchange final : public Exchange {
+// The exchanges with one push (or push and pull) in flight on a background
+// thread, and the buffers it uses.
+class BackgroundExchange : public Exchange {
  public:
-  OverlappedExchange(const ExchangeOptions& options, ParameterClient* client,
+  BackgroundExchange(const ExchangeOptions& options, ParameterClient* client,
                      ReplicaGroup* group, HostArray<float> params,
                      HostArray<float> grads, HostArray<float> incoming,
                      HostArray<float> sending)
@@ -89,15 +90,37 @@ class OverlappedExchange final : public Exchange {
         incoming_{std::move(incoming), {}},
         sending_(std::move(sending)) {}
 
+ protected:
+  absl::Status WaitBackground() override { return comm_.Wait(); }
+
+  // The parameters a pull brought, once the exchange has finished (with
+  // `wait`, waiting for it); else the group keeps its parameters.
+  absl::Status TakePulled(bool wait) {
+    if (!incoming_pull_ || (!wait && !comm_.Finished())) {
+      return absl::OkStatus();
+    }
+    DP_RETURN_IF_ERROR(comm_.Wait());
+    incoming_pull_ = false;
+    return Load(&incoming_);
+  }
+
+  Snapshot incoming_;                  // The parameters being pulled.
+  HostArray<float> sending_;           // The gradient being pushed.
+  std::vector<int64_t> sending_base_;  // The versions it was computed from.
+  bool incoming_pull_ = false;         // The background job ends with a pull.
+  // Last: joined before the buffers above go. A subclass whose jobs use
+  // members of its own waits for the job in its destructor.
+  JobThread comm_;
+};
+
+// The whole push (or push-and-pull) handed to the background after the step.
+class OverlappedExchange final : public BackgroundExchange {
+ public:
+  using BackgroundExchange::BackgroundExchange;
+
   absl::Status Fetch() override {
     // Sync needs this step's parameters; async/ssp take them if here.
-    if (incoming_pull_ &&
-        (options_.mode == TrainMode::kSync || comm_.Finished())) {
-      DP_RETURN_IF_ERROR(comm_.Wait());
-      incoming_pull_ = false;
-      DP_RETURN_IF_ERROR(Load(&incoming_));
-    }
-    return absl::OkStatus();
+    return TakePulled(/*wait=*/options_.mode == TrainMode::kSync);
   }
 
   absl::Status Push(int64_t steps) override {
@@ -126,8 +149,6 @@ class OverlappedExchange final : public Exchange {
   }
 
  private:
-  absl::Status WaitBackground() override { return comm_.Wait(); }
-
   // The background job: touches only sending_, sending_base_, incoming_ and
   // the client, which the caller leaves alone until comm_.Wait().
   absl::Status Send(int64_t push_seq, const PullOptions& wait,
@@ -140,12 +161,6 @@ class OverlappedExchange final : public Exchange {
                              absl::MakeSpan(incoming_.params.data(), n_),
                              &incoming_.versions, wait);
   }
-
-  Snapshot incoming_;                  // The parameters being pulled.
-  HostArray<float> sending_;           // The gradient being pushed.
-  std::vector<int64_t> sending_base_;  // The versions it was computed from.
-  bool incoming_pull_ = false;         // The background job ends with a pull.
-  JobThread comm_;  // Last: joined before the buffers above go.
 };
 
 // The flat offsets where wait-free buckets begin (ascending, > 0): tensors
@@ -175,15 +190,15 @@ std::vector<int64_t> BucketBreaks(const std::vector<TensorSpec>& specs,
 // inside the step (exchange.h). The step's hooks run on the loop's thread;
 // the background job streams the gradient's buckets as the hooks release
 // them, then (sync, ssp) pulls, telling the hooks which chunks arrived.
-class WaitFreeExchange final : public Exchange {
+class WaitFreeExchange final : public BackgroundExchange {
  public:
   WaitFreeExchange(const ExchangeOptions& options, ParameterClient* client,
                    ReplicaGroup* group, HostArray<float> params,
                    HostArray<float> grads, HostArray<float> incoming,
                    HostArray<float> sending)
-      : Exchange(options, client, group, std::move(params), std::move(grads)),
-        incoming_{std::move(incoming), {}},
-        sending_(std::move(sending)) {
+      : BackgroundExchange(options, client, group, std::move(params),
+                           std::move(grads), std::move(incoming),
+                           std::move(sending)) {
     hooks_.before_forward = [this](int64_t b, int64_t e) {
       return BeforeForward(b, e);
     };
@@ -200,10 +215,13 @@ class WaitFreeExchange final : public Exchange {
   }
 
   ~WaitFreeExchange() override {
-    // A step that failed half-way leaves the job waiting for buckets.
-    absl::MutexLock l(&mu_);
-    abort_ = true;
-    cv_.SignalAll();
+    {
+      // A step that failed half-way leaves the job waiting for buckets.
+      absl::MutexLock l(&mu_);
+      abort_ = true;
+      cv_.SignalAll();
+    }
+    comm_.Wait().IgnoreError();  // The job uses the members below.
   }
 
   const StepHooks* hooks() const override { return &hooks_; }
@@ -215,16 +233,10 @@ class WaitFreeExchange final : public Exchange {
   }
 
   absl::Status Fetch() override {
-    if (!incoming_pull_) return absl::OkStatus();
-    if (options_.mode == TrainMode::kSync) {
-      // This step's forward takes each layer's parameters as they arrive.
-      per_layer_ = true;
-      return absl::OkStatus();
-    }
-    if (!comm_.Finished()) return absl::OkStatus();  // Keep the current ones.
-    DP_RETURN_IF_ERROR(comm_.Wait());
-    incoming_pull_ = false;
-    return Load(&incoming_);
+    if (options_.mode != TrainMode::kSync) return TakePulled(/*wait=*/false);
+    // This step's forward takes each layer's parameters as they arrive.
+    per_layer_ = incoming_pull_;
+    return absl::OkStatus();
   }
 
   absl::Status Push(int64_t /*steps*/) override {
@@ -243,8 +255,6 @@ class WaitFreeExchange final : public Exchange {
     int32_t id;
     bool operator<(const ChunkAt& o) const { return offset < o.offset; }
   };
-
-  absl::Status WaitBackground() override { return comm_.Wait(); }
 
   // True when every chunk overlapping flat [b, e) has arrived.
   bool RangeArrived(int64_t b, int64_t e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -354,11 +364,7 @@ class WaitFreeExchange final : public Exchange {
   }
 
   StepHooks hooks_;
-  Snapshot incoming_;                  // The parameters being pulled.
-  HostArray<float> sending_;           // The gradient being pushed.
-  std::vector<int64_t> sending_base_;  // The versions it was computed from.
-  std::vector<ChunkAt> by_offset_;     // The chunks in flat order.
-  bool incoming_pull_ = false;  // The background job ends with a pull.
+  std::vector<ChunkAt> by_offset_;  // The chunks in flat order.
   bool per_layer_ = false;      // This step's forward waits per layer.
   bool streaming_ = false;      // This step's push has started.
   int64_t copied_from_ = 0;     // sending_ holds the gradient from here.
@@ -370,7 +376,6 @@ class WaitFreeExchange final : public Exchange {
   bool comm_done_ ABSL_GUARDED_BY(mu_) = true;
   bool abort_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<char> arrived_ ABSL_GUARDED_BY(mu_);  // Per chunk id.
-  JobThread comm_;  // Last: joined before the state above goes.
 };
 
 }  // namespace

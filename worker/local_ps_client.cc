@@ -43,37 +43,36 @@ class LocalParameterClient final : public ParameterClient {
     return absl::OkStatus();
   }
 
+  // Shard s's part of Pull.
   absl::Status PullShard(size_t s, absl::Span<float> params,
                          std::vector<int64_t>* versions,
                          const PullOptions& options) {
-    {
-      PullSpec spec;
-      spec.min_version = options.min_version;
-      spec.worker_clock = options.worker_clock;
-      absl::Status copy_status, pull_status;
-      absl::Notification done;
-      // The sink and done may run on another thread (a push that completes
-      // a sync step); this thread waits for them.
-      stores_[s]->PullWhenReady(
-          std::move(spec),
-          [&, s](const ChunkView& c) {
-            if (!copy_status.ok()) return;
-            copy_status = StoreChunk(map_, static_cast<int>(s), c.chunk_id,
-                                     c.version, c.data, c.num_elements * 4,
-                                     params, versions);
-            if (copy_status.ok() && options.on_chunks) {
-              const int32_t id = c.chunk_id;
-              options.on_chunks(absl::MakeConstSpan(&id, 1));
-            }
-          },
-          [&](absl::Status st) {
-            pull_status = st;
-            done.Notify();
-          });
-      done.WaitForNotification();
-      DP_RETURN_IF_ERROR(pull_status);
-      return copy_status;
-    }
+    PullSpec spec;
+    spec.min_version = options.min_version;
+    spec.worker_clock = options.worker_clock;
+    absl::Status copy_status, pull_status;
+    absl::Notification done;
+    // The sink and done may run on another thread (a push that completes
+    // a sync step); this thread waits for them.
+    stores_[s]->PullWhenReady(
+        std::move(spec),
+        [&, s](const ChunkView& c) {
+          if (!copy_status.ok()) return;
+          copy_status = StoreChunk(map_, static_cast<int>(s), c.chunk_id,
+                                   c.version, c.data, c.num_elements * 4,
+                                   params, versions);
+          if (copy_status.ok() && options.on_chunks) {
+            const int32_t id = c.chunk_id;
+            options.on_chunks(absl::MakeConstSpan(&id, 1));
+          }
+        },
+        [&](absl::Status st) {
+          pull_status = st;
+          done.Notify();
+        });
+    done.WaitForNotification();
+    DP_RETURN_IF_ERROR(pull_status);
+    return copy_status;
   }
 
   absl::Status Leave() override {
