@@ -84,12 +84,14 @@ class GrpcParameterClient final : public ParameterClient {
   OnReply ReadValues(absl::Span<float> params, std::vector<int64_t>* versions,
                      std::vector<grpc::ByteBuffer>* resp,
                      std::vector<uint64_t>* part_inc = nullptr,
-                     const PullOptions* options = nullptr);
-  // ReadValues without resetting *versions.
+                     const PullOptions* options = nullptr,
+                     const std::vector<Part>* parts = nullptr);
+  // ReadValues without resetting *versions; `parts` null: parts_.
   OnReply ReadInto(absl::Span<float> params, std::vector<int64_t>* versions,
                    std::vector<grpc::ByteBuffer>* resp,
                    std::vector<uint64_t>* part_inc,
-                   const PullOptions* options);
+                   const PullOptions* options,
+                   const std::vector<Part>* parts = nullptr);
   // After a push call (part i acknowledged by incarnation (*part_inc)[i]):
   // sends again, with the same (seq, part), the parts that a shard's
   // previous process acknowledged (ShardIncarnations::ResendStaleParts);
@@ -119,6 +121,9 @@ class GrpcParameterClient final : public ParameterClient {
   ShardIncarnations incarnations_;
   ShardMap map_;
   std::vector<Part> parts_;
+  // Pull's parts: not cut at the push breaks (a pull gains nothing from
+  // smaller calls, and each call costs both ends CPU).
+  std::vector<Part> pull_parts_;
   std::vector<int64_t> breaks_;        // SetPushBreaks.
   std::vector<int64_t> part_begin_;    // PartBegin of each of parts_.
   // The piecewise push under way (PushFrom): its seq, which parts went,
@@ -245,6 +250,7 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
     incarnations_.Saw(parts[i].shard, resp[i].server_incarnation());
   }
   map_ = std::move(map);
+  pull_parts_ = parts;
   parts_ = std::move(parts);
   return SetPushBreaks(breaks_);
 }
@@ -270,28 +276,33 @@ OnReply GrpcParameterClient::ReadValues(absl::Span<float> params,
                                         std::vector<int64_t>* versions,
                                         std::vector<grpc::ByteBuffer>* resp,
                                         std::vector<uint64_t>* part_inc,
-                                        const PullOptions* options) {
+                                        const PullOptions* options,
+                                        const std::vector<Part>* parts) {
   versions->assign(map_.chunks.size(), -1);
-  return ReadInto(params, versions, resp, part_inc, options);
+  return ReadInto(params, versions, resp, part_inc, options, parts);
 }
 
 OnReply GrpcParameterClient::ReadInto(absl::Span<float> params,
                                       std::vector<int64_t>* versions,
                                       std::vector<grpc::ByteBuffer>* resp,
                                       std::vector<uint64_t>* part_inc,
-                                      const PullOptions* options) {
+                                      const PullOptions* options,
+                                      const std::vector<Part>* parts) {
   const wire::Store store = wire::StoreFor(
       static_cast<int64_t>(params.size() * sizeof(float)),
       options_.streaming_pull_min_bytes);
-  return [this, params, versions, resp, store, part_inc, options](int i) {
+  if (parts == nullptr) parts = &parts_;
+  return [this, params, versions, resp, store, part_inc, options,
+          parts](int i) {
+    const Part& part = (*parts)[i];
     uint64_t inc = 0;
-    absl::Status s = ReadPulledPart(map_, parts_[i], (*resp)[i], params,
-                                    versions, store, &inc);
+    absl::Status s = ReadPulledPart(map_, part, (*resp)[i], params, versions,
+                                    store, &inc);
     if (s.ok()) {
-      incarnations_.Saw(parts_[i].shard, inc);
+      incarnations_.Saw(part.shard, inc);
       if (part_inc != nullptr) (*part_inc)[i] = inc;
       if (options != nullptr && options->on_chunks) {
-        options->on_chunks(parts_[i].chunk_ids);
+        options->on_chunks(part.chunk_ids);
       }
     }
     // Free the received slices now, so that later reads reuse them while
@@ -306,11 +317,12 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
                                        const PullOptions& options) {
   DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
   const std::vector<grpc::ByteBuffer> req = PullRequests(
-      parts_, options_.worker_id, options, options_.pull_encoding);
-  std::vector<grpc::ByteBuffer> resp(parts_.size());
-  return transport_.CallAllParts("Pull", kPullMethod, parts_, req, &resp,
-                                 ReadValues(params, versions, &resp,
-                                            /*part_inc=*/nullptr, &options));
+      pull_parts_, options_.worker_id, options, options_.pull_encoding);
+  std::vector<grpc::ByteBuffer> resp(pull_parts_.size());
+  return transport_.CallAllParts(
+      "Pull", kPullMethod, pull_parts_, req, &resp,
+      ReadValues(params, versions, &resp, /*part_inc=*/nullptr, &options,
+                 &pull_parts_));
 }
 
 std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
