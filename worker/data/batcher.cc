@@ -100,6 +100,8 @@ class BatcherImpl : public Batcher {
   void Work() {
     for (;;) {
       int64_t seq;
+      Batch b;
+      absl::Status built;
       std::shared_ptr<const std::vector<int64_t>> order;
       {
         absl::MutexLock lock(&mu_);
@@ -121,9 +123,12 @@ class BatcherImpl : public Batcher {
           order_epoch_ = epoch;
         }
         order = order_;
+        // Buffers are taken in claim order, so that when the pool runs out
+        // it is the latest batch that cannot be built, whatever the thread
+        // timing.
+        built = FillBuffers(seq, order->size(), &b);
       }
-      Batch b;
-      absl::Status built = Build(seq, *order, &b);
+      if (built.ok()) built = Build(seq, *order, &b);
       {
         absl::MutexLock lock(&mu_);
         if (built.ok()) {
@@ -156,25 +161,36 @@ class BatcherImpl : public Batcher {
     return order;
   }
 
-  // Fills `b` with batch `seq` (epoch seq / BatchesPerEpoch()); fails when a
-  // buffer cannot be allocated or an example cannot be read (and is not
-  // skipped).
-  absl::Status Build(int64_t seq, const std::vector<int64_t>& order,
-                     Batch* b) const {
-    const int epoch = static_cast<int>(seq / batches_per_epoch_);
+  // The first and one-past-last positions of batch `seq` in an epoch's
+  // order of `size` examples.
+  std::pair<size_t, size_t> Range(int64_t seq, size_t size) const {
     const size_t begin = static_cast<size_t>(seq % batches_per_epoch_) *
                          static_cast<size_t>(options_.batch_size);
-    const size_t end = std::min(
-        order.size(), begin + static_cast<size_t>(options_.batch_size));
-    const int n = static_cast<int>(end - begin);
+    return {begin,
+            std::min(size, begin + static_cast<size_t>(options_.batch_size))};
+  }
+
+  // Takes the buffers of batch `seq` from the pool.
+  absl::Status FillBuffers(int64_t seq, size_t size, Batch* b) const {
+    const auto [begin, end] = Range(seq, size);
+    const size_t n = end - begin;
     const size_t example = static_cast<size_t>(source_->ExampleSize());
-    if (!pool_->Fill(static_cast<size_t>(n) * example,
-                     static_cast<size_t>(n), b)
-             .ok()) {
+    if (!pool_->Fill(n * example, n, b).ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "batcher: cannot allocate a batch buffer from the ",
           options_.allocator->Name(), " host allocator"));
     }
+    return absl::OkStatus();
+  }
+
+  // Fills `b` (its buffers taken by FillBuffers) with batch `seq` (epoch
+  // seq / BatchesPerEpoch()); fails when an example cannot be read (and is
+  // not skipped).
+  absl::Status Build(int64_t seq, const std::vector<int64_t>& order,
+                     Batch* b) const {
+    const int epoch = static_cast<int>(seq / batches_per_epoch_);
+    const auto [begin, end] = Range(seq, order.size());
+    const size_t example = static_cast<size_t>(source_->ExampleSize());
     b->epoch = epoch;
     std::vector<float> raw(plain_copy_ ? 0 : example);
     int kept = 0;  // Examples in the batch so far (skipped ones are not).
