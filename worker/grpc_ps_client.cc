@@ -111,10 +111,12 @@ class GrpcParameterClient final : public ParameterClient {
   // (*part_inc)[i].
   OnReply ReadAcks(std::vector<grpc::ByteBuffer>* resp,
                    std::vector<uint64_t>* part_inc);
-  // push_pull: PushPull requests (with the pull encoding).
+  // push_pull: PushPull requests (with the pull encoding). One request per
+  // part of `parts` (default: parts_).
   std::vector<grpc::ByteBuffer> PushRequests(
       int64_t seq, absl::Span<const float> grads,
-      absl::Span<const int64_t> base_versions, bool push_pull);
+      absl::Span<const int64_t> base_versions, bool push_pull,
+      const std::vector<Part>* parts = nullptr);
 
   const GrpcClientOptions options_;
   ShardTransport transport_;
@@ -327,14 +329,15 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
 
 std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
     int64_t seq, absl::Span<const float> grads,
-    absl::Span<const int64_t> base_versions, bool push_pull) {
+    absl::Span<const int64_t> base_versions, bool push_pull,
+    const std::vector<Part>* parts) {
   wire::PushHead head;
   head.worker_id = options_.worker_id;
   head.seq = seq;
   if (push_pull) head.pull_encoding = options_.pull_encoding;
   head.incarnation = options_.incarnation;
-  return push_encoder_.Encode(map_, parts_, head, options_.push_encoding,
-                              grads, base_versions);
+  return push_encoder_.Encode(map_, parts != nullptr ? *parts : parts_, head,
+                              options_.push_encoding, grads, base_versions);
 }
 
 absl::Status GrpcParameterClient::CheckPush(
@@ -413,13 +416,8 @@ absl::Status GrpcParameterClient::PushFrom(int64_t seq,
   if (!which.empty()) {
     std::vector<Part> some;
     for (int i : which) some.push_back(parts_[i]);
-    wire::PushHead head;
-    head.worker_id = options_.worker_id;
-    head.seq = seq;
-    if (pulled != nullptr) head.pull_encoding = options_.pull_encoding;
-    head.incarnation = options_.incarnation;
-    std::vector<grpc::ByteBuffer> encoded = push_encoder_.Encode(
-        map_, some, head, options_.push_encoding, grads, base_versions);
+    std::vector<grpc::ByteBuffer> encoded = PushRequests(
+        seq, grads, base_versions, pulled != nullptr, &some);
     std::vector<grpc::ByteBuffer> req(n);
     for (size_t k = 0; k < which.size(); ++k) {
       req[which[k]] = std::move(encoded[k]);

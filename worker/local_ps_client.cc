@@ -1,11 +1,12 @@
 #include "worker/local_ps_client.h"
 
-#include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "worker/chunk_io.h"
+#include "worker/part_plan.h"
 
 namespace downpour {
 namespace {
@@ -100,13 +101,13 @@ class LocalParameterClient final : public ParameterClient {
     return absl::OkStatus();
   }
 
-  // Each shard's chunks between two breaks are one part, pushed once the
-  // gradient from its first chunk on is released; with `pulled`, the shard's
-  // values are read back after each part.
+  // Each shard's chunks between two breaks are one part (PlanParts without
+  // a size limit), pushed once the gradient from its first chunk on is
+  // released; with `pulled`, the shard's values are read back after each
+  // part.
   absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
                         absl::Span<const int64_t> base_versions, int64_t from,
                         const PulledValues* pulled) override {
-    const size_t shards = stores_.size();
     if (seq != piece_seq_) {
       DP_RETURN_IF_ERROR(CheckFlatSize(map_, grads.size(), "Push"));
       if (base_versions.size() != map_.chunks.size()) {
@@ -115,42 +116,28 @@ class LocalParameterClient final : public ParameterClient {
       if (pulled != nullptr) {
         pulled->versions->assign(map_.chunks.size(), -1);
       }
-      piece_seq_ = seq;
-      piece_sent_.assign(shards, {});
-    }
-    for (size_t s = 0; s < shards; ++s) {
-      // The shard's parts: its chunks grouped by bucket, in order.
-      std::vector<std::vector<int32_t>> parts;
-      int64_t bucket = -1;
-      for (int32_t id : map_.shard_chunks[s]) {
-        const int64_t b =
-            std::upper_bound(breaks_.begin(), breaks_.end(),
-                             map_.chunks[id].flat_offset) - breaks_.begin();
-        if (b != bucket) parts.emplace_back();
-        bucket = b;
-        parts.back().push_back(id);
+      if (piece_seq_ == 0) {
+        pieces_ = PlanParts(map_, std::numeric_limits<int64_t>::max(), 1,
+                            breaks_);
       }
-      if (parts.empty()) parts.emplace_back();
-      piece_sent_[s].resize(parts.size(), false);
-      for (size_t k = 0; k < parts.size(); ++k) {
-        if (piece_sent_[s][k]) continue;
-        std::vector<ChunkBytes> slices;
-        bool ready = true;
-        for (int32_t id : parts[k]) {
-          const Chunk& c = map_.chunks[id];
-          ready = ready && c.flat_offset >= from;
-          slices.push_back({id, base_versions[id], grads.data() + c.flat_offset,
-                            c.num_elements * 4});
-        }
-        if (!ready) continue;
-        const PushId push{worker_id_, seq, static_cast<int32_t>(k),
-                          static_cast<int32_t>(parts.size())};
-        DP_RETURN_IF_ERROR(stores_[s]->Push(push, slices).status());
-        piece_sent_[s][k] = true;
-        if (pulled != nullptr) {
-          DP_RETURN_IF_ERROR(PullShard(s, pulled->params, pulled->versions,
-                                       PullOptions()));
-        }
+      piece_seq_ = seq;
+      piece_sent_.assign(pieces_.size(), false);
+    }
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+      const Part& p = pieces_[i];
+      if (piece_sent_[i] || PartBegin(map_, p) < from) continue;
+      std::vector<ChunkBytes> slices;
+      for (int32_t id : p.chunk_ids) {
+        const Chunk& c = map_.chunks[id];
+        slices.push_back({id, base_versions[id], grads.data() + c.flat_offset,
+                          c.num_elements * 4});
+      }
+      const PushId push{worker_id_, seq, p.index, p.count};
+      DP_RETURN_IF_ERROR(stores_[p.shard]->Push(push, slices).status());
+      piece_sent_[i] = true;
+      if (pulled != nullptr) {
+        DP_RETURN_IF_ERROR(PullShard(p.shard, pulled->params,
+                                     pulled->versions, PullOptions()));
       }
     }
     return absl::OkStatus();
@@ -181,9 +168,10 @@ class LocalParameterClient final : public ParameterClient {
   const int32_t worker_id_;
   ShardMap map_;
   std::vector<int64_t> breaks_;  // SetPushBreaks.
-  // The piecewise push under way: its seq and, per shard, which parts went.
+  std::vector<Part> pieces_;     // Planned at the first PushFrom after it.
+  // The piecewise push under way: its seq and which of pieces_ went.
   int64_t piece_seq_ = 0;
-  std::vector<std::vector<bool>> piece_sent_;
+  std::vector<bool> piece_sent_;
 };
 
 }  // namespace
