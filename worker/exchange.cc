@@ -233,9 +233,23 @@ class WaitFreeExchange final : public BackgroundExchange {
   }
 
   absl::Status Fetch() override {
-    if (options_.mode != TrainMode::kSync) return TakePulled(/*wait=*/false);
-    // This step's forward takes each layer's parameters as they arrive.
-    per_layer_ = incoming_pull_;
+    if (options_.mode == TrainMode::kSync) {
+      // This step's forward takes each layer's parameters as they arrive.
+      per_layer_ = incoming_pull_;
+      return absl::OkStatus();
+    }
+    // Async, ssp: the newest parameters that have arrived. The exchange
+    // still in flight is usually the last step's (its last bucket left at
+    // the end of the backward pass); then the one before it, which the
+    // backward pass waited for, is the newest.
+    if (incoming_pull_ && comm_.Finished()) {
+      current_pending_ = false;
+      return TakePulled(/*wait=*/false);
+    }
+    if (current_pending_) {
+      current_pending_ = false;
+      return Load(&current_);
+    }
     return absl::OkStatus();
   }
 
@@ -292,16 +306,29 @@ class WaitFreeExchange final : public BackgroundExchange {
       const absl::Time start = absl::Now();
       DP_RETURN_IF_ERROR(comm_.Wait());
       waits_.push += absl::ToDoubleSeconds(absl::Now() - start);
+      // The versions this step's gradient was computed from.
       if (per_layer_) {
-        // The parameters this step computed from become the current ones.
+        // Sync: the forward took the pulled parameters; they become the
+        // current ones.
         std::swap(current_.params, incoming_.params);
         std::swap(current_.versions, incoming_.versions);
         per_layer_ = false;
         incoming_pull_ = false;
+        sending_base_ = current_.versions;
+      } else {
+        sending_base_ = current_.versions;
+        if (incoming_pull_) {
+          // Async, ssp: the finished exchange's parameters, which the
+          // model (still in its backward pass) cannot take yet, are kept
+          // for the next step before this exchange writes over them.
+          std::swap(current_.params, incoming_.params);
+          std::swap(current_.versions, incoming_.versions);
+          incoming_pull_ = false;
+          current_pending_ = true;
+        }
       }
       streaming_ = true;
       copied_from_ = n_;
-      sending_base_ = current_.versions;
       const int64_t seq = ++seq_;
       ++pushes_;
       PullOptions wait = WaitFor(sending_base_);
@@ -367,6 +394,8 @@ class WaitFreeExchange final : public BackgroundExchange {
   std::vector<ChunkAt> by_offset_;  // The chunks in flat order.
   bool per_layer_ = false;      // This step's forward waits per layer.
   bool streaming_ = false;      // This step's push has started.
+  // current_ holds parameters the model has not loaded yet (async, ssp).
+  bool current_pending_ = false;
   int64_t copied_from_ = 0;     // sending_ holds the gradient from here.
   HookWaits waits_;
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "common/host_allocator_test_util.h"
 #include "gtest/gtest.h"
 #include "server/parameter_store.h"
@@ -275,6 +276,79 @@ TEST(TrainerTest, OverlapInAsyncAndSspModeAppliesEveryPush) {
           TrainTogether(mode, tmode, 2, 1, /*overlap=*/true, wait_free);
       for (float x : p) ASSERT_TRUE(std::isfinite(x));
     }
+  }
+}
+
+// A client whose push's last piece (the model's first layers, sent when the
+// backward pass has ended) takes a while, as over a network: the next step
+// starts before the exchange has finished.
+class SlowLastPieceClient final : public ParameterClient {
+ public:
+  explicit SlowLastPieceClient(std::unique_ptr<ParameterClient> c)
+      : c_(std::move(c)) {}
+  absl::Status Declare(const ModelLayout& layout,
+                       absl::Span<const float> initial) override {
+    return c_->Declare(layout, initial);
+  }
+  using ParameterClient::Pull;
+  absl::Status Pull(absl::Span<float> params, std::vector<int64_t>* versions,
+                    const PullOptions& options) override {
+    return c_->Pull(params, versions, options);
+  }
+  absl::Status Push(int64_t seq, absl::Span<const float> grads,
+                    absl::Span<const int64_t> base) override {
+    return c_->Push(seq, grads, base);
+  }
+  absl::Status SetPushBreaks(std::vector<int64_t> breaks) override {
+    return c_->SetPushBreaks(std::move(breaks));
+  }
+  absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
+                        absl::Span<const int64_t> base, int64_t from,
+                        const PulledValues* pulled) override {
+    if (from == 0) absl::SleepFor(absl::Milliseconds(30));
+    return c_->PushFrom(seq, grads, base, from, pulled);
+  }
+  absl::Status Leave() override { return c_->Leave(); }
+  absl::StatusOr<std::vector<ShardStats>> Stats() override {
+    return c_->Stats();
+  }
+  const ShardMap& shard_map() const override { return c_->shard_map(); }
+
+ private:
+  std::unique_ptr<ParameterClient> c_;
+};
+
+// Async wait-free with every exchange still in flight when the next step
+// starts: each step still computes from the newest parameters that have
+// arrived, one exchange behind at most, never from parameters that stopped
+// being refreshed (the servers' staleness says which).
+TEST(TrainerTest, AsyncWaitFreeStaysOneExchangeBehindWhenPushesAreSlow) {
+  Cluster cluster = MakeCluster(2, "momentum", 0.02f);
+  Dataset train = Synthetic(16 * 20, 6);
+  auto backend = NewOpenblasBackend(1);
+  auto model = BuildModel("fashion_cnn", backend.get(), 16);
+  ASSERT_TRUE(model.ok()) << model.status();
+  SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0));
+  ASSERT_TRUE(DeclareModel(&client, **model, 5, 2, 1 << 20).ok());
+  BatcherOptions bo;
+  bo.batch_size = 16;
+  auto batcher = Batcher::Create(&train, bo);
+  ASSERT_TRUE(batcher.ok()) << batcher.status();
+  TrainerOptions to;
+  to.log_every = 0;
+  to.overlap = true;
+  to.wait_free = true;
+  absl::StatusOr<TrainResult> r =
+      RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->pushes, 20);
+  const absl::StatusOr<std::vector<ShardStats>> stats = client.Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const ShardStats& s : *stats) {
+    EXPECT_EQ(s.pushes_applied, 20);
+    // One worker: a push is computed from the parameters after its
+    // second-to-last push at the oldest (staleness 1).
+    EXPECT_LE(s.staleness_max, 1);
   }
 }
 
