@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,49 @@ TEST(OptimizerTest, AdamMatchesThePaper) {
   EXPECT_EQ(st, st2);
   o.adam_beta1 = 1.0f;
   EXPECT_FALSE(CreateOptimizer(o).ok());
+}
+
+// The whole-chunk loop (vectorized for the CPU at hand: AVX-512, AVX2 or the
+// baseline) gives the very bits of the float formula written out element by
+// element, over a length that leaves a remainder and a misaligned gradient.
+TEST(OptimizerTest, AdamVectorLoopGivesTheScalarBits) {
+  OptimizerOptions o{"adam", 0.003f};
+  auto opt = CreateOptimizer(o);
+  ASSERT_TRUE(opt.ok());
+  constexpr int kN = 1037;
+  std::vector<float> w(kN), st(2 * kN, 0.0f), rw(kN), rst(2 * kN, 0.0f);
+  std::vector<char> gbytes(4 * kN + 4);
+  for (int i = 0; i < kN; ++i) w[i] = rw[i] = std::sin(0.37f * i);
+  for (int t = 1; t <= 4; ++t) {
+    std::vector<float> g(kN);
+    for (int i = 0; i < kN; ++i) g[i] = std::cos(0.11f * i * t) * 1e-2f;
+    std::memcpy(gbytes.data() + 1, g.data(), 4 * kN);  // Misaligned.
+    (*opt)->ApplyAt(t, kN, gbytes.data() + 1, 0.5f, w.data(), st.data());
+    const double c2 = std::sqrt(1.0 - std::pow(double{0.999f}, t));
+    const float lr = static_cast<float>(
+        double{0.003f} * double{1.0f} * c2 / (1.0 - std::pow(double{0.9f}, t)));
+    const float eps = static_cast<float>(double{1e-8f} * c2);
+    const float b1 = 0.9f, b2 = 0.999f, a1 = 1 - b1, a2 = 1 - b2;
+    for (int i = 0; i < kN; ++i) {
+      volatile float gi = 0.5f * g[i];  // One rounding per operation.
+      volatile float m = b1 * rst[2 * i];
+      m = m + a1 * gi;
+      volatile float gg = a2 * gi;
+      gg = gg * gi;
+      volatile float v = b2 * rst[2 * i + 1];
+      v = v + gg;
+      rst[2 * i] = m;
+      rst[2 * i + 1] = v;
+      volatile float den = std::sqrt(static_cast<float>(v));
+      den = den + eps;
+      volatile float num = lr * m;
+      volatile float upd = num / den;
+      volatile float keep = rw[i] * 1.0f;
+      rw[i] = keep - upd;
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(w.data(), rw.data(), 4 * kN));
+  EXPECT_EQ(0, std::memcmp(st.data(), rst.data(), 8 * kN));
 }
 
 // AdamW: PyTorch's torch.optim.AdamW step, transcribed in double precision

@@ -5,7 +5,7 @@
 //
 //  * synchronous: Fetch() pulls and Push() pushes on the calling thread, so
 //    the replicas wait for both;
-//  * wait-free (with overlap and ExchangeOptions::wait_free):
+//  * wait-free (the default with overlap, see ExchangeOptions::wait_free):
 //    the overlapped exchange with its sends moved into the step: hooks
 //    between the layers push each bucket of the gradient as soon as the
 //    backward pass has produced it (the last layers first), while the
@@ -60,13 +60,11 @@ struct ExchangeOptions {
   // Push and pull in the background while computing.
   bool overlap = false;
   // With overlap, n_fetch = n_push = 1 and a group that can stream
-  // (ReplicaGroup::CanStream): wait-free backpropagation (off by default: in
-  // async mode a shard restart costs it far more than the snapshot
-  // interval, see docs/design.md). The gradient
+  // (ReplicaGroup::CanStream): wait-free backpropagation. The gradient
   // leaves in buckets while the backward pass still runs, the end of the
   // model first, and in sync mode each layer's parameters are waited for
   // only just before its forward.
-  bool wait_free = false;
+  bool wait_free = true;
   // Wait-free buckets: tensors from the end of the model are grouped until
   // a bucket holds at least this many bytes; each bucket is pushed as soon
   // as the backward pass has produced all of it.

@@ -45,9 +45,7 @@ ABSL_FLAG(bool, wait_free, downpour::TrainingFlags{}.wait_free,
           "the backward pass has produced it, and in sync mode start each "
           "layer's forward as soon as its own parameters arrived (wait-free "
           "backpropagation). Needs --n_fetch=1, --n_push=1, one replica and "
-          "no --local_lr; otherwise the plain overlapped exchange runs. Off "
-          "by default: in async mode a shard restart costs it far more "
-          "updates than the snapshot interval.");
+          "no --local_lr; otherwise the plain overlapped exchange runs.");
 ABSL_FLAG(int, log_every, downpour::TrainingFlags{}.log_every,
           "Print progress every N steps.");
 ABSL_FLAG(int64_t, max_steps, downpour::TrainingFlags{}.max_steps,

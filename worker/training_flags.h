@@ -34,7 +34,7 @@ struct TrainingFlags {
   bool overlap = true;
   // With overlap: gradients leave per bucket of layers during the backward
   // pass, and sync's forward waits per layer (worker/exchange.h).
-  bool wait_free = false;
+  bool wait_free = true;
   int log_every = 50;
   int64_t max_steps = 0;
   int64_t max_test_examples = 0;

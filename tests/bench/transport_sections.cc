@@ -239,7 +239,7 @@ void RunApplyTable(const BenchOptions& o, RunState* r) {
               GBps(r->memcpy_bps));
   std::printf("%10s %22s %10s %22s %10s\n", "optimizer", "ParameterStore::Push",
               "vs memcpy", "Optimizer::Apply only", "vs memcpy");
-  for (const char* name : {"sgd", "momentum", "adagrad"}) {
+  for (const char* name : {"sgd", "momentum", "adagrad", "adam"}) {
     ApplyResult a = MeasureApply(name, o.apply_bytes, o.apply_rounds);
     if (a.error.empty()) {
       std::printf("%10s %17.2f GB/s %10.3f %17.2f GB/s %10.3f\n", name,
