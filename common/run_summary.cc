@@ -90,7 +90,7 @@ std::string Summary::ToJson() const {
   j["epochs"] = epochs;
   j["batch_size"] = batch_size;
   j["optimizer"] = optimizer;
-  j["lr"] = Number(lr);
+  if (lr) j["lr"] = Number(*lr);
   j["steps"] = steps;
   j["examples"] = examples;
   j["wall_seconds"] = Number(wall_seconds);
@@ -126,8 +126,12 @@ Summary Summarize(const SummaryJob& options, const RunRecord& record) {
   s.workers = options.workers;
   s.epochs = options.epochs;
   s.batch_size = options.batch_size;
-  s.optimizer = options.optimizer;
-  s.lr = options.lr;
+  if (options.mode == TrainMode::kSandblaster) {
+    s.optimizer = "lbfgs";
+  } else {
+    s.optimizer = options.optimizer;
+    s.lr = options.lr;
+  }
   double loss_sum = 0;
   for (const DoneReport& d : record.done) {
     s.steps += d.steps;

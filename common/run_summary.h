@@ -46,8 +46,10 @@ struct Summary {
   int workers = 0;
   int epochs = 0;
   int batch_size = 0;
+  // The servers' optimizer and learning rate; for --mode=sandblaster
+  // "lbfgs" and no lr (L-BFGS sizes its steps by line search).
   std::string optimizer;
-  double lr = 0;
+  std::optional<double> lr;
   int64_t steps = 0;           // Sum of the workers' DONE "steps".
   int64_t examples = 0;        // Sum of the workers' DONE "examples".
   double wall_seconds = 0;     // First server start to end of evaluation.

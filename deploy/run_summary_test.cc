@@ -77,6 +77,23 @@ TEST(RunSummaryTest, SummarizesWorkersAndShards) {
   EXPECT_EQ(back->at("steps"), 201);
 }
 
+// Sandblaster's servers run L-BFGS: SUMMARY names it and gives no learning
+// rate, whatever --optimizer and --lr say.
+TEST(RunSummaryTest, SandblasterNamesLbfgsAndNoLearningRate) {
+  LaunchOptions o;
+  o.mode = TrainMode::kSandblaster;
+  o.optimizer = "adam";
+  o.lr = 0.001;
+  RunRecord r;
+  const Summary s = Summarize(o, r);
+  EXPECT_EQ(s.optimizer, "lbfgs");
+  EXPECT_FALSE(s.lr.has_value());
+  const std::string json = s.ToJson();
+  EXPECT_NE(json.find("\"mode\":\"sandblaster\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"optimizer\":\"lbfgs\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"lr\""), std::string::npos) << json;
+}
+
 TEST(RunSummaryTest, ShardsWithoutWeightsAndNumberFormat) {
   LaunchOptions o;
   RunRecord r;

@@ -3,7 +3,8 @@
 # small subset of Fashion-MNIST): the job ends by itself, every worker's
 # DONE line reports its used and backup portions, the portions used times
 # their size are exactly the examples SUMMARY counts, and SUMMARY reports
-# the iterations, the line-search evaluations and the test accuracy.
+# the iterations, the line-search evaluations and the test accuracy, and
+# names L-BFGS as the optimizer, with no learning rate.
 #
 # Usage: launch_sandblaster_test.sh <launch>
 set -euo pipefail
@@ -33,6 +34,7 @@ for d in done:
     assert d["portions"] > 0, f"worker {d['worker']} used no portion: {d}"
 used = sum(d["portions"] for d in done)
 assert summary["mode"] == "sandblaster", summary
+assert summary["optimizer"] == "lbfgs" and "lr" not in summary, summary
 assert used * 100 == summary["examples"], (used, summary["examples"])
 assert summary["iterations"] >= 1, summary
 assert summary["line_search_evaluations"] >= 1, summary
