@@ -222,6 +222,8 @@ class WaitFreeExchange final : public BackgroundExchange {
       cv_.SignalAll();
     }
     comm_.Wait().IgnoreError();  // The job uses the members below.
+    // A step that failed may leave copies into sending_ under way.
+    group_->WaitGradientCopies().IgnoreError();
   }
 
   const StepHooks* hooks() const override { return &hooks_; }
@@ -343,7 +345,9 @@ class WaitFreeExchange final : public BackgroundExchange {
       comm_.Start([this, seq, wait]() mutable { return Stream(seq, wait); });
     }
     if (from < copied_from_) {
-      DP_RETURN_IF_ERROR(group_->GetGradientRange(
+      // On a GPU the copy runs on while the earlier layers' backward does;
+      // the job waits for it before sending (Stream).
+      DP_RETURN_IF_ERROR(group_->StartGradientCopy(
           from, copied_from_, absl::MakeSpan(sending_.data(), n_)));
       copied_from_ = from;
       absl::MutexLock l(&mu_);
@@ -353,8 +357,9 @@ class WaitFreeExchange final : public BackgroundExchange {
     return absl::OkStatus();
   }
 
-  // The background job: sends each released bucket, then pulls (sync and
-  // ssp; async's buckets went as PushPulls). Touches sending_,
+  // The background job: sends each released bucket once its copy out of
+  // the model has finished, then pulls (sync and ssp; async's buckets went
+  // as PushPulls). Touches sending_,
   // sending_base_, incoming_ and the client, which the loop's thread leaves
   // alone until comm_.Wait() (or, for incoming_, until a chunk arrived).
   absl::Status Stream(int64_t seq, PullOptions wait) {
@@ -372,6 +377,8 @@ class WaitFreeExchange final : public BackgroundExchange {
         if (abort_) return absl::CancelledError("wait-free exchange stopped");
         from = ready_from_;
       }
+      s = group_->WaitGradientCopies();
+      if (!s.ok()) break;
       s = client_->PushFrom(seq, grads, sending_base_, from,
                             async ? &pulled : nullptr);
       sent = from;

@@ -9,11 +9,12 @@
 //    the overlapped exchange with its sends moved into the step: hooks
 //    between the layers push each bucket of the gradient as soon as the
 //    backward pass has produced it (the last layers first), while the
-//    earlier layers' backward still runs, and in sync mode let each layer's
-//    forward wait only for its own parameters of the pull under way. In
-//    async mode each bucket goes as a PushPull whose reply brings that
-//    bucket's new parameters, taken by the first step that finds the
-//    exchange finished;
+//    earlier layers' backward still runs (on a GPU each bucket's copy to
+//    the host runs on a second stream, Backend::CopyToHostAsync), and in
+//    sync mode let each layer's forward wait only for its own parameters of
+//    the pull under way. In async mode each bucket goes as a PushPull whose
+//    reply brings that bucket's new parameters; a step takes the newest
+//    that have arrived, one exchange behind at most;
 //  * overlapped: Push() hands step t's gradient (and, at a fetch step, the
 //    pull of the next parameters, as one PushPull) to a background thread
 //    while the replicas compute step t+1. In async and ssp mode Fetch() then
@@ -32,8 +33,9 @@
 //   DP_RETURN_IF_ERROR(ex->Finish());
 //
 // Thread-safety: one thread calls every method; the overlapped exchange's
-// background job touches only its own staging buffers and the client, and
-// Push/Fetch/Finish wait for it before touching those buffers.
+// background job touches only its own staging buffers, the client and (the
+// wait-free one) ReplicaGroup::WaitGradientCopies, and Push/Fetch/Finish
+// wait for it before touching those buffers.
 // Ownership: the client and the replica group are borrowed and must outlive
 // the exchange; the exchange owns its (possibly pinned) host staging.
 #ifndef DOWNPOUR_WORKER_EXCHANGE_H_

@@ -112,6 +112,15 @@ absl::Status ReplicaGroup::GetGradientRange(int64_t begin, int64_t end,
   return replicas_[0].model->GetGradientRange(begin, end, out);
 }
 
+absl::Status ReplicaGroup::StartGradientCopy(int64_t begin, int64_t end,
+                                             absl::Span<float> out) {
+  return replicas_[0].model->StartGradientCopy(begin, end, out);
+}
+
+absl::Status ReplicaGroup::WaitGradientCopies() {
+  return replicas_[0].model->WaitGradientCopies();
+}
+
 absl::Status ReplicaGroup::SetParameterRange(absl::Span<const float> params,
                                              int64_t begin, int64_t end) {
   for (const Replica& r : replicas_) {

@@ -93,6 +93,11 @@ class ReplicaGroup {
   // (num_parameters() floats).
   absl::Status GetGradientRange(int64_t begin, int64_t end,
                                 absl::Span<float> out);
+  // The same without waiting for the device (Model::StartGradientCopy);
+  // WaitGradientCopies waits, and may be called from another thread.
+  absl::Status StartGradientCopy(int64_t begin, int64_t end,
+                                 absl::Span<float> out);
+  absl::Status WaitGradientCopies();
   // params[begin, end) (params: num_parameters() floats) into every replica.
   absl::Status SetParameterRange(absl::Span<const float> params,
                                  int64_t begin, int64_t end);

@@ -17,8 +17,9 @@
 //  * Pointers passed to operations are backend memory from Allocate() unless
 //    the parameter is named host_*.
 //  * Operations may be asynchronous on a device; CopyToHost and Synchronize
-//    wait for completion.
-//  * A Backend is used by one thread at a time (one per worker replica).
+//    wait for completion. CopyToHostAsync does not: WaitHostCopies does.
+//  * A Backend is used by one thread at a time (one per worker replica),
+//    except WaitHostCopies, which another thread may call meanwhile.
 //    Devices are chosen by the caller (main) and passed in; library code
 //    never picks one.
 #ifndef DOWNPOUR_WORKER_NN_BACKEND_H_
@@ -92,6 +93,23 @@ class Backend {
   virtual absl::Status CopyToHost(const float* src, float* host_dst,
                                   int64_t n) = 0;
   virtual absl::Status Synchronize() = 0;
+  // Starts copying n floats of backend memory to the host once the work
+  // queued so far has produced them, and returns without waiting: on a
+  // device, on a second queue, so that the work queued next overlaps the
+  // copy. Until WaitHostCopies() has returned, host_dst must not be read
+  // and src must not be written: OrderAfterHostCopies() makes the work
+  // queued after it wait (on the device) for the copies started before it.
+  // Default (the CPU backends): CopyToHost, done on return.
+  virtual absl::Status CopyToHostAsync(const float* src, float* host_dst,
+                                       int64_t n) {
+    return CopyToHost(src, host_dst, n);
+  }
+  // Waits for every CopyToHostAsync started so far. Safe to call from
+  // another thread while the backend's own thread queues work.
+  virtual absl::Status WaitHostCopies() { return absl::OkStatus(); }
+  // The work queued from now on runs after the copies started so far,
+  // without the host waiting.
+  virtual absl::Status OrderAfterHostCopies() { return absl::OkStatus(); }
   // dst = src, n floats of backend memory (a device-to-device copy).
   // Default: Fill + Axpy; backends override it with a plain copy.
   virtual absl::Status Copy(const float* src, float* dst, int64_t n);

@@ -34,6 +34,12 @@
 //  * One non-blocking stream per backend; cuBLAS and cuDNN handles are bound
 //    to it and every operation is queued on it. Only CopyToHost, Synchronize,
 //    SoftmaxCrossEntropy, Free and workspace growth wait for the stream.
+//  * A second non-blocking stream carries CopyToHostAsync's copies (a
+//    layer's gradients while the earlier layers' backward runs): each copy
+//    waits for an event recorded on the compute stream when it was queued,
+//    and OrderAfterHostCopies makes the compute stream wait for an event
+//    recorded on the copy stream. WaitHostCopies synchronizes the copy
+//    stream only.
 //  * Convolutions: per shape (the full ConvDesc) a plan holds the cuDNN
 //    descriptors and, chosen once on first use, the forward, backward-data
 //    and backward-filter algorithms. One workspace buffer serves all of them
@@ -108,6 +114,7 @@ class CudaBackend final : public Backend {
     // makes every call fail anyway.
     if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    if (copy_stream_ != nullptr) (void)cudaStreamSynchronize(copy_stream_);
     conv_plans_.clear();
     layer_ops_.reset();
     if (workspace_ != nullptr) (void)cudaFree(workspace_);
@@ -115,6 +122,9 @@ class CudaBackend final : public Backend {
     if (host_result_ != nullptr) (void)cudaFreeHost(host_result_);
     if (dnn_ != nullptr) (void)cudnnDestroy(dnn_);
     if (blas_ != nullptr) (void)cublasDestroy(blas_);
+    if (computed_ != nullptr) (void)cudaEventDestroy(computed_);
+    if (copied_ != nullptr) (void)cudaEventDestroy(copied_);
+    if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     (void)cudaGetLastError();
   }
@@ -151,6 +161,12 @@ class CudaBackend final : public Backend {
 
     DP_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DP_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    DP_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming));
+    DP_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     DP_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
     DP_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, stream_));
     // CUBLAS_DEFAULT_MATH: sgemm computes with fp32 inputs (no TF32),
@@ -242,6 +258,38 @@ class CudaBackend final : public Backend {
   absl::Status Synchronize() override {
     DP_RETURN_IF_ERROR(UseDevice());
     return SyncStream();
+  }
+
+  absl::Status CopyToHostAsync(const float* src, float* host_dst,
+                               int64_t n) override {
+    if (n < 0) {
+      return absl::InvalidArgumentError("CopyToHostAsync: negative size");
+    }
+    if (n == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(UseDevice());
+    // After the work queued so far on the compute stream, on the copy
+    // stream (the event is re-recorded per copy: each wait takes the
+    // record before it).
+    DP_CUDA_RETURN_IF_ERROR(cudaEventRecord(computed_, stream_));
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, computed_, 0));
+    DP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        host_dst, src, Bytes(n), cudaMemcpyDeviceToHost, copy_stream_));
+    return absl::OkStatus();
+  }
+
+  // Touches only the copy stream (and the calling thread's current device),
+  // so another thread may call it while this backend's thread queues work.
+  absl::Status WaitHostCopies() override {
+    DP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status OrderAfterHostCopies() override {
+    DP_RETURN_IF_ERROR(UseDevice());
+    DP_CUDA_RETURN_IF_ERROR(cudaEventRecord(copied_, copy_stream_));
+    DP_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, copied_, 0));
+    return absl::OkStatus();
   }
 
   absl::Status Copy(const float* src, float* dst, int64_t n) override {
@@ -645,6 +693,10 @@ class CudaBackend final : public Backend {
   std::string name_;
 
   cudaStream_t stream_ = nullptr;  // Owned.
+  // CopyToHostAsync's stream and the events ordering it against stream_.
+  cudaStream_t copy_stream_ = nullptr;  // Owned.
+  cudaEvent_t computed_ = nullptr;      // Owned; recorded on stream_.
+  cudaEvent_t copied_ = nullptr;        // Owned; recorded on copy_stream_.
   cublasHandle_t blas_ = nullptr;  // Owned; bound to stream_.
   cudnnHandle_t dnn_ = nullptr;    // Owned; bound to stream_.
 

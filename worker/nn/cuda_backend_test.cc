@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -87,6 +88,47 @@ TEST(NoGpuTest, PinnedAllocator) {
 }
 
 // ---- With a GPU -------------------------------------------------------------
+
+// CopyToHostAsync copies what the compute stream produced before it, on the
+// copy stream; work queued after OrderAfterHostCopies (writing the copied
+// buffer) cannot overtake the copy; WaitHostCopies from another thread
+// waits for it.
+TEST(CudaBackendTest, AsyncCopyToHostIsOrderedBothWays) {
+  if (Probe().device_count <= 0) {
+    GTEST_SKIP() << "no usable CUDA device: " << Probe().reason;
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> gpu_or =
+      NewCudaBackend(0, CudaBackendOptions());
+  ASSERT_TRUE(gpu_or.ok()) << gpu_or.status();
+  Backend& gpu = **gpu_or;
+  constexpr int64_t kN = 1 << 22;  // 16 MiB: a copy that takes a while.
+  absl::StatusOr<DeviceBuffer> d = DeviceBuffer::Create(&gpu, kN);
+  ASSERT_TRUE(d.ok()) << d.status();
+  absl::StatusOr<HostArray<float>> host_or =
+      HostArray<float>::Create(gpu.staging_allocator(), kN);
+  ASSERT_TRUE(host_or.ok()) << host_or.status();
+  HostArray<float>& host = *host_or;
+  for (int round = 0; round < 3; ++round) {
+    const float before = 1.0f + round, after = -7.0f - round;
+    ASSERT_TRUE(gpu.Fill(d->data(), kN, before).ok());
+    ASSERT_TRUE(gpu.CopyToHostAsync(d->data(), host.data(), kN).ok());
+    ASSERT_TRUE(gpu.OrderAfterHostCopies().ok());
+    ASSERT_TRUE(gpu.Fill(d->data(), kN, after).ok());
+    absl::Status waited;
+    std::thread other([&] { waited = gpu.WaitHostCopies(); });
+    other.join();
+    ASSERT_TRUE(waited.ok()) << waited;
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < kN; ++i) wrong += host[i] != before;
+    EXPECT_EQ(wrong, 0) << "round " << round;
+    ASSERT_TRUE(gpu.Synchronize().ok());
+    std::vector<float> back(kN);
+    ASSERT_TRUE(gpu.CopyToHost(d->data(), back.data(), kN).ok());
+    EXPECT_EQ(back[kN - 1], after);
+  }
+  EXPECT_FALSE(gpu.CopyToHostAsync(d->data(), host.data(), -1).ok());
+  EXPECT_TRUE(gpu.CopyToHostAsync(d->data(), host.data(), 0).ok());
+}
 
 // Round trips through an independent pinned allocator's memory; the
 // backend's staging memory is pinned too. (Every Backend operation, on CUDA

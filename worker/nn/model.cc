@@ -219,6 +219,9 @@ class ModelImpl : public Model {
       const float* host_x, const int32_t* host_labels, int batch,
       const StepHooks& hooks) override {
     StepResult r;
+    // The gradient buffers are written below: after the last step's copies
+    // out of them (StartGradientCopy) on the device.
+    DP_RETURN_IF_ERROR(backend_->OrderAfterHostCopies());
     DP_RETURN_IF_ERROR(LoadBatch(host_x, host_labels, batch));
     DP_RETURN_IF_ERROR(Forward(TrainingPass(), batch, hooks.before_forward));
     DP_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropyDeferred(
@@ -249,6 +252,18 @@ class ModelImpl : public Model {
     DP_RETURN_IF_ERROR(backend_->CopyToHost(grads_.data() + begin,
                                             host.data() + begin, end - begin));
     return backend_->Synchronize();
+  }
+
+  absl::Status StartGradientCopy(int64_t begin, int64_t end,
+                                 absl::Span<float> host) override {
+    DP_RETURN_IF_ERROR(CheckSize("StartGradientCopy", host.size(), num_params_));
+    DP_RETURN_IF_ERROR(CheckRange("StartGradientCopy", begin, end));
+    return backend_->CopyToHostAsync(grads_.data() + begin,
+                                     host.data() + begin, end - begin);
+  }
+
+  absl::Status WaitGradientCopies() override {
+    return backend_->WaitHostCopies();
   }
 
   absl::StatusOr<StepResult> Evaluate(const float* host_x,

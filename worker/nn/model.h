@@ -261,6 +261,13 @@ class Model {
   // (num_parameters() floats), waiting for the device.
   virtual absl::Status GetGradientRange(int64_t begin, int64_t end,
                                         absl::Span<float> host) = 0;
+  // The same without waiting (Backend::CopyToHostAsync): on a GPU the copy
+  // runs while the backward pass goes on. `host`'s range must not be read
+  // before WaitGradientCopies() has returned, which another thread may
+  // call; the next ComputeGradients's device work waits for the copies.
+  virtual absl::Status StartGradientCopy(int64_t begin, int64_t end,
+                                         absl::Span<float> host) = 0;
+  virtual absl::Status WaitGradientCopies() = 0;
   // An evaluation forward (running statistics, no dropout).
   virtual absl::StatusOr<StepResult> Evaluate(const float* host_x,
                                               const int32_t* host_labels,
