@@ -22,6 +22,59 @@
 // results match the CPU backend to float rounding (the tests use relative
 // error <= 1e-4).
 //
+// Verification:
+//  * Without a GPU: compiles with g++ 12 against CUDA 13.0 / cuDNN 9.19 /
+//    cuBLAS 13 headers, the kernels compile with nvcc for sm_80, sm_90 and
+//    compute_90 PTX (58 registers for the 512-thread softmax kernel, under
+//    its __launch_bounds__), everything links, and on a machine without a
+//    driver ProbeCuda() reports device_count 0 with the cudaGetDeviceCount
+//    error, NewCudaBackend returns FailedPrecondition and the pinned
+//    allocator returns nullptr (cuda_backend_test's NoGpu tests); every GPU
+//    test skips. cuDNN descriptors need no device: libcudnn 9.19 accepts the
+//    tensor, filter, convolution (with CUDNN_FMA_MATH) and pooling
+//    descriptors that cudnn_descriptors.cc builds, and
+//    cudnnGetConvolution2dForwardOutputDim /
+//    cudnnGetPooling2dForwardOutputDim give ConvDesc/PoolDesc's output sizes
+//    for the test shapes (pooling drops trailing rows/columns). The GPU
+//    tests' own logic runs on the CPU backends: backend_conformance_test
+//    instantiates the same suite for OpenBLAS, oneDNN and CUDA.
+//  * Needing a GPU run of backend_conformance_test, cuda_backend_test and
+//    cuda_train_test: every numerical result and kernel launch; that the v7
+//    heuristics (cudnnGetConvolution*Algorithm_v7) offer usable
+//    non-FFT/non-Winograd algorithms whose FMA-math workspace queries
+//    succeed for every shape (if none does, the fixed fallbacks are tried,
+//    else the call fails with Unimplemented); cudnnAddTensor's (1, O, 1, 1)
+//    bias broadcast and cudnnConvolutionBackwardBias; performance.
+//
+// Design:
+//  * One non-blocking stream per backend; cuBLAS and cuDNN handles are bound
+//    to it and every operation is queued on it. Only CopyToHost, Synchronize,
+//    SoftmaxCrossEntropy, Free and workspace growth wait for the stream.
+//  * A second non-blocking stream carries CopyToHostAsync's copies (a
+//    layer's gradients while the earlier layers' backward runs): each copy
+//    waits for an event recorded on the compute stream when it was queued,
+//    and OrderAfterHostCopies makes the compute stream wait for an event
+//    recorded on the copy stream. WaitHostCopies synchronizes the copy
+//    stream only.
+//  * Convolutions: per shape (the full ConvDesc) a plan holds the cuDNN
+//    descriptors and, chosen once on first use, the forward, backward-data
+//    and backward-filter algorithms. One workspace buffer serves all of them
+//    and only grows (up to CudaBackendOptions::workspace_limit_bytes).
+//  * Numerics (results within float rounding of the CPU backend): cuBLAS runs
+//    in CUBLAS_DEFAULT_MATH, where sgemm keeps fp32 inputs (TF32 would need
+//    CUBLAS_TF32_TENSOR_OP_MATH). cuDNN convolutions use CUDNN_FMA_MATH:
+//    CUDNN_DEFAULT_MATH still permits TF32 tensor cores for fp32 data on
+//    Ampere and newer (H100 included), which costs ~3 decimal digits. FFT and
+//    Winograd algorithms are excluded unless the options allow them.
+//  * Pooling backward and ReLU are custom kernels rather than cuDNN, so the
+//    tie rules are exactly the CPU backend's: the gradient goes to a window's
+//    first maximum, and ReLU passes the gradient only where y > 0. Pooling,
+//    batch norm and the small ops live in cuda_layer_ops.h.
+//    Softmax cross-entropy is one fused kernel; its loss and count are
+//    reduced on the device and read back through a small pinned buffer.
+//  * Errors from every CUDA, cuDNN and cuBLAS call become absl::Status
+//    values naming the call; nothing aborts.
+//
 // Contract details beyond backend.h:
 //  * Work is queued on the backend's own CUDA stream. CopyToHost and
 //    Synchronize wait for it; SoftmaxCrossEntropy waits too (its host
