@@ -89,6 +89,14 @@ TEST(NoGpuTest, PinnedAllocator) {
 
 // ---- With a GPU -------------------------------------------------------------
 
+// Device 0's backend (a test failure if it cannot be made).
+std::unique_ptr<Backend> NewGpu() {
+  absl::StatusOr<std::unique_ptr<Backend>> gpu =
+      NewCudaBackend(0, CudaBackendOptions());
+  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  return gpu.ok() ? std::move(*gpu) : nullptr;
+}
+
 // CopyToHostAsync copies what the compute stream produced before it, on the
 // copy stream; work queued after OrderAfterHostCopies (writing the copied
 // buffer) cannot overtake the copy; WaitHostCopies from another thread
@@ -97,10 +105,9 @@ TEST(CudaBackendTest, AsyncCopyToHostIsOrderedBothWays) {
   if (Probe().device_count <= 0) {
     GTEST_SKIP() << "no usable CUDA device: " << Probe().reason;
   }
-  absl::StatusOr<std::unique_ptr<Backend>> gpu_or =
-      NewCudaBackend(0, CudaBackendOptions());
-  ASSERT_TRUE(gpu_or.ok()) << gpu_or.status();
-  Backend& gpu = **gpu_or;
+  const std::unique_ptr<Backend> gpu_owned = NewGpu();
+  ASSERT_NE(gpu_owned, nullptr);
+  Backend& gpu = *gpu_owned;
   constexpr int64_t kN = 1 << 22;  // 16 MiB: a copy that takes a while.
   absl::StatusOr<DeviceBuffer> d = DeviceBuffer::Create(&gpu, kN);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -137,10 +144,9 @@ TEST(CudaBackendTest, PinnedRoundTrip) {
   if (Probe().device_count <= 0) {
     GTEST_SKIP() << "no usable CUDA device: " << Probe().reason;
   }
-  absl::StatusOr<std::unique_ptr<Backend>> gpu_or =
-      NewCudaBackend(0, CudaBackendOptions());
-  ASSERT_TRUE(gpu_or.ok()) << gpu_or.status();
-  Backend& gpu = **gpu_or;
+  const std::unique_ptr<Backend> gpu_owned = NewGpu();
+  ASSERT_NE(gpu_owned, nullptr);
+  Backend& gpu = *gpu_owned;
   ASSERT_NE(gpu.staging_allocator(), nullptr);
   EXPECT_STREQ(gpu.staging_allocator()->Name(), "cuda-pinned");
 
