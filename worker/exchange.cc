@@ -308,7 +308,6 @@ class WaitFreeExchange final : public BackgroundExchange {
       const absl::Time start = absl::Now();
       DP_RETURN_IF_ERROR(comm_.Wait());
       waits_.push += absl::ToDoubleSeconds(absl::Now() - start);
-      // The versions this step's gradient was computed from.
       if (per_layer_) {
         // Sync: the forward took the pulled parameters; they become the
         // current ones.
@@ -316,18 +315,17 @@ class WaitFreeExchange final : public BackgroundExchange {
         std::swap(current_.versions, incoming_.versions);
         per_layer_ = false;
         incoming_pull_ = false;
-        sending_base_ = current_.versions;
-      } else {
-        sending_base_ = current_.versions;
-        if (incoming_pull_) {
-          // Async, ssp: the finished exchange's parameters, which the
-          // model (still in its backward pass) cannot take yet, are kept
-          // for the next step before this exchange writes over them.
-          std::swap(current_.params, incoming_.params);
-          std::swap(current_.versions, incoming_.versions);
-          incoming_pull_ = false;
-          current_pending_ = true;
-        }
+      }
+      // The versions this step's gradient was computed from.
+      sending_base_ = current_.versions;
+      if (incoming_pull_) {
+        // Async, ssp: the finished exchange's parameters, which the model
+        // (still in its backward pass) cannot take yet, are kept for the
+        // next step before this exchange writes over them.
+        std::swap(current_.params, incoming_.params);
+        std::swap(current_.versions, incoming_.versions);
+        incoming_pull_ = false;
+        current_pending_ = true;
       }
       streaming_ = true;
       copied_from_ = n_;

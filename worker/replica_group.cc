@@ -107,11 +107,6 @@ absl::StatusOr<GroupStep> ReplicaGroup::ComputeWithHooks(
   return Summarize(step);
 }
 
-absl::Status ReplicaGroup::GetGradientRange(int64_t begin, int64_t end,
-                                            absl::Span<float> out) {
-  return replicas_[0].model->GetGradientRange(begin, end, out);
-}
-
 absl::Status ReplicaGroup::StartGradientCopy(int64_t begin, int64_t end,
                                              absl::Span<float> out) {
   return replicas_[0].model->StartGradientCopy(begin, end, out);

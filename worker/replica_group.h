@@ -86,15 +86,13 @@ class ReplicaGroup {
   bool CanStream() const { return replicas_.size() == 1 && local_lr_ == 0; }
   // Precondition: CanStream(). Replica 0's step with `hooks` between its
   // layers (model.h); its gradient stays in the model, where
-  // GetGradientRange reads it, and nothing accrues.
+  // StartGradientCopy reads it, and nothing accrues.
   absl::StatusOr<GroupStep> ComputeWithHooks(int64_t step,
                                              const StepHooks& hooks);
-  // Replica 0's gradients [begin, end) into the same range of `out`
-  // (num_parameters() floats).
-  absl::Status GetGradientRange(int64_t begin, int64_t end,
-                                absl::Span<float> out);
-  // The same without waiting for the device (Model::StartGradientCopy);
-  // WaitGradientCopies waits, and may be called from another thread.
+  // Starts copying replica 0's gradients [begin, end) into the same range
+  // of `out` (num_parameters() floats) without waiting for the device
+  // (Model::StartGradientCopy); WaitGradientCopies waits, and may be called
+  // from another thread.
   absl::Status StartGradientCopy(int64_t begin, int64_t end,
                                  absl::Span<float> out);
   absl::Status WaitGradientCopies();

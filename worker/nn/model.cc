@@ -245,15 +245,6 @@ class ModelImpl : public Model {
                                   end - begin);
   }
 
-  absl::Status GetGradientRange(int64_t begin, int64_t end,
-                                absl::Span<float> host) override {
-    DP_RETURN_IF_ERROR(CheckSize("GetGradientRange", host.size(), num_params_));
-    DP_RETURN_IF_ERROR(CheckRange("GetGradientRange", begin, end));
-    DP_RETURN_IF_ERROR(backend_->CopyToHost(grads_.data() + begin,
-                                            host.data() + begin, end - begin));
-    return backend_->Synchronize();
-  }
-
   absl::Status StartGradientCopy(int64_t begin, int64_t end,
                                  absl::Span<float> host) override {
     DP_RETURN_IF_ERROR(CheckSize("StartGradientCopy", host.size(), num_params_));

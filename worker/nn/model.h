@@ -185,7 +185,7 @@ struct StepHooks {
   std::function<absl::Status(int64_t begin, int64_t end)> before_forward;
   // After the backward of a node with parameters: the gradients from flat
   // offset `ready_from` to the end are final for this step
-  // (Model::GetGradientRange reads them). Called with decreasing offsets,
+  // (Model::StartGradientCopy reads them). Called with decreasing offsets,
   // the last time with 0. Not called at all when the loss is not finite.
   std::function<absl::Status(int64_t ready_from)> gradients_ready;
 };
@@ -257,12 +257,9 @@ class Model {
   // range of the parameter buffer.
   virtual absl::Status SetParameterRange(absl::Span<const float> host,
                                          int64_t begin, int64_t end) = 0;
-  // Copies gradients [begin, end) into the same range of `host`
-  // (num_parameters() floats), waiting for the device.
-  virtual absl::Status GetGradientRange(int64_t begin, int64_t end,
-                                        absl::Span<float> host) = 0;
-  // The same without waiting (Backend::CopyToHostAsync): on a GPU the copy
-  // runs while the backward pass goes on. `host`'s range must not be read
+  // Starts copying gradients [begin, end) into the same range of `host`
+  // (num_parameters() floats) without waiting (Backend::CopyToHostAsync):
+  // on a GPU the copy runs while the backward pass goes on. `host`'s range must not be read
   // before WaitGradientCopies() has returned, which another thread may
   // call; the next ComputeGradients's device work waits for the copies.
   virtual absl::Status StartGradientCopy(int64_t begin, int64_t end,
