@@ -16,6 +16,10 @@ ABSL_FLAG(downpour::CpuBackendKind, cpu_backend,
 ABSL_FLAG(bool, cuda_blocking_sync, downpour::BackendFlags{}.cuda_blocking_sync,
           "CUDA backend: a synchronizing thread sleeps instead of spinning a "
           "core (cudaDeviceScheduleBlockingSync).");
+ABSL_FLAG(bool, cuda_deterministic, downpour::BackendFlags{}.cuda_deterministic,
+          "CUDA backend: deterministic cuDNN convolution algorithms first, so "
+          "a step's gradients repeat bit for bit (slower: e.g. backward-filter "
+          "ALGO_1 instead of ALGO_0). Off: cuDNN's ranking, fastest first.");
 
 namespace downpour {
 
@@ -25,6 +29,7 @@ absl::StatusOr<BackendFlags> BackendFlagsFromFlags() {
   b.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   b.cpu_backend = absl::GetFlag(FLAGS_cpu_backend);
   b.cuda_blocking_sync = absl::GetFlag(FLAGS_cuda_blocking_sync);
+  b.cuda_deterministic = absl::GetFlag(FLAGS_cuda_deterministic);
   if (b.cpu_threads < 1) {
     return absl::InvalidArgumentError("--cpu_threads must be >= 1");
   }
@@ -33,7 +38,8 @@ absl::StatusOr<BackendFlags> BackendFlagsFromFlags() {
 
 std::vector<std::string> GivenBackendFlagArgs() {
   return GivenFlagArgs(
-      {"device", "cpu_threads", "cpu_backend", "cuda_blocking_sync"});
+      {"device", "cpu_threads", "cpu_backend", "cuda_blocking_sync",
+       "cuda_deterministic"});
 }
 
 }  // namespace downpour

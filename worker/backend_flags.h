@@ -2,7 +2,7 @@
 //
 // Where a worker computes, defined once for ps_worker, the launcher (which
 // passes them on) and the compute benchmark: --device, --cpu_threads,
-// --cpu_backend and --cuda_blocking_sync. (The replicas' GPUs, --gpus, are
+// --cpu_backend, --cuda_blocking_sync and --cuda_deterministic. (The replicas' GPUs, --gpus, are
 // part of the job's shape: common/job_flags.h.) Only a main calls these.
 #ifndef DOWNPOUR_WORKER_BACKEND_FLAGS_H_
 #define DOWNPOUR_WORKER_BACKEND_FLAGS_H_
@@ -20,6 +20,7 @@ struct BackendFlags {
   int cpu_threads = 1;  // Threads of the CPU backend.
   CpuBackendKind cpu_backend = CpuBackendKind::kOnednn;
   bool cuda_blocking_sync = false;  // cudaDeviceScheduleBlockingSync.
+  bool cuda_deterministic = false;  // Deterministic cuDNN algorithms first.
 };
 
 // InvalidArgument naming the flag for a bad count (unknown devices and

@@ -113,6 +113,7 @@ absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerOptions& f) {
   request.cpu_threads = f.cpu_threads;
   request.cpu_backend = f.cpu_backend;
   request.cuda.blocking_sync = f.cuda_blocking_sync;
+  request.cuda.deterministic_conv_algorithms = f.cuda_deterministic;
   DP_ASSIGN_OR_RETURN(SelectedBackends selected,
                       SelectBackends(request, RealCudaFactory()));
   std::printf("worker %d: %s\n", f.client.worker_id, selected.note.c_str());

@@ -114,6 +114,7 @@ absl::Status ReadJob(WorkerOptions* f) {
   f->cpu_threads = b.cpu_threads;
   f->cpu_backend = b.cpu_backend;
   f->cuda_blocking_sync = b.cuda_blocking_sync;
+  f->cuda_deterministic = b.cuda_deterministic;
   f->max_chunk_bytes = MaxChunkBytesFromFlags();
   DP_ASSIGN_OR_RETURN(f->sandblaster, SandblasterOptionsFromFlags());
   return absl::OkStatus();

@@ -109,6 +109,7 @@ struct WorkerOptions {
   std::string metrics_bind;
   CpuBackendKind cpu_backend = CpuBackendKind::kOnednn;
   bool cuda_blocking_sync = false;
+  bool cuda_deterministic = false;
 };
 
 // The replicas of this process: a backend and a model each, on the devices

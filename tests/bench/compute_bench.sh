@@ -16,7 +16,8 @@
 #   --device=cuda|cpu  (default cuda)   --gpu=N (default 0)
 #   --batch_sizes=64,256,1024           --warmup_steps=N --steps=N --min_seconds=S
 #   --cpu_threads=N    both programs' CPU threads (default 1)
-#   --cpu_backend=onednn|openblas, --cuda_blocking_sync, --onednn_winograd=B,
+#   --cpu_backend=onednn|openblas, --cuda_blocking_sync, --cuda_deterministic,
+#   --onednn_winograd=B,
 #   --workspace_limit_mb=N
 #                      Downpour only (compute_bench's flags)
 #   --bench_bin=PATH   the compute_bench to run (default: the bundle's
@@ -53,7 +54,7 @@ for arg in "$@"; do
     --out=*) out="${arg#*=}" ;;
     --batch_sizes=*|--warmup_steps=*|--steps=*|--min_seconds=*|--min_steps=*|--pool_batches=*|--seed=*)
       pass+=("$arg") ;;
-    --cpu_backend=*|--cuda_blocking_sync|--cuda_blocking_sync=*|--onednn_winograd=*|--workspace_limit_mb=*)
+    --cpu_backend=*|--cuda_blocking_sync|--cuda_blocking_sync=*|--cuda_deterministic|--cuda_deterministic=*|--onednn_winograd=*|--workspace_limit_mb=*)
       downpour_only+=("$arg") ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "compute_bench.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;

@@ -33,6 +33,7 @@
 // --json_out):
 //   {"bench":"fashion_cnn_worker_step","impl":"downpour","model":..,
 //    "device":..,"host_buffers":..,"tf32":false,"blocking_sync":false,
+//    "deterministic":false,
 //    "cpu_backend":..,"cpu_threads":.. (CPU only),"input":"synthetic",
 //    "parameters":N,
 //    "results":[{"batch_size":64,"step_ms":..,"step_examples_per_sec":..,
@@ -134,6 +135,7 @@ absl::StatusOr<Options> ReadFlags() {
   if (ws_mb >= 0) o.device.cuda.workspace_limit_bytes = ws_mb << 20;
   o.device.cuda.allow_tf32 = absl::GetFlag(FLAGS_tf32);
   o.device.cuda.blocking_sync = backend.cuda_blocking_sync;
+  o.device.cuda.deterministic_conv_algorithms = backend.cuda_deterministic;
   o.device.cpu_backend = backend.cpu_backend;
   o.device.cpu_threads = backend.cpu_threads;
   o.device.onednn_winograd = absl::GetFlag(FLAGS_onednn_winograd);
@@ -369,11 +371,15 @@ absl::Status Run(const Options& o, int* exit_code) {
   const std::string json = absl::StrFormat(
       "{\"bench\":\"%s_worker_step\",\"impl\":\"downpour\",\"model\":\"%s\","
       "\"device\":\"%s\",\"host_buffers\":\"%s\",\"tf32\":%s,"
-      "\"blocking_sync\":%s%s,\"input\":\"synthetic\",\"parameters\":%d,"
+      "\"blocking_sync\":%s,\"deterministic\":%s%s,\"input\":\"synthetic\","
+      "\"parameters\":%d,"
       "\"results\":[%s]}",
       o.model, o.model, dev.backend->Name(), dev.host_allocator->Name(),
       dev.cuda && o.device.cuda.allow_tf32 ? "true" : "false",
-      dev.cuda && o.device.cuda.blocking_sync ? "true" : "false", cpu_fields,
+      dev.cuda && o.device.cuda.blocking_sync ? "true" : "false",
+      dev.cuda && o.device.cuda.deterministic_conv_algorithms ? "true"
+                                                              : "false",
+      cpu_fields,
       parameters, absl::StrJoin(results, ","));
   std::printf("%s\n", json.c_str());
   std::fflush(stdout);

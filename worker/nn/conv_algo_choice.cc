@@ -2,6 +2,7 @@
 #include "worker/nn/conv_algo_choice.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,10 @@ absl::StatusOr<ConvAlgoChoice> ChooseConvAlgo(
     if (!workspace_size(algo, bytes)) return false;
     return *bytes <= rules.workspace_limit;
   };
-  for (bool deterministic_only : {true, false}) {
+  const std::vector<bool> passes =
+      rules.deterministic ? std::vector<bool>{true, false}
+                          : std::vector<bool>{false};
+  for (bool deterministic_only : passes) {
     for (const RankedAlgo& p : ranking) {
       if (!p.ok) continue;
       if (!rules.allow_tf32 && !p.fma_math) continue;

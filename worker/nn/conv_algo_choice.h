@@ -15,8 +15,10 @@
 //  * that `allow_transform` permits (FFT and Winograd change the rounding),
 //  * that is not marked bad (it failed to run earlier),
 //  * and whose workspace fits the limit;
-// deterministic algorithms are preferred over faster non-deterministic
-// ones; `fallbacks` are tried, in order, when the ranking offers nothing.
+// with `deterministic`, deterministic algorithms are preferred over faster
+// non-deterministic ones (which sum in an order that varies between runs,
+// e.g. backward-filter ALGO_0's atomics); `fallbacks` are tried, in order,
+// when the ranking offers nothing.
 //
 // The retry rule (RunWithAlgoRetry), after PyTorch's Conv_v7.cpp: when the
 // chosen algorithm fails to run with NOT_SUPPORTED (Unimplemented) or out of
@@ -69,6 +71,7 @@ struct ConvAlgoChoice {
 struct ConvAlgoRules {
   bool allow_transform = false;  // FFT and Winograd algorithms too.
   bool allow_tf32 = false;       // Entries of any math type, not only FMA.
+  bool deterministic = false;    // Deterministic algorithms first.
   size_t workspace_limit = 0;    // Bytes.
   int fallback_math_type = 0;    // CUDNN_FMA_MATH's value, for fallbacks.
 };

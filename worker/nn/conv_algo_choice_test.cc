@@ -39,12 +39,29 @@ ConvAlgoRules Rules(size_t limit, bool transform = false, bool tf32 = false) {
   return r;
 }
 
-TEST(ConvAlgoChoiceTest, PrefersDeterministicInRankOrder) {
+ConvAlgoRules Deterministic(ConvAlgoRules r) {
+  r.deterministic = true;
+  return r;
+}
+
+TEST(ConvAlgoChoiceTest, TakesTheRankingsFirstUsableEntry) {
   Env e;
   e.workspace = {{1, 10}, {2, 20}, {3, 30}};
   const std::vector<RankedAlgo> ranking = {
       Entry(1, true, false), Entry(2, true, true), Entry(3, true, true)};
   auto c = ChooseConvAlgo(ranking, {}, Rules(100), {}, e.is_transform, e.query);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->algo, 1);
+  EXPECT_EQ(c->workspace, 10u);
+}
+
+TEST(ConvAlgoChoiceTest, DeterministicPrefersDeterministicInRankOrder) {
+  Env e;
+  e.workspace = {{1, 10}, {2, 20}, {3, 30}};
+  const std::vector<RankedAlgo> ranking = {
+      Entry(1, true, false), Entry(2, true, true), Entry(3, true, true)};
+  auto c = ChooseConvAlgo(ranking, {}, Deterministic(Rules(100)), {},
+                          e.is_transform, e.query);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->algo, 2);
   EXPECT_EQ(c->workspace, 20u);
@@ -55,7 +72,8 @@ TEST(ConvAlgoChoiceTest, FallsBackToNonDeterministicThenToFallbacks) {
   Env e;
   e.workspace = {{1, 10}, {4, 0}};
   auto c = ChooseConvAlgo({Entry(1, true, false), Entry(2, true, true)}, {4},
-                          Rules(100), {}, e.is_transform, e.query);
+                          Deterministic(Rules(100)), {}, e.is_transform,
+                          e.query);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->algo, 1);  // 2 fails its workspace query.
   c = ChooseConvAlgo({Entry(1, false, true)}, {5, 4}, Rules(100), {},

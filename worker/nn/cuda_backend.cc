@@ -414,8 +414,16 @@ class CudaBackend final : public Backend {
         Logger());
     if (!s.ok()) return Annotate(s, "Conv2dBackwardFilter(" + ConvShape(d) + ")");
     if (db != nullptr) {
-      DP_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardBias(
-          dnn_, &one, cd.y(), dy, &zero, cd.bias(), db));
+      // Our own reduction: cudnnConvolutionBackwardBias took 0.9 ms for
+      // fashion_cnn's first convolution at batch 1024 on an H200, a third
+      // of PyTorch's whole step.
+      const int64_t hw = int64_t{d.OutH()} * d.OutW();
+      const int64_t scratch = cuda_kernels::ChannelSumScratchFloats(
+          d.batch, d.out_channels, hw);
+      DP_ASSIGN_OR_RETURN(void* ws, Workspace(scratch * sizeof(float)));
+      DP_CUDA_RETURN_IF_ERROR(cuda_kernels::ChannelSum(
+          d.batch, d.out_channels, hw, dy, db, static_cast<float*>(ws),
+          stream_));
     }
     return absl::OkStatus();
   }
@@ -606,6 +614,7 @@ class CudaBackend final : public Backend {
     ConvAlgoRules r;
     r.allow_transform = options_.allow_transform_conv_algorithms;
     r.allow_tf32 = options_.allow_tf32;
+    r.deterministic = options_.deterministic_conv_algorithms;
     r.workspace_limit = WorkspaceLimit();
     return r;
   }

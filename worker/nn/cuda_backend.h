@@ -44,7 +44,7 @@
 //    non-FFT/non-Winograd algorithms whose FMA-math workspace queries
 //    succeed for every shape (if none does, the fixed fallbacks are tried,
 //    else the call fails with Unimplemented); cudnnAddTensor's (1, O, 1, 1)
-//    bias broadcast and cudnnConvolutionBackwardBias; performance.
+//    bias broadcast; performance.
 //
 // Design:
 //  * One non-blocking stream per backend; cuBLAS and cuDNN handles are bound
@@ -72,6 +72,11 @@
 //    batch norm and the small ops live in cuda_layer_ops.h.
 //    Softmax cross-entropy is one fused kernel; its loss and count are
 //    reduced on the device and read back through a small pinned buffer.
+//    Bias gradients (dense and convolution) are our own fixed-order
+//    reductions: cudnnConvolutionBackwardBias was many times slower.
+//  * Algorithm choice follows cuDNN's ranking, non-deterministic algorithms
+//    (backward-filter ALGO_0) included, unless
+//    deterministic_conv_algorithms asks for deterministic ones first.
 //  * Errors from every CUDA, cuDNN and cuBLAS call become absl::Status
 //    values naming the call; nothing aborts.
 //
@@ -138,6 +143,13 @@ struct CudaBackendOptions {
   // convolutions (CUDNN_DEFAULT_MATH, rankings of every math type): faster
   // on Ampere and newer, about 3 fewer decimal digits. Off by default.
   bool allow_tf32 = false;
+  // Deterministic convolution algorithms first (cuDNN's ranking otherwise):
+  // repeatable gradients bit for bit, at a cost (backward-filter ALGO_1
+  // instead of ALGO_0, which sums with atomics, is several times slower;
+  // docs/results.md has the H200 figures). Off by default: asynchronous
+  // training is not repeatable anyway, and results stay within float
+  // rounding either way.
+  bool deterministic_conv_algorithms = false;
   // cudaDeviceScheduleBlockingSync: a synchronizing thread sleeps instead of
   // spinning a core (the input threads and gRPC need the cores); costs some
   // wake-up latency per synchronization. The flag belongs to the device's

@@ -1,5 +1,6 @@
 // Tests of what is particular to the CUDA backend: ProbeCuda, the factory
-// and the pinned host allocator on machines with and without a GPU. Every
+// and the pinned host allocator on machines with and without a GPU, the copy
+// stream's ordering, and the convolution bias gradient's own reduction. Every
 // Backend operation, every layer and fashion_cnn's gradients are checked
 // against the CPU reference by the conformance suite
 // (backend_conformance_test.cc), on CUDA as on the CPU backends.
@@ -10,6 +11,7 @@
 #include "worker/nn/cuda_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -90,9 +92,9 @@ TEST(NoGpuTest, PinnedAllocator) {
 // ---- With a GPU -------------------------------------------------------------
 
 // Device 0's backend (a test failure if it cannot be made).
-std::unique_ptr<Backend> NewGpu() {
-  absl::StatusOr<std::unique_ptr<Backend>> gpu =
-      NewCudaBackend(0, CudaBackendOptions());
+std::unique_ptr<Backend> NewGpu(
+    const CudaBackendOptions& options = CudaBackendOptions()) {
+  absl::StatusOr<std::unique_ptr<Backend>> gpu = NewCudaBackend(0, options);
   EXPECT_TRUE(gpu.ok()) << gpu.status();
   return gpu.ok() ? std::move(*gpu) : nullptr;
 }
@@ -135,6 +137,65 @@ TEST(CudaBackendTest, AsyncCopyToHostIsOrderedBothWays) {
   }
   EXPECT_FALSE(gpu.CopyToHostAsync(d->data(), host.data(), -1).ok());
   EXPECT_TRUE(gpu.CopyToHostAsync(d->data(), host.data(), 0).ok());
+}
+
+// A convolution's bias gradient over a batch the reduction splits into
+// several slices (70 images of 16 x 16 outputs: 64 + 6), against a sum in
+// double; with deterministic algorithms the weight gradient repeats bit for
+// bit, and the bias gradient does in any case.
+TEST(CudaBackendTest, ConvBiasGradientSumsEverySliceAndRepeats) {
+  if (Probe().device_count <= 0) {
+    GTEST_SKIP() << "no usable CUDA device: " << Probe().reason;
+  }
+  CudaBackendOptions options;
+  options.deterministic_conv_algorithms = true;
+  const std::unique_ptr<Backend> gpu_owned = NewGpu(options);
+  ASSERT_NE(gpu_owned, nullptr);
+  Backend& gpu = *gpu_owned;
+  ConvDesc d;
+  d.batch = 70;
+  d.in_channels = 2;
+  d.in_h = d.in_w = 18;
+  d.out_channels = 3;
+  const int64_t hw = int64_t{d.OutH()} * d.OutW();
+  ASSERT_EQ(hw, 256);
+  const int64_t nx = int64_t{d.batch} * d.in_channels * d.in_h * d.in_w;
+  const int64_t ny = d.batch * d.out_channels * hw;
+  const int64_t nw = int64_t{d.out_channels} * d.in_channels * 9;
+  const std::vector<float> x = RandomVec(nx, 3), dy = RandomVec(ny, 4);
+  absl::StatusOr<DeviceBuffer> dx = DeviceBuffer::Create(&gpu, nx);
+  absl::StatusOr<DeviceBuffer> ddy = DeviceBuffer::Create(&gpu, ny);
+  absl::StatusOr<DeviceBuffer> dw = DeviceBuffer::Create(&gpu, nw);
+  absl::StatusOr<DeviceBuffer> db = DeviceBuffer::Create(&gpu, d.out_channels);
+  ASSERT_TRUE(dx.ok() && ddy.ok() && dw.ok() && db.ok());
+  ASSERT_TRUE(gpu.CopyToDevice(x.data(), dx->data(), nx).ok());
+  ASSERT_TRUE(gpu.CopyToDevice(dy.data(), ddy->data(), ny).ok());
+  std::vector<float> w_first, b_first;
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(gpu.Fill(db->data(), d.out_channels, 123.f).ok());
+    const absl::Status s = gpu.Conv2dBackwardFilter(
+        d, dx->data(), ddy->data(), dw->data(), db->data());
+    ASSERT_TRUE(s.ok()) << s;
+    std::vector<float> w(nw), b(d.out_channels);
+    ASSERT_TRUE(gpu.CopyToHost(dw->data(), w.data(), nw).ok());
+    ASSERT_TRUE(gpu.CopyToHost(db->data(), b.data(), d.out_channels).ok());
+    for (int c = 0; c < d.out_channels; ++c) {
+      double want = 0;
+      for (int n = 0; n < d.batch; ++n) {
+        for (int64_t i = 0; i < hw; ++i) {
+          want += dy[(int64_t{n} * d.out_channels + c) * hw + i];
+        }
+      }
+      EXPECT_NEAR(b[c], want, 1e-4 * (1 + std::abs(want))) << "channel " << c;
+    }
+    if (round == 0) {
+      w_first = w;
+      b_first = b;
+    } else {
+      EXPECT_EQ(w, w_first) << "deterministic weight gradient";
+      EXPECT_EQ(b, b_first) << "bias gradient";
+    }
+  }
 }
 
 // Round trips through an independent pinned allocator's memory; the

@@ -6,8 +6,9 @@
 // stay within float rounding of the CPU backend.
 //
 // Elementwise kernels use grid-stride loops over int64_t indices, so any n
-// works with a bounded grid. Reductions (ColumnSum, SoftmaxCrossEntropy) use
-// a fixed summation order (no atomics on floats), so they are deterministic.
+// works with a bounded grid. Reductions (ColumnSum, ChannelSum,
+// SoftmaxCrossEntropy) use a fixed summation order (no atomics on floats),
+// so they are deterministic.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -82,6 +83,66 @@ __global__ void __launch_bounds__(32 * kColSumRows)
     for (int k = 0; k < kColSumRows; ++k) total += part[k][threadIdx.x];
     db[c] = total;
   }
+}
+
+// ChannelSum's first pass. Block (c, p) sums channel c of images
+// [p * per, min(batch, (p + 1) * per)): each thread walks that slice's
+// elements with a stride of the block size, then the warps' sums are added
+// in warp order. Slices hold at most INT_MAX elements (ChannelSumSlices).
+constexpr int kChanThreads = 256;
+__global__ void __launch_bounds__(kChanThreads)
+    ChannelPartialSumKernel(int batch, int channels, int hw, int per,
+                            const float* dy, float* partial) {
+  __shared__ float warp_sum[kChanThreads / 32];
+  const int c = blockIdx.x;
+  const int p = blockIdx.y;
+  const int n0 = p * per;
+  const int n1 = n0 + per < batch ? n0 + per : batch;
+  float sum = 0.f;
+  if (n0 < n1) {
+    const unsigned count = static_cast<unsigned>(n1 - n0) * hw;
+    const unsigned uhw = static_cast<unsigned>(hw);
+    for (unsigned k = threadIdx.x; k < count; k += kChanThreads) {
+      const unsigned image = k / uhw;
+      const unsigned i = k - image * uhw;
+      sum += dy[(static_cast<int64_t>(n0 + image) * channels + c) * hw + i];
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    sum += __shfl_down_sync(kFullMask, sum, offset);
+  }
+  if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+    for (int w = 0; w < kChanThreads / 32; ++w) total += warp_sum[w];
+    partial[static_cast<int64_t>(p) * channels + c] = total;
+  }
+}
+
+// ChannelSum's second pass: db[c] = the slices' sums in slice order.
+__global__ void ChannelFinishKernel(int channels, int parts,
+                                    const float* partial, float* db) {
+  for (int64_t c = GlobalIndex(); c < channels; c += GlobalStride()) {
+    float total = 0.f;
+    for (int p = 0; p < parts; ++p) {
+      total += partial[static_cast<int64_t>(p) * channels + c];
+    }
+    db[c] = total;
+  }
+}
+
+// Images per slice of ChannelSum: about 16K elements per block, so a large
+// batch spreads over many blocks, and fewer than 65536 slices.
+int ChannelSumPer(int batch, int64_t hw) {
+  if (batch <= 0 || hw <= 0) return 1;
+  int64_t per = (int64_t{16384} + hw - 1) / hw;
+  const int64_t min_per = (batch + int64_t{65534}) / 65535;
+  if (per < min_per) per = min_per;
+  const int64_t max_per = INT_MAX / hw;  // Slices of at most INT_MAX elements.
+  if (per > max_per) per = max_per > 0 ? max_per : 1;
+  if (per > batch) per = batch;
+  return static_cast<int>(per);
 }
 
 // The windows (rows [*lo, *hi) of outputs) whose input span
@@ -339,6 +400,29 @@ cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
   const dim3 block(32, kColSumRows);
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32));
   ColumnSumKernel<<<grid, block, 0, stream>>>(rows, cols, dy, db);
+  return cudaGetLastError();
+}
+
+int64_t ChannelSumScratchFloats(int batch, int channels, int64_t hw) {
+  if (batch <= 0 || channels <= 0 || hw <= 0) return 0;
+  const int per = ChannelSumPer(batch, hw);
+  return static_cast<int64_t>((batch + per - 1) / per) * channels;
+}
+
+cudaError_t ChannelSum(int batch, int channels, int64_t hw, const float* dy,
+                       float* db, float* scratch, cudaStream_t stream) {
+  if (channels <= 0 || batch < 0 || hw < 0) return cudaSuccess;
+  if (batch == 0 || hw == 0) return Fill(db, channels, 0.f, stream);
+  if (hw > INT_MAX || channels > 65535) return cudaErrorInvalidValue;
+  const int per = ChannelSumPer(batch, hw);
+  const int parts = (batch + per - 1) / per;
+  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(parts));
+  ChannelPartialSumKernel<<<grid, kChanThreads, 0, stream>>>(
+      batch, channels, static_cast<int>(hw), per, dy, scratch);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  ChannelFinishKernel<<<BlocksFor(channels), kThreads, 0, stream>>>(
+      channels, parts, scratch, db);
   return cudaGetLastError();
 }
 

@@ -45,6 +45,17 @@ cudaError_t AddRowBias(int rows, int cols, const float* bias, float* y,
 cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
                       cudaStream_t stream);
 
+// db[c] = sum over n and i of dy[(n * channels + c) * hw + i] (NCHW, hw =
+// H * W; overwrites db): a convolution's bias gradient. Two passes in a
+// fixed order, so deterministic: blocks sum slices of the batch into
+// `scratch`, then one thread per channel adds its slices in order. The
+// slicing depends on the shape alone; `scratch` holds at least
+// ChannelSumScratchFloats(batch, channels, hw) floats. batch == 0 writes
+// zeros.
+int64_t ChannelSumScratchFloats(int batch, int channels, int64_t hw);
+cudaError_t ChannelSum(int batch, int channels, int64_t hw, const float* dy,
+                       float* db, float* scratch, cudaStream_t stream);
+
 // The geometry of a pooling over NCHW planes (planes = batch * channels) of
 // in_h x in_w: square `window`, `stride`, zero `pad` on every side, out_h x
 // out_w outputs (PoolDesc's; trailing rows/columns that do not fill a window
