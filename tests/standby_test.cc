@@ -13,7 +13,13 @@
 //  * With TLS and per-task certificates (--require_task_certificates), a
 //    standby started before its primary joins it within seconds of the
 //    primary listening (its channel's failed attempts do not keep it out).
+//    Then strangers call the replication service of both: no token or a
+//    wrong one is UNAUTHENTICATED, a worker's or the job-wide certificate
+//    with the token is PERMISSION_DENIED (Join would hand out the shard's
+//    state, Forward and Heartbeat would change it), and the pair goes on
+//    replicating: the standby still applies what workers push.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdio>
@@ -31,6 +37,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
+#include "rpc/credentials.h"
 #include "tests/standby_cluster.h"
 #include "tests/test_cluster.h"
 #include "worker/grpc_ps_client.h"
@@ -281,6 +289,106 @@ TEST(StandbyTest, TlsStandbyStartedBeforeItsPrimaryJoins) {
   EXPECT_TRUE(WaitForText(standby.get(), "caught up", absl::Seconds(5),
                           &standby_log))
       << absl::StrJoin(standby_log, "\n");
+
+  const std::string wrong_token = TestTmpPath("wrong_token");
+  WriteBytes(wrong_token, "not-the-token\n");
+  ::chmod(wrong_token.c_str(), 0600);
+  // A client presenting `cert` ("ps-0", "worker-0", "client": the job-wide
+  // one) and `token` (a file, or none).
+  auto channel = [&](const std::string& address, const std::string& cert,
+                     const std::string& token) {
+    TransportSecurityOptions o;
+    o.mode = TransportSecurityOptions::Mode::kTls;
+    o.tls_ca_file = certs + "/ca.pem";
+    o.tls_cert_file = certs + "/" + cert + ".pem";
+    o.tls_key_file = certs + "/" + cert + ".key";
+    o.auth_token_file = token;
+    absl::StatusOr<ClientSecurity> security = BuildClientSecurity(o);
+    EXPECT_TRUE(security.ok()) << security.status();
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> ch =
+        CreateChannel(address, *security, grpc::ChannelArguments());
+    EXPECT_TRUE(ch.ok()) << ch.status();
+    return proto::Replication::NewStub(*ch);
+  };
+  auto deadline = [](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(5));
+  };
+  struct Stranger {
+    const char* name;
+    std::string cert, token;
+    grpc::StatusCode want;
+  };
+  const std::string token = certs + "/token";
+  const std::vector<Stranger> strangers = {
+      {"the shard's certificate, no token", "ps-0", "",
+       grpc::StatusCode::UNAUTHENTICATED},
+      {"the shard's certificate, a wrong token", "ps-0", wrong_token,
+       grpc::StatusCode::UNAUTHENTICATED},
+      {"a worker's certificate", "worker-0", token,
+       grpc::StatusCode::PERMISSION_DENIED},
+      {"the job-wide certificate", "client", token,
+       grpc::StatusCode::PERMISSION_DENIED},
+  };
+  for (const std::string& address : {job.ps[0], job.standby[0]}) {
+    for (const Stranger& k : strangers) {
+      auto stub = channel(address, k.cert, k.token);
+      const std::string what = absl::StrCat(address, ", ", k.name);
+      {
+        proto::JoinRequest req;
+        req.set_shard_index(0);
+        proto::JoinResponse resp;
+        grpc::ClientContext ctx;
+        deadline(&ctx);
+        grpc::Status s = stub->Join(&ctx, req, &resp);
+        EXPECT_EQ(s.error_code(), k.want) << what << ": " << s.error_message();
+        EXPECT_TRUE(resp.snapshot().empty()) << what;
+      }
+      {
+        proto::ForwardRequest req;
+        req.set_epoch(1000);  // An epoch from a "newer primary".
+        req.set_request("garbage");
+        proto::ForwardResponse resp;
+        grpc::ClientContext ctx;
+        deadline(&ctx);
+        grpc::Status s = stub->Forward(&ctx, req, &resp);
+        EXPECT_EQ(s.error_code(), k.want) << what << ": " << s.error_message();
+      }
+      {
+        proto::HeartbeatRequest req;
+        req.set_epoch(1000);
+        proto::HeartbeatResponse resp;
+        grpc::ClientContext ctx;
+        deadline(&ctx);
+        grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
+        EXPECT_EQ(s.error_code(), k.want) << what << ": " << s.error_message();
+      }
+    }
+  }
+  // The shard's own certificate and token are answered, and nothing
+  // moved: still a primary with its standby in step, in epoch 1.
+  auto hello = [&](const std::string& address) {
+    auto stub = channel(address, "ps-0", token);
+    proto::HelloRequest req;
+    req.set_shard_index(0);
+    proto::HelloResponse resp;
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    grpc::Status s = stub->Hello(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << address << ": " << s.error_message();
+    return resp;
+  };
+  const proto::HelloResponse p = hello(job.ps[0]);
+  EXPECT_EQ(p.role(), proto::ROLE_PRIMARY);
+  EXPECT_TRUE(p.has_standby());
+  EXPECT_EQ(p.epoch(), 1u);
+  const proto::HelloResponse s = hello(job.standby[0]);
+  EXPECT_EQ(s.role(), proto::ROLE_STANDBY);
+  EXPECT_TRUE(s.attached());
+  EXPECT_EQ(s.epoch(), 1u);
+  EXPECT_FALSE(WaitForText(primary.get(), "without a standby",
+                           absl::Seconds(1), &primary_log))
+      << absl::StrJoin(primary_log, "\n");
 }
 
 // A standby whose primary never comes stops on SIGTERM at once, saying what
