@@ -8,6 +8,9 @@
 # parameters. Then the same sync job over 2 shards with and without
 # wait-free backpropagation: byte-identical too.
 #
+# The node run picks its ports together and starts again on new ones when
+# the server lost its port to another program first.
+#
 # Usage: launch_node_identical_test.sh <launch> <node>
 set -euo pipefail
 launch="$(realpath "$1")"
@@ -33,24 +36,45 @@ job=(--mode=sync --epochs=1 --max_train_examples=1280 --seed=7)
   --save_params="$work/launch.safetensors" > "$work/launch.out" 2>&1 || {
   echo "FAIL: launch exited $?"; tail -30 "$work/launch.out"; exit 1; }
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-    echo $((20000 + RANDOM % 20000))
+# Three distinct free ports, held together while they are picked. Another
+# program can still take the server's before it binds it: then it says
+# "could not listen" and exits, and the run is tried again on new ports.
+free_ports() {
+  /usr/bin/python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))'
 }
-ps="127.0.0.1:$(free_port)"
-workers="127.0.0.1:$(free_port),127.0.0.1:$(free_port)"
-spec=(--ps_hosts="$ps" --worker_hosts="$workers")
-common=("${spec[@]}" "${job[@]}" --save_params="$work/node.safetensors"
-        --summary_json="$work/node.summary.json")
-"$node" "${common[@]}" --task_type=ps --task_index=0 > "$work/ps0.out" 2>&1 &
-pids+=($!)
-"$node" "${common[@]}" --task_type=worker --task_index=1 > "$work/w1.out" 2>&1 &
-pids+=($!)
-"$node" "${common[@]}" --task_type=worker --task_index=0 > "$work/w0.out" 2>&1 &
-chief=$!
-pids+=($chief)
-rc=0
-wait "$chief" || rc=$?
+rc=1
+for attempt in 1 2 3; do
+  read -r p0 p1 p2 < <(free_ports)
+  spec=(--ps_hosts="127.0.0.1:$p0" --worker_hosts="127.0.0.1:$p1,127.0.0.1:$p2")
+  common=("${spec[@]}" "${job[@]}" --save_params="$work/node.safetensors"
+          --summary_json="$work/node.summary.json")
+  pids=()
+  "$node" "${common[@]}" --task_type=ps --task_index=0 > "$work/ps0.out" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do  # Until it listens or exits, at most 10 s.
+    grep -q "listening on" "$work/ps0.out" && break
+    kill -0 "${pids[0]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! kill -0 "${pids[0]}" 2>/dev/null &&
+     grep -q "could not listen\|cannot listen" "$work/ps0.out"; then
+    echo "attempt $attempt: port $p0 was taken before the server bound it; again"
+    wait "${pids[0]}" || true
+    continue
+  fi
+  "$node" "${common[@]}" --task_type=worker --task_index=1 > "$work/w1.out" 2>&1 &
+  pids+=($!)
+  "$node" "${common[@]}" --task_type=worker --task_index=0 > "$work/w0.out" 2>&1 &
+  chief=$!
+  pids+=($chief)
+  rc=0
+  wait "$chief" || rc=$?
+  break
+done
 if ((rc != 0)); then
   echo "FAIL: the chief exited $rc"
   for f in ps0 w0 w1; do echo "--- $f"; tail -20 "$work/$f.out"; done
