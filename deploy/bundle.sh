@@ -112,6 +112,7 @@ args+=(--file=deploy/docker/Dockerfile=deploy/docker/Dockerfile
        --file=deploy/make_certs.sh=deploy/make_certs.sh)
 args+=(--file=tests/bench/compute_bench.sh=tests/bench/compute_bench.sh
        --file=tests/bench/pytorch_fashion_cnn.py=tests/bench/pytorch_fashion_cnn.py
+       --file=tests/bench/gpu_kernel_profile.sh=tests/bench/gpu_kernel_profile.sh
        --file=tools/spec_to_torch.py=tools/spec_to_torch.py)
 for m in models/*.prototxt; do args+=(--file="$m=$m"); done
 args+=(--data_examples="$data_examples" --max_tarball_mib="$max_mib")

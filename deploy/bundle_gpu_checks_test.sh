@@ -95,7 +95,8 @@ for f in summary.txt summary.json logs.tar.gz; do
 done
 check "no current_step.log left" test ! -e "$T/out/current_step.log"
 S="$T/out/summary.txt"
-for s in host gpu_tests train_cuda train_cuda_2replicas bench_fashion_cnn bench_resnet20; do
+for s in host gpu_tests train_cuda train_cuda_2replicas bench_fashion_cnn bench_resnet20 \
+         job_split profile bench_compiled; do
   check "summary: $s NOT RUN" contains "$S" "^NOT RUN +$s "
 done
 for s in libs train_cpu; do
@@ -105,9 +106,9 @@ check "summary: gpu_tests names the tests that need a GPU" \
   contains "$S" "gpu_tests .*test\(s\) need a GPU"
 check "summary: train_cpu's accuracy and step split" \
   contains "$S" "train_cpu: test accuracy [0-9.]+, [0-9.]+ examples/sec; split: w0 "
-check "summary: 8 steps, 0 failed" contains "$S" '^8 step\(s\), 0 failed$'
-check "summary.json parses, with 8 steps" \
-  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['dry_run'] and len(d['steps']) == 8 and d['failed'] == 0" "$T/out/summary.json"
+check "summary: 11 steps, 0 failed" contains "$S" '^11 step\(s\), 0 failed$'
+check "summary.json parses, with 11 steps" \
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['dry_run'] and len(d['steps']) == 11 and d['failed'] == 0" "$T/out/summary.json"
 tar -tzf "$T/out/logs.tar.gz" > "$T/logs.list"
 check "logs.tar.gz holds the step logs and the launch logs" \
   bash -c "grep -qx './train_cpu.log' '$T/logs.list' && grep -qx './gpu_tests.log' '$T/logs.list' && grep -q '^./train_cpu_logs/worker_0.log' '$T/logs.list'"

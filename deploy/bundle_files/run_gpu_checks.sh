@@ -8,8 +8,9 @@
 #   downpour-bundle/run_gpu_checks.sh --dry_run --results=DIR
 #   downpour-bundle/run_gpu_checks.sh --steps=train_cuda,bench_resnet20   # a retry
 #
-# Steps, in order, with their time limits (seconds; 525 in all, under the
-# 540 s default --budget_s; each is cut to what the budget has left):
+# Steps, in order, with their time limits (seconds; each is cut to what the
+# 540 s default --budget_s has left; on an H200 the first eight took 111 s
+# together):
 #   host           20  uname, OS, glibc, CPUs, nvidia-smi -L and nvidia-smi,
 #                      the bundle's cuDNN headers against PyTorch's cuDNN
 #                      (fails without a GPU, or when that cuDNN is older
@@ -33,6 +34,16 @@
 #                      PyTorch on the same GPU, cudnn.benchmark off and on;
 #                      batch 64, 256, 1024
 #   bench_resnet20  60 the same for resnet20, batch 128
+#   job_split      45  one worker, 2 servers, batch 64 on the GPU: the
+#                      defaults, --wait_free=false, --n_fetch=8 --n_push=8;
+#                      each run's loop seconds, its split and examples/sec
+#   profile       100  tests/bench/gpu_kernel_profile.sh: Downpour's and
+#                      PyTorch's kernels per fashion_cnn step at batch 1024
+#                      through Nsight Compute (NOT RUN without ncu)
+#   bench_compiled 150 PyTorch at its best beside the bench steps' Downpour
+#                      figures: torch.compile with CUDA graphs
+#                      (reduce-overhead), cudnn.benchmark on; the compute
+#                      ratios (needs bench_fashion_cnn and bench_resnet20)
 #
 # Results, in DIR (the only files written there, at most 8, none in
 # subfolders; rewritten after every step, so a hang or a kill keeps every
@@ -47,8 +58,8 @@
 # --dry_run: everything runs for real except what needs a GPU. host, libs
 # and train_cpu run as usual; gpu_tests runs every test program (their GPU
 # tests skip) and reports itself NOT RUN when the only skips are "no usable
-# CUDA device"; train_cuda*, bench_* print their commands and report NOT
-# RUN. Defaults become --epochs=1 --min_accuracy=0 (a dry-run bundle packs
+# CUDA device"; train_cuda*, bench_*, job_split and profile print their
+# commands and report NOT RUN. Defaults become --epochs=1 --min_accuracy=0 (a dry-run bundle packs
 # a few examples). Exit 0 when nothing FAILed.
 #
 # Options:
@@ -72,10 +83,10 @@ self="$(readlink -f -- "${BASH_SOURCE[0]}")"
 B="$(cd -- "$(dirname -- "$self")" && pwd -P)"
 
 all_steps=(host libs gpu_tests train_cuda train_cuda_2replicas train_cpu
-           bench_fashion_cnn bench_resnet20)
+           bench_fashion_cnn bench_resnet20 job_split profile bench_compiled)
 declare -A limit_of=([host]=20 [libs]=30 [gpu_tests]=150 [train_cuda]=75
   [train_cuda_2replicas]=60 [train_cpu]=50 [bench_fashion_cnn]=80
-  [bench_resnet20]=60)
+  [bench_resnet20]=60 [job_split]=45 [profile]=100 [bench_compiled]=150)
 
 results="${OUT:-}" dry_run=0 only="" budget_s=540 gpu=0 epochs="" min_accuracy=""
 train_examples=0 cpu_train_examples="" test_examples=0
@@ -425,6 +436,109 @@ PYEOF
   echo "NOTE: $(tail -n 1 "$work/figures.txt" | cut -c1-160)"
 }
 
+# job_split: where one worker's step goes on the GPU when the exchange is
+# the larger part (batch 64): the defaults against --wait_free=false and
+# against exchanging every 8 steps.
+job_split() {
+  local cfg name extra args line rate fig
+  if [[ "$dry_run" == 1 ]]; then
+    not_run "CUDA_VISIBLE_DEVICES=$gpu bin/launch --servers=2 --workers=1 --device=cuda --batch_size=64 [--wait_free=false | --n_fetch=8 --n_push=8]"
+  fi
+  export CUDA_VISIBLE_DEVICES="$gpu"
+  fig="job_split (1 worker, batch 64; loop seconds and split, examples/sec):"
+  for cfg in defaults no_wait_free n8; do
+    case "$cfg" in
+      defaults) extra=() ;;
+      no_wait_free) extra=(--wait_free=false) ;;
+      n8) extra=(--n_fetch=8 --n_push=8) ;;
+    esac
+    args=(--servers=2 --workers=1 --epochs="$epochs" --seed=7 --device=cuda
+          --batch_size=64 --summary_json="$work/job_$cfg.json"
+          --log_dir="$work/job_${cfg}_logs" "${extra[@]}")
+    ((train_examples > 0)) && args+=(--max_train_examples="$train_examples")
+    ((test_examples > 0)) && args+=(--max_test_examples="$test_examples")
+    echo "bin/launch ${args[*]}"
+    "$B/bin/launch" "${args[@]}" > "$work/job_$cfg.out" 2>&1 ||
+      { echo "NOTE: bin/launch ($cfg) exit $?"; exit 1; }
+    line="$(cat "$work/job_${cfg}_logs"/worker*.log | grep -oE '^DONE \{.*\}' | sed -E \
+      's/.*"seconds":([0-9.]+),"time_data":([0-9.]+),"time_compute":([0-9.]+),"time_pull":([0-9.]+),"time_push":([0-9.]+).*/\1 s (compute \3 pull \4 push \5)/')"
+    rate="$(grep '^SUMMARY ' "$work/job_$cfg.out" | tail -n 1 | sed -E 's/.*"examples_per_sec":([0-9.]+).*/\1/')"
+    echo "$cfg: $line, $rate examples/sec"
+    fig+=" $cfg $line, $rate/s;"
+  done
+  echo "$fig" >> "$work/figures.txt"
+  echo "NOTE: ${fig#*:}"
+}
+
+# profile: the kernels of one fashion_cnn step at batch 1024, both sides.
+profile() {
+  local script="$B/tests/bench/gpu_kernel_profile.sh" rc
+  if [[ "$dry_run" == 1 ]]; then
+    not_run "bash $script --bundle=$B --model=fashion_cnn --batch_size=1024"
+  fi
+  if ! command -v ncu > /dev/null && ! ls -d /opt/nvidia/nsight-compute/*/ncu \
+       /usr/local/cuda/bin/ncu > /dev/null 2>&1; then
+    echo "NOTE: not run: no ncu (Nsight Compute) on this host"
+    exit 10
+  fi
+  export CUDA_VISIBLE_DEVICES="$gpu"
+  bash "$script" --bundle="$B" --results="$work/profile" --model=fashion_cnn \
+    --batch_size=1024 --python="${DOWNPOUR_PYTHON:-python3}" 2>&1 |
+    grep -v '^==PROF==' | tail -n 60
+  rc=${PIPESTATUS[0]}
+  ((rc == 0)) || { echo "NOTE: gpu_kernel_profile.sh exit $rc"; exit 1; }
+  grep -E '^(downpour|pytorch) ' "$work/profile/kernels.txt" |
+    sed 's/^/profile: /' >> "$work/figures.txt"
+  echo "NOTE: $(grep -E '^(downpour|pytorch) ' "$work/profile/kernels.txt" |
+    sed -E 's/^([a-z]+) .*, ([0-9.]+ us per step).*/\1 \2/' | tr '\n' ';')"
+}
+
+# bench_compiled: PyTorch compiled with CUDA graphs (torch.compile's
+# reduce-overhead mode, cudnn.benchmark on) against the Downpour figures of
+# the bench steps before it: compute examples/sec (the compiled model is
+# PyTorch's compute figure).
+bench_compiled() {
+  local py="${DOWNPOUR_PYTHON:-python3}" out="$work/bench_compiled" m batches spec rc
+  local pt=(--device=cuda --gpu="$gpu" --warmup_steps=10 --min_steps=10
+            --min_seconds=1 --cpu_threads=1 --cudnn_benchmark=1 --compile
+            --compile_mode=reduce-overhead)
+  if [[ "$dry_run" == 1 ]]; then
+    not_run "$py $B/tests/bench/pytorch_fashion_cnn.py ${pt[*]} --model=fashion_cnn|resnet20"
+  fi
+  mkdir -p "$out"
+  for m in fashion_cnn resnet20; do
+    [[ -s "$work/bench_$m/downpour.json" ]] ||
+      { echo "NOTE: bench_$m must run first (its downpour.json is the other side)"; exit 1; }
+    batches=64,256,1024 spec="$m"
+    [[ "$m" == resnet20 ]] && batches=128 spec="$B/models/resnet20.prototxt"
+    echo "== pytorch: $py pytorch_fashion_cnn.py ${pt[*]} --model=$m --batch_sizes=$batches"
+    "$py" "$B/tests/bench/pytorch_fashion_cnn.py" "${pt[@]}" --model="$spec" \
+      --batch_sizes="$batches" --json_out="$out/$m.json" 2>&1 | tail -n 6
+    rc=${PIPESTATUS[0]}
+    ((rc == 0)) || { echo "NOTE: compiled PyTorch ($m) exit $rc"; exit 1; }
+  done
+  "$py" - "$work" >> "$work/figures.txt" <<'PYEOF'
+import json, os, sys
+work = sys.argv[1]
+parts = []
+for m in ("fashion_cnn", "resnet20"):
+    d = json.load(open(os.path.join(work, "bench_" + m, "downpour.json")))
+    p = json.load(open(os.path.join(work, "bench_compiled", m + ".json")))
+    q = {r["batch_size"]: r for r in p["results"]}
+    for r in d["results"]:
+        b = r["batch_size"]
+        if b in q:
+            parts.append("%s b%d compute %.0f/%.0f=%.2f" % (
+                m, b, r["compute_examples_per_sec"],
+                q[b]["compute_examples_per_sec"],
+                r["compute_examples_per_sec"] / q[b]["compute_examples_per_sec"]))
+print("bench_compiled (examples/sec downpour/pytorch compiled+CUDA graphs=ratio): "
+      + ", ".join(parts))
+PYEOF
+  tail -n 1 "$work/figures.txt"
+  echo "NOTE: $(tail -n 1 "$work/figures.txt" | cut -c1-160)"
+}
+
 step_train_cuda() { train train_cuda cuda 2 "" "$train_examples"; }
 step_train_cuda_2replicas() { train train_cuda_2replicas cuda 1 0,0 "$train_examples"; }
 step_train_cpu() { train train_cpu cpu 2 "" "$cpu_train_examples"; }
@@ -435,7 +549,7 @@ export B work results gpu epochs min_accuracy dry_run test_examples \
   train_examples cpu_train_examples
 export -f host_info libs count_skips gpu_tests train bench not_run \
   step_train_cuda step_train_cuda_2replicas step_train_cpu \
-  step_bench_fashion_cnn step_bench_resnet20
+  step_bench_fashion_cnn step_bench_resnet20 job_split profile bench_compiled
 echo "run_gpu_checks: bundle $B, results in $results$([[ $dry_run == 1 ]] && echo " (dry run)")"
 step host host_info
 step libs libs
@@ -445,6 +559,9 @@ step train_cuda_2replicas step_train_cuda_2replicas
 step train_cpu step_train_cpu
 step bench_fashion_cnn step_bench_fashion_cnn
 step bench_resnet20 step_bench_resnet20
+step job_split job_split
+step profile profile
+step bench_compiled bench_compiled
 
 echo
 cat "$results/summary.txt" 2>/dev/null

@@ -41,9 +41,10 @@ Host buffers (parameters, gradients, a pool of input batches) are pinned on
 CUDA. The input is synthetic: uniform [0, 1) pixels, uniform labels.
 
 --compile (PyTorch >= 2): the compute figure runs torch.compile(model) (the
-default inductor backend, static shapes) on a separate copy of the model
-whose gradients are set to None each step, as with --channels_last; the
-warm-up steps (--warmup_steps, at least 1) absorb the compilation.
+default inductor backend, static shapes, --compile_mode: reduce-overhead
+adds CUDA graphs) on a separate copy of the model whose gradients are set
+to None each step, as with --channels_last; the warm-up steps
+(--warmup_steps, at least 1) absorb the compilation.
 
 The last line of stdout is the JSON (also written to --json_out):
   {"bench":"<model>_worker_step","impl":"pytorch","model":..,"device":...,
@@ -88,6 +89,10 @@ def parse_args(argv):
                    help="feed the model NHWC (torch.channels_last) input")
     p.add_argument("--compile", action="store_true",
                    help="compute figure with torch.compile (PyTorch >= 2)")
+    p.add_argument("--compile_mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune",
+                            "max-autotune-no-cudagraphs"],
+                   help="torch.compile's mode (reduce-overhead: CUDA graphs)")
     p.add_argument("--tf32", action="store_true",
                    help="allow TF32 (default: off, like Downpour)")
     p.add_argument("--cudnn_benchmark", type=int, default=0, choices=[0, 1],
@@ -297,7 +302,8 @@ def main(argv):
             cl_model.load_state_dict(model.state_dict())
         run_model = cl_model
         if args.compile:
-            run_model = torch.compile(cl_model, dynamic=False)
+            run_model = torch.compile(cl_model, dynamic=False,
+                                      mode=args.compile_mode)
 
         def compute_step(i):
             if cl_model is None:
@@ -380,6 +386,7 @@ def main(argv):
         "channels_last": bool(args.channels_last),
         "cudnn_benchmark": bool(args.cudnn_benchmark),
         "compile": bool(args.compile),
+        "compile_mode": args.compile_mode if args.compile else None,
         "input": "synthetic",
         "parameters": n_params,
         "torch": torch.__version__,
