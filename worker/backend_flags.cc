@@ -18,8 +18,9 @@ ABSL_FLAG(bool, cuda_blocking_sync, downpour::BackendFlags{}.cuda_blocking_sync,
           "core (cudaDeviceScheduleBlockingSync).");
 ABSL_FLAG(bool, cuda_deterministic, downpour::BackendFlags{}.cuda_deterministic,
           "CUDA backend: deterministic cuDNN convolution algorithms first, so "
-          "a step's gradients repeat bit for bit (slower: e.g. backward-filter "
-          "ALGO_1 instead of ALGO_0). Off: cuDNN's ranking, fastest first.");
+          "a step's gradients repeat bit for bit wherever one fits the "
+          "workspace (slower: e.g. backward-filter ALGO_1 instead of ALGO_0). "
+          "Off: cuDNN's ranking, fastest first.");
 
 namespace downpour {
 

@@ -2,8 +2,9 @@
 //
 // Where a worker computes, defined once for ps_worker, the launcher (which
 // passes them on) and the compute benchmark: --device, --cpu_threads,
-// --cpu_backend, --cuda_blocking_sync and --cuda_deterministic. (The replicas' GPUs, --gpus, are
-// part of the job's shape: common/job_flags.h.) Only a main calls these.
+// --cpu_backend, --cuda_blocking_sync and --cuda_deterministic. (The
+// replicas' GPUs, --gpus, are part of the job's shape: common/job_flags.h.)
+// Only a main calls these.
 #ifndef DOWNPOUR_WORKER_BACKEND_FLAGS_H_
 #define DOWNPOUR_WORKER_BACKEND_FLAGS_H_
 

@@ -43,7 +43,8 @@
 #   bench_compiled 150 PyTorch at its best beside the bench steps' Downpour
 #                      figures: torch.compile with CUDA graphs
 #                      (reduce-overhead), cudnn.benchmark on; the compute
-#                      ratios (needs bench_fashion_cnn and bench_resnet20)
+#                      ratios. Needs bench_fashion_cnn and bench_resnet20 in
+#                      the same run (a retry names all three)
 #
 # Results, in DIR (the only files written there, at most 8, none in
 # subfolders; rewritten after every step, so a hang or a kill keeps every
@@ -413,7 +414,8 @@ bench() {
     rc=${PIPESTATUS[0]}
     ((rc == 0)) || { echo "NOTE: the PyTorch reference (cudnn.benchmark=$bm) exit $rc"; exit 1; }
   done
-  "$py" - "$model" "$out" >> "$work/figures.txt" <<'PYEOF'
+  local fig
+  fig="$("$py" - "$model" "$out" <<'PYEOF'
 import json, os, sys
 model, out = sys.argv[1], sys.argv[2]
 d = json.load(open(os.path.join(out, "downpour.json")))
@@ -432,8 +434,9 @@ for bm in (0, 1):
     parts.append("cudnn.benchmark %s: %s" % ("on" if bm else "off", ", ".join(cells)))
 print("bench %s (examples/sec downpour/pytorch=ratio): %s" % (model, "; ".join(parts)))
 PYEOF
-  tail -n 1 "$work/figures.txt"
-  echo "NOTE: $(tail -n 1 "$work/figures.txt" | cut -c1-160)"
+)" || { echo "NOTE: the comparison failed"; exit 1; }
+  echo "$fig" | tee -a "$work/figures.txt"
+  echo "NOTE: ${fig:0:160}"
 }
 
 # job_split: where one worker's step goes on the GPU when the exchange is
@@ -458,11 +461,20 @@ job_split() {
     ((train_examples > 0)) && args+=(--max_train_examples="$train_examples")
     ((test_examples > 0)) && args+=(--max_test_examples="$test_examples")
     echo "bin/launch ${args[*]}"
-    "$B/bin/launch" "${args[@]}" > "$work/job_$cfg.out" 2>&1 ||
-      { echo "NOTE: bin/launch ($cfg) exit $?"; exit 1; }
+    local rc=0
+    "$B/bin/launch" "${args[@]}" > "$work/job_$cfg.out" 2>&1 || rc=$?
+    if ((rc != 0)); then
+      grep -vE '^(worker [0-9]+: PROGRESS|ps [0-9]+: )' "$work/job_$cfg.out" | tail -n 25
+      echo "NOTE: bin/launch ($cfg) exit $rc"
+      exit 1
+    fi
     line="$(cat "$work/job_${cfg}_logs"/worker*.log | grep -oE '^DONE \{.*\}' | sed -E \
       's/.*"seconds":([0-9.]+),"time_data":([0-9.]+),"time_compute":([0-9.]+),"time_pull":([0-9.]+),"time_push":([0-9.]+).*/\1 s (compute \3 pull \4 push \5)/')"
     rate="$(grep '^SUMMARY ' "$work/job_$cfg.out" | tail -n 1 | sed -E 's/.*"examples_per_sec":([0-9.]+).*/\1/')"
+    if [[ -z "$line" || -z "$rate" ]]; then
+      echo "NOTE: $cfg: no DONE line or no SUMMARY line"
+      exit 1
+    fi
     echo "$cfg: $line, $rate examples/sec"
     fig+=" $cfg $line, $rate/s;"
   done
@@ -476,8 +488,10 @@ profile() {
   if [[ "$dry_run" == 1 ]]; then
     not_run "bash $script --bundle=$B --model=fashion_cnn --batch_size=1024"
   fi
-  if ! command -v ncu > /dev/null && ! ls -d /opt/nvidia/nsight-compute/*/ncu \
-       /usr/local/cuda/bin/ncu > /dev/null 2>&1; then
+  local ncu
+  ncu="$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu \
+         /usr/local/cuda/bin/ncu 2> /dev/null | tail -n 1)"
+  if [[ ! -x "$ncu" ]]; then
     echo "NOTE: not run: no ncu (Nsight Compute) on this host"
     exit 10
   fi
@@ -487,6 +501,10 @@ profile() {
     grep -v '^==PROF==' | tail -n 60
   rc=${PIPESTATUS[0]}
   ((rc == 0)) || { echo "NOTE: gpu_kernel_profile.sh exit $rc"; exit 1; }
+  if [[ "$(grep -cE '^(downpour|pytorch) ' "$work/profile/kernels.txt" 2> /dev/null)" != 2 ]]; then
+    echo "NOTE: no kernel table for both sides in profile/kernels.txt"
+    exit 1
+  fi
   grep -E '^(downpour|pytorch) ' "$work/profile/kernels.txt" |
     sed 's/^/profile: /' >> "$work/figures.txt"
   echo "NOTE: $(grep -E '^(downpour|pytorch) ' "$work/profile/kernels.txt" |
@@ -517,7 +535,8 @@ bench_compiled() {
     rc=${PIPESTATUS[0]}
     ((rc == 0)) || { echo "NOTE: compiled PyTorch ($m) exit $rc"; exit 1; }
   done
-  "$py" - "$work" >> "$work/figures.txt" <<'PYEOF'
+  local fig
+  fig="$("$py" - "$work" <<'PYEOF'
 import json, os, sys
 work = sys.argv[1]
 parts = []
@@ -532,11 +551,14 @@ for m in ("fashion_cnn", "resnet20"):
                 m, b, r["compute_examples_per_sec"],
                 q[b]["compute_examples_per_sec"],
                 r["compute_examples_per_sec"] / q[b]["compute_examples_per_sec"]))
+if not parts:
+    sys.exit("no batch size measured by both sides")
 print("bench_compiled (examples/sec downpour/pytorch compiled+CUDA graphs=ratio): "
       + ", ".join(parts))
 PYEOF
-  tail -n 1 "$work/figures.txt"
-  echo "NOTE: $(tail -n 1 "$work/figures.txt" | cut -c1-160)"
+)" || { echo "NOTE: the comparison failed"; exit 1; }
+  echo "$fig" | tee -a "$work/figures.txt"
+  echo "NOTE: ${fig:0:160}"
 }
 
 step_train_cuda() { train train_cuda cuda 2 "" "$train_examples"; }

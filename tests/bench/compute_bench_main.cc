@@ -24,10 +24,11 @@
 // device with the ratios, tests/bench/cpu_bench.sh the CPU grid (threads,
 // backends, PyTorch's allocator settings).
 //
-// The flags: --device, --cpu_backend, --cpu_threads and --cuda_blocking_sync
-// as ps_worker takes them (worker/backend_flags.h), --model and --seed as
-// ps_worker's (worker/training_flags.h), the step timing and --batch_sizes
-// (tests/bench/bench_flags.h), and this benchmark's own below.
+// The flags: --device, --cpu_backend, --cpu_threads, --cuda_blocking_sync and
+// --cuda_deterministic as ps_worker takes them (worker/backend_flags.h),
+// --model and --seed as ps_worker's (worker/training_flags.h), the step
+// timing and --batch_sizes (tests/bench/bench_flags.h), and this benchmark's
+// own below.
 //
 // Prints a table, then one JSON line (last line of stdout, also written to
 // --json_out):

@@ -144,7 +144,8 @@ struct CudaBackendOptions {
   // on Ampere and newer, about 3 fewer decimal digits. Off by default.
   bool allow_tf32 = false;
   // Deterministic convolution algorithms first (cuDNN's ranking otherwise):
-  // repeatable gradients bit for bit, at a cost (backward-filter ALGO_1
+  // gradients that repeat bit for bit wherever a deterministic algorithm
+  // fits the workspace limit (else the ranking's next one runs), at a cost (backward-filter ALGO_1
   // instead of ALGO_0, which sums with atomics, is several times slower;
   // docs/results.md has the H200 figures). Off by default: asynchronous
   // training is not repeatable anyway, and results stay within float

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "worker/nn/channel_sum_slices.h"
 #include "worker/nn/cuda_kernels.h"
 
 namespace downpour {
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(32 * kColSumRows)
 // ChannelSum's first pass. Block (c, p) sums channel c of images
 // [p * per, min(batch, (p + 1) * per)): each thread walks that slice's
 // elements with a stride of the block size, then the warps' sums are added
-// in warp order. Slices hold at most INT_MAX elements (ChannelSumSlices).
+// in warp order. Slices hold at most INT_MAX elements (channel_sum_slices.h).
 constexpr int kChanThreads = 256;
 __global__ void __launch_bounds__(kChanThreads)
     ChannelPartialSumKernel(int batch, int channels, int hw, int per,
@@ -130,19 +131,6 @@ __global__ void ChannelFinishKernel(int channels, int parts,
     }
     db[c] = total;
   }
-}
-
-// Images per slice of ChannelSum: about 16K elements per block, so a large
-// batch spreads over many blocks, and fewer than 65536 slices.
-int ChannelSumPer(int batch, int64_t hw) {
-  if (batch <= 0 || hw <= 0) return 1;
-  int64_t per = (int64_t{16384} + hw - 1) / hw;
-  const int64_t min_per = (batch + int64_t{65534}) / 65535;
-  if (per < min_per) per = min_per;
-  const int64_t max_per = INT_MAX / hw;  // Slices of at most INT_MAX elements.
-  if (per > max_per) per = max_per > 0 ? max_per : 1;
-  if (per > batch) per = batch;
-  return static_cast<int>(per);
 }
 
 // The windows (rows [*lo, *hi) of outputs) whose input span
@@ -404,25 +392,24 @@ cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
 }
 
 int64_t ChannelSumScratchFloats(int batch, int channels, int64_t hw) {
-  if (batch <= 0 || channels <= 0 || hw <= 0) return 0;
-  const int per = ChannelSumPer(batch, hw);
-  return static_cast<int64_t>((batch + per - 1) / per) * channels;
+  if (channels <= 0) return 0;
+  return static_cast<int64_t>(PlanChannelSum(batch, hw).parts) * channels;
 }
 
 cudaError_t ChannelSum(int batch, int channels, int64_t hw, const float* dy,
                        float* db, float* scratch, cudaStream_t stream) {
   if (channels <= 0 || batch < 0 || hw < 0) return cudaSuccess;
   if (batch == 0 || hw == 0) return Fill(db, channels, 0.f, stream);
-  if (hw > INT_MAX || channels > 65535) return cudaErrorInvalidValue;
-  const int per = ChannelSumPer(batch, hw);
-  const int parts = (batch + per - 1) / per;
-  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(parts));
+  const ChannelSumSlices s = PlanChannelSum(batch, hw);
+  if (s.parts <= 0) return cudaErrorInvalidValue;  // hw > INT_MAX.
+  const dim3 grid(static_cast<unsigned>(channels),
+                  static_cast<unsigned>(s.parts));
   ChannelPartialSumKernel<<<grid, kChanThreads, 0, stream>>>(
-      batch, channels, static_cast<int>(hw), per, dy, scratch);
+      batch, channels, static_cast<int>(hw), s.per, dy, scratch);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   ChannelFinishKernel<<<BlocksFor(channels), kThreads, 0, stream>>>(
-      channels, parts, scratch, db);
+      channels, s.parts, scratch, db);
   return cudaGetLastError();
 }
 

@@ -48,10 +48,10 @@ cudaError_t ColumnSum(int rows, int cols, const float* dy, float* db,
 // db[c] = sum over n and i of dy[(n * channels + c) * hw + i] (NCHW, hw =
 // H * W; overwrites db): a convolution's bias gradient. Two passes in a
 // fixed order, so deterministic: blocks sum slices of the batch into
-// `scratch`, then one thread per channel adds its slices in order. The
-// slicing depends on the shape alone; `scratch` holds at least
-// ChannelSumScratchFloats(batch, channels, hw) floats. batch == 0 writes
-// zeros.
+// `scratch`, then one thread per channel adds its slices in order
+// (channel_sum_slices.h: the slicing depends on the shape alone); `scratch`
+// holds at least ChannelSumScratchFloats(batch, channels, hw) floats.
+// batch == 0 writes zeros; hw > INT_MAX is cudaErrorInvalidValue.
 int64_t ChannelSumScratchFloats(int batch, int channels, int64_t hw);
 cudaError_t ChannelSum(int batch, int channels, int64_t hw, const float* dy,
                        float* db, float* scratch, cudaStream_t stream);
