@@ -36,7 +36,9 @@
 #   bench_resnet20  60 the same for resnet20, batch 128
 #   job_split      45  one worker, 2 servers, batch 64 on the GPU: the
 #                      defaults, --wait_free=false, --n_fetch=8 --n_push=8;
-#                      each run's loop seconds, its split and examples/sec
+#                      each run's loop seconds, its split and examples/sec,
+#                      and the GPU's utilization and SM clock (nvidia-smi
+#                      every 100 ms)
 #   profile       100  tests/bench/gpu_kernel_profile.sh: Downpour's and
 #                      PyTorch's kernels per fashion_cnn step at batch 1024
 #                      through Nsight Compute (NOT RUN without ncu)
@@ -461,8 +463,24 @@ job_split() {
     ((train_examples > 0)) && args+=(--max_train_examples="$train_examples")
     ((test_examples > 0)) && args+=(--max_test_examples="$test_examples")
     echo "bin/launch ${args[*]}"
-    local rc=0
+    # The GPU's utilization and SM clock every 100 ms while the job runs: a
+    # GPU idle between short bursts may clock down, which the step's
+    # compute time would show.
+    local smi_pid="" rc=0 gpu_seen=""
+    if command -v nvidia-smi > /dev/null; then
+      nvidia-smi -i "$gpu" --query-gpu=utilization.gpu,clocks.sm \
+        --format=csv,noheader,nounits -lms 100 > "$work/job_${cfg}_smi.csv" 2> /dev/null &
+      smi_pid=$!
+    fi
     "$B/bin/launch" "${args[@]}" > "$work/job_$cfg.out" 2>&1 || rc=$?
+    if [[ -n "$smi_pid" ]]; then
+      kill "$smi_pid" 2> /dev/null
+      wait "$smi_pid" 2> /dev/null
+      gpu_seen="$(sort -t, -k2 -n "$work/job_${cfg}_smi.csv" | awk -F', *' '
+        $1 ~ /^[0-9]+$/ { n++; u += $1; if ($1 > 0) { b++; c[b] = $2 } }
+        END { if (n) printf "GPU utilization %d%% on average (%d samples), SM clock median %s MHz while busy",
+                u / n, n, b ? c[int((b + 1) / 2)] : "-" }')"
+    fi
     if ((rc != 0)); then
       grep -vE '^(worker [0-9]+: PROGRESS|ps [0-9]+: )' "$work/job_$cfg.out" | tail -n 25
       echo "NOTE: bin/launch ($cfg) exit $rc"
@@ -475,8 +493,8 @@ job_split() {
       echo "NOTE: $cfg: no DONE line or no SUMMARY line"
       exit 1
     fi
-    echo "$cfg: $line, $rate examples/sec"
-    fig+=" $cfg $line, $rate/s;"
+    echo "$cfg: $line, $rate examples/sec${gpu_seen:+; $gpu_seen}"
+    fig+=" $cfg $line, $rate/s${gpu_seen:+ ($gpu_seen)};"
   done
   echo "$fig" >> "$work/figures.txt"
   echo "NOTE: ${fig#*:}"
