@@ -8,7 +8,11 @@
 #   3. no flag name defined by two ABSL_FLAGs outside *_test.cc (the
 #      benchmarks included);
 #   4. no history tag (an issue or stop number, or a milestone label) in
-#      code, scripts or docs: comments say what is true now.
+#      code, scripts or docs: comments say what is true now;
+#   5. every flag of a file that lists the flags `launch` forwards (a
+#      GivenFlagArgs call or kStoreFlagNames) is in that list, or named on
+#      the file's "// Not forwarded by launch:" line: a new worker or server
+#      flag cannot be dropped on its way from launch to the processes.
 # Prints one line per violation and "structure: N problems"; exits 1 if any.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +58,27 @@ while IFS= read -r hit; do
   fail "history tag: $hit"
 done < <(git grep --untracked -nE "$tags" -- . ':!tests/structure_check.sh' ':!third_party' \
            ':!*.safetensors' 2>/dev/null | cut -c1-160)
+
+# 5. Forwarded flags.
+while IFS= read -r hit; do
+  fail "$hit"
+done < <(git grep --untracked -lE 'GivenFlagArgs\(|kStoreFlagNames' -- '*.cc' |
+         grep -vE '_test\.cc$|^common/flag_args\.cc$' |
+         /usr/bin/python3 -c '
+import re, sys
+for path in sys.stdin.read().split():
+    s = open(path).read()
+    defined = re.findall(r"ABSL_FLAG\(\s*[^,]+?,\s*([a-z0-9_]+)\s*,", s)
+    m = (re.search(r"kStoreFlagNames\[\]\s*=\s*\{(.*?)\}", s, re.S) or
+         re.search(r"GivenFlagArgs\(\s*\{(.*?)\}", s, re.S))
+    listed = set(re.findall(r"\"([a-z0-9_]+)\"", m.group(1))) if m else set()
+    n = re.search(r"// Not forwarded by launch:([^\n]*)", s)
+    exempt = set(n.group(1).split()) if n else set()
+    for name in defined:
+        if name not in listed and name not in exempt:
+            print("%s: --%s is neither forwarded by launch nor on the "
+                  "file\x27s \"// Not forwarded by launch:\" line" % (path, name))
+')
 
 echo "structure: $problems problems"
 ((problems == 0))

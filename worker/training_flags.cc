@@ -101,6 +101,8 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
   return t;
 }
 
+// Not forwarded by launch: max_test_examples save_params summary_json
+// (launch sets them itself: the evaluator's share, the chief's outputs).
 std::vector<std::string> GivenTrainingFlagArgs() {
   return GivenFlagArgs({"model", "seed", "n_fetch", "local_lr", "augment",
                         "augment_crop_padding", "label_smoothing",
