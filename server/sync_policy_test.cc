@@ -53,9 +53,10 @@ TEST(SyncModeTest, BackupWorkersCompleteWithFirstK) {
 
 TEST(SyncModeTest, MissingWorkerIsEvictedAfterTimeoutNotAHang) {
   auto f = NewModeStore(TrainMode::kSync, 3, 0, 1, absl::Milliseconds(200));
-  auto waiting = StartPull(*f->store, 1, -1);
+  // Pushes first, then the pull (see EvictionIsLoggedOutsideTheStoreLocks).
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
   ASSERT_TRUE(PushConst(*f->store, 1, 1, 3.0f, 0).ok());
+  auto waiting = StartPull(*f->store, 1, -1);
   ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_TRUE(waiting->status.ok()) << waiting->status;
   EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
@@ -76,9 +77,9 @@ TEST(SyncModeTest, MissingWorkerIsEvictedAfterTimeoutNotAHang) {
 TEST(SyncModeTest, TooFewWorkersAbortsNamingTheMissingOne) {
   auto f = NewModeStore(TrainMode::kSync, 3, 0, /*min_replicas=*/3,
                         absl::Milliseconds(150));
-  auto waiting = StartPull(*f->store, 1, -1);
   ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
   ASSERT_TRUE(PushConst(*f->store, 2, 1, 1.0f, 0).ok());
+  auto waiting = StartPull(*f->store, 1, -1);
   ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(waiting->status.code(), absl::StatusCode::kAborted);
   EXPECT_NE(waiting->status.message().find("worker 1"), std::string::npos)
@@ -125,8 +126,11 @@ TEST(SyncModeTest, EvictionIsLoggedOutsideTheStoreLocks) {
     init.push_back({c.id, 0, zeros.data() + c.flat_offset, c.num_elements * 4});
   }
   ASSERT_TRUE(store->Declare(TinyLayout(), init).ok());
-  auto waiting = StartPull(*store, 1, -1);
+  // The push first: worker 1's eviction comes a sync timeout after it, and
+  // a pull waits a sync timeout from its own start, so a pull started
+  // before the push could expire first (it did under TSan).
   ASSERT_TRUE(PushConst(*store, 0, 1, 1.0f, 0).ok());
+  auto waiting = StartPull(*store, 1, -1);
   ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_TRUE(waiting->status.ok()) << waiting->status;
   absl::MutexLock l(&mu);
