@@ -22,7 +22,8 @@
 #   --batch_size=N     (default 1024)
 #   --steps=S          (default 4)
 #   --python=PATH      the Python with PyTorch (default python3)
-# Exit status: 0 both profiled; 1 otherwise (ncu missing, a program failed).
+# Exit status: 0 both profiled; 3 no ncu on this host; 1 a program failed;
+# 2 bad arguments.
 set -uo pipefail
 bundle="" results="${OUT:-}" model=fashion_cnn batch=1024 steps=4 py=python3
 for arg in "$@"; do
@@ -40,7 +41,7 @@ done
 [[ -n "$bundle" && -n "$results" ]] ||
   { echo "gpu_kernel_profile: --bundle and --results are required" >&2; exit 2; }
 ncu="$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -n 1)"
-[[ -x "$ncu" ]] || { echo "gpu_kernel_profile: no ncu on this host" >&2; exit 1; }
+[[ -x "$ncu" ]] || { echo "gpu_kernel_profile: no ncu on this host" >&2; exit 3; }
 mkdir -p "$results"
 spec="$model"
 [[ "$model" == fashion_cnn ]] || spec="$bundle/models/$model.prototxt"
