@@ -18,68 +18,25 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 
 namespace downpour {
 namespace {
 
-constexpr int kListen = 0x0A;
-constexpr int kEstablished = 0x01;
-
-// The whole of a /proc file from its start, read through an open
-// descriptor.
-std::string ReadFromStart(int fd) {
-  std::string out;
-  if (fd < 0 || ::lseek(fd, 0, SEEK_SET) != 0) return out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
+// The local port of socket `fd`, or -1 when it is not an IPv4 or IPv6
+// socket.
+int LocalPort(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return -1;
+  if (a.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
   }
-  return out;
-}
-
-// What the guard needs of /proc/net/tcp{,6}: per line, the local port, the
-// state, the receive queue (for a listener: its accept queue) and the inode.
-struct SocketLine {
-  int port = 0;
-  int state = 0;
-  uint64_t rx_queue = 0;
-  uint64_t inode = 0;
-};
-
-void ParseTcpTable(const std::string& text, std::vector<SocketLine>* out) {
-  bool header = true;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (header) {
-      header = false;
-      continue;
-    }
-    std::vector<absl::string_view> f =
-        absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (f.size() < 10) continue;
-    SocketLine s;
-    const size_t colon = f[1].rfind(':');
-    const size_t queues = f[4].find(':');
-    uint32_t port = 0, state = 0;
-    uint64_t rx = 0, inode = 0;
-    if (colon == absl::string_view::npos || queues == absl::string_view::npos ||
-        !absl::SimpleHexAtoi(f[1].substr(colon + 1), &port) ||
-        !absl::SimpleHexAtoi(f[3], &state) ||
-        !absl::SimpleHexAtoi(f[4].substr(queues + 1), &rx) ||
-        !absl::SimpleAtoi(f[9], &inode)) {
-      continue;
-    }
-    s.port = static_cast<int>(port);
-    s.state = static_cast<int>(state);
-    s.rx_queue = rx;
-    s.inode = inode;
-    out->push_back(s);
+  if (a.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
   }
+  return -1;
 }
 
 // The entries of the open folder `dir_fd` (/proc/self/fd), read with
@@ -128,13 +85,10 @@ absl::StatusOr<std::unique_ptr<ConnectionGuard>> ConnectionGuard::Start(
         options.ports.size(), " ports and ", options.max_connections));
   }
   std::unique_ptr<ConnectionGuard> g(new ConnectionGuard(std::move(options)));
-  g->tcp_fd_ = ::open("/proc/net/tcp", O_RDONLY | O_CLOEXEC);
-  g->tcp6_fd_ = ::open("/proc/net/tcp6", O_RDONLY | O_CLOEXEC);
   g->fd_dir_ = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (g->tcp_fd_ < 0 || g->fd_dir_ < 0) {
+  if (g->fd_dir_ < 0) {
     return absl::UnavailableError(absl::StrCat(
-        "connection guard: cannot read /proc/net/tcp or /proc/self/fd: ",
-        std::strerror(errno)));
+        "connection guard: cannot read /proc/self/fd: ", std::strerror(errno)));
   }
   g->thread_ = std::thread([raw = g.get()] { raw->Loop(); });
   return g;
@@ -149,9 +103,7 @@ ConnectionGuard::~ConnectionGuard() {
     stop_ = true;
   }
   if (thread_.joinable()) thread_.join();
-  for (int fd : {tcp_fd_, tcp6_fd_, fd_dir_}) {
-    if (fd >= 0) ::close(fd);
-  }
+  if (fd_dir_ >= 0) ::close(fd_dir_);
 }
 
 int64_t ConnectionGuard::shut_down() const {
@@ -173,18 +125,43 @@ void ConnectionGuard::Loop() {
 }
 
 void ConnectionGuard::Check() {
-  std::vector<SocketLine> lines;
-  ParseTcpTable(ReadFromStart(tcp_fd_), &lines);
-  ParseTcpTable(ReadFromStart(tcp6_fd_), &lines);
   const absl::flat_hash_set<int> ports(options_.ports.begin(),
                                        options_.ports.end());
+  // One pass over the process's own descriptors: its TCP sockets bound to
+  // the server's ports are the listeners and the connections they
+  // accepted (a connection this process opened has an ephemeral local
+  // port). Unlike /proc/net/tcp, which walks the kernel's whole table of
+  // connections, this costs a few system calls per descriptor.
+  struct Conn {
+    uint32_t silent_ms;
+    int fd;
+    uint64_t inode;
+  };
+  std::vector<Conn> conns;
   uint64_t queued = 0;
   absl::flat_hash_set<uint64_t> accepted;  // Our connections' inodes.
-  for (const SocketLine& s : lines) {
-    if (!ports.contains(s.port)) continue;
-    if (s.state == kListen) queued += s.rx_queue;
-    // Inode 0: still in the accept queue, no descriptor yet.
-    if (s.state == kEstablished && s.inode != 0) accepted.insert(s.inode);
+  for (const std::string& name : FdNames(fd_dir_)) {
+    int fd;
+    if (!absl::SimpleAtoi(name, &fd)) continue;
+    char link[64];
+    const ssize_t n = ::readlinkat(fd_dir_, name.c_str(), link, sizeof(link) - 1);
+    if (n <= 0) continue;
+    uint64_t inode;
+    absl::string_view l(link, static_cast<size_t>(n));
+    if (!absl::ConsumePrefix(&l, "socket:[") || !absl::ConsumeSuffix(&l, "]") ||
+        !absl::SimpleAtoi(l, &inode) || !ports.contains(LocalPort(fd))) {
+      continue;
+    }
+    tcp_info info{};
+    socklen_t len = sizeof(info);
+    // Fails for anything but TCP.
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+    if (info.tcpi_state == TCP_LISTEN) {
+      queued += info.tcpi_unacked;  // A listener's accept queue.
+    } else if (info.tcpi_state == TCP_ESTABLISHED) {
+      accepted.insert(inode);
+      conns.push_back({info.tcpi_last_data_recv, fd, inode});
+    }
   }
 
   // A listener that stopped accepting: a queue that stays full while no
@@ -217,31 +194,6 @@ void ConnectionGuard::Check() {
   const int64_t excess =
       static_cast<int64_t>(accepted.size()) - options_.max_connections;
   if (excess <= 0) return;
-  // Our descriptors of those connections, with how long each has been
-  // silent.
-  struct Conn {
-    uint32_t silent_ms;
-    int fd;
-    uint64_t inode;
-  };
-  std::vector<Conn> conns;
-  for (const std::string& name : FdNames(fd_dir_)) {
-    int fd;
-    if (!absl::SimpleAtoi(name, &fd)) continue;
-    char link[64];
-    const ssize_t n = ::readlinkat(fd_dir_, name.c_str(), link, sizeof(link) - 1);
-    if (n <= 0) continue;
-    uint64_t inode;
-    absl::string_view l(link, static_cast<size_t>(n));
-    if (!absl::ConsumePrefix(&l, "socket:[") || !absl::ConsumeSuffix(&l, "]") ||
-        !absl::SimpleAtoi(l, &inode) || !accepted.contains(inode)) {
-      continue;
-    }
-    tcp_info info{};
-    socklen_t len = sizeof(info);
-    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
-    conns.push_back({info.tcpi_last_data_recv, fd, inode});
-  }
   std::sort(conns.begin(), conns.end(), [](const Conn& a, const Conn& b) {
     return a.silent_ms > b.silent_ms;
   });

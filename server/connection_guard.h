@@ -7,7 +7,8 @@
 // waits in the kernel's backlog. So a shard's process:
 //  * raises its soft file limit to the hard one (RaiseFileLimit, at start);
 //  * caps the connections to its ports: a thread counts them every
-//    `interval` (from /proc/net/tcp{,6}) and, above `max_connections`,
+//    `interval` (its own TCP sockets bound to those ports, listed from
+//    /proc/self/fd) and, above `max_connections`,
 //    shuts down the ones silent longest (TCP_INFO's last receipt), so a
 //    stranger holding idle connections loses them and the workers, which
 //    talk, keep theirs; gRPC then closes the sockets itself;
@@ -15,8 +16,8 @@
 //    not been empty for `stall_after`. It calls `on_stall` with a message
 //    saying so (ps_server logs it and exits 3, so the supervisor restarts
 //    it on the same port).
-// The /proc files it reads are opened once at Start, so it keeps working
-// when the process is out of descriptors.
+// /proc/self/fd is opened once at Start, so the guard keeps working when
+// the process is out of descriptors.
 //
 //   ConnectionGuardOptions o;
 //   o.ports = {host->port()};
@@ -57,9 +58,8 @@ int DefaultMaxConnections(int num_workers, int64_t file_limit);
 struct ConnectionGuardOptions {
   std::vector<int> ports;  // The server's bound listening ports.
   int max_connections = 1024;
-  // Each count reads /proc/net/tcp, which walks the kernel's whole table of
-  // established connections (about 3 ms on the 2-core development machine):
-  // once a second keeps that near 0.3% of a core.
+  // Each count costs a few system calls per open descriptor of the
+  // process (tens of microseconds for a shard's few dozen).
   absl::Duration interval = absl::Seconds(1);
   absl::Duration stall_after = absl::Seconds(5);
   std::function<void(const std::string&)> on_stall;
@@ -86,8 +86,6 @@ class ConnectionGuard {
   void Check();
 
   const ConnectionGuardOptions options_;
-  int tcp_fd_ = -1;   // /proc/net/tcp, owned.
-  int tcp6_fd_ = -1;  // /proc/net/tcp6, owned (-1 without IPv6).
   int fd_dir_ = -1;   // /proc/self/fd, owned.
   // The guard thread's own state.
   absl::flat_hash_set<uint64_t> last_accepted_;  // Inodes seen last time.
