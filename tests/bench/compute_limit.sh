@@ -5,7 +5,11 @@
 # job's examples/sec (the launcher's SUMMARY, S servers and W workers on
 # this host) in async and in sync, each job interleaved with a compute
 # measurement; prints the ratio job / (W x single-core compute), the
-# workers' step split, and the test accuracy.
+# workers' step split, and the test accuracy. Beside it, after each job, W
+# copies of the same compute run at once (no servers, no exchange): what W
+# workers' compute alone gets from the machine's shared caches, memory and
+# clocks. The job's ratio to that is what the exchange and the servers
+# cost.
 #
 #   bash tests/bench/compute_limit.sh                 # the README job, ~3 min
 #   MODEL=resnet20 EPOCHS=1 bash tests/bench/compute_limit.sh
@@ -54,6 +58,17 @@ single_core() {
   /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["results"][0]["compute_examples_per_sec"])' "$line"
 }
 
+# W of those at once: the sum of their examples per wall-clock second.
+w_at_once() {
+  local i pids=()
+  for i in $(seq "$WORKERS"); do
+    single_core > "$OUT_DIR/at_once.$i" & pids+=($!)
+  done
+  wait "${pids[@]}"
+  cat "$OUT_DIR"/at_once.* | /usr/bin/python3 -c 'import sys; print(sum(float(l) for l in sys.stdin))'
+  rm -f "$OUT_DIR"/at_once.*
+}
+
 echo "compute_limit: model $MODEL, $SERVERS servers, $WORKERS workers, $EPOCHS epochs, batch $BATCH; load: $(uptime | sed 's/.*load average: //')" >&2
 rows=()
 ratios=()  # "mode ratio" per job, for the medians.
@@ -68,23 +83,25 @@ for mode in $MODES; do
     --log_dir="$OUT_DIR/logs_$mode.$round" "${extra[@]}" "$@" > "$log" 2>&1 ||
     { tail -20 "$log"; echo "compute_limit: the $mode job failed" >&2; exit 1; }
   after="$(single_core)"
+  at_once="$(w_at_once)"
   summary="$(grep '^SUMMARY ' "$log" | tail -1 | cut -d' ' -f2-)"
   job="$(json_field examples_per_sec "$summary")"
   acc="$(json_field test_accuracy "$summary")"
   split="$(grep -o 'time \[[^]]*\]' "$log" | head -1)"
   rows+=("$(/usr/bin/python3 -c '
 import sys
-mode, before, after, job, w, acc, split = sys.argv[1:8]
+mode, before, after, job, w, acc, split, at_once = sys.argv[1:9]
 core = (float(before) + float(after)) / 2
-print("| %s | %.0f | %.0f | %.3f | %.4f | %s |" % (
-    mode, core, float(job), float(job) / (int(w) * core), float(acc), split))
-' "$mode" "$before" "$after" "$job" "$WORKERS" "$acc" "$split")")
-  ratios+=("$mode $(cut -d'|' -f5 <<<"${rows[-1]}")")
+print("| %s | %.0f | %.0f | %.3f | %.0f | %.3f | %.4f | %s |" % (
+    mode, core, float(job), float(job) / (int(w) * core), float(at_once),
+    float(job) / float(at_once), float(acc), split))
+' "$mode" "$before" "$after" "$job" "$WORKERS" "$acc" "$split" "$at_once")")
+  ratios+=("$mode $(cut -d'|' -f5 <<<"${rows[-1]}") $(cut -d'|' -f7 <<<"${rows[-1]}")")
 done
 done
 echo
-echo "| mode | single-core compute ex/s | job ex/s | job / (W x single-core) | test accuracy | worker 0's step split |"
-echo "|---|---|---|---|---|---|"
+echo "| mode | single-core compute ex/s | job ex/s | job / (W x single-core) | W at once ex/s | job / W at once | test accuracy | worker 0's step split |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 if ((ROUNDS > 1)); then
   echo
@@ -92,13 +109,17 @@ if ((ROUNDS > 1)); then
 import statistics, sys
 by = {}
 for line in sys.stdin:
-    mode, r = line.split()
-    by.setdefault(mode, []).append(float(r))
+    mode, r, a = line.split()
+    by.setdefault(mode, []).append((float(r), float(a)))
 for mode, rs in by.items():
-    print("%s: median job / (W x single-core) %.3f over %d rounds (%.3f to %.3f)"
-          % (mode, statistics.median(rs), len(rs), min(rs), max(rs)))
+    single = [r for r, _ in rs]
+    at_once = [a for _, a in rs]
+    print("%s: median job / (W x single-core) %.3f over %d rounds (%.3f to %.3f); "
+          "job / W at once %.3f (%.3f to %.3f)"
+          % (mode, statistics.median(single), len(rs), min(single), max(single),
+             statistics.median(at_once), min(at_once), max(at_once)))
 '
 fi
 echo
-echo "single-core compute: mean of the measurements just before and after each job; logs in $OUT_DIR"
+echo "single-core compute: mean of the measurements just before and after each job; W at once: right after it; logs in $OUT_DIR"
 echo "load at the end: $(uptime | sed 's/.*load average: //')"

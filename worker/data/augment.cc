@@ -1,5 +1,7 @@
 #include "worker/data/augment.h"
 
+#include <cstring>
+
 namespace downpour {
 namespace data_internal {
 namespace {
@@ -56,6 +58,19 @@ void ExampleTransform::Apply(const float* src, float* dst,
       float* row = out + static_cast<size_t>(y) * w;
       const float* src_row =
           (sy >= 0 && sy < h) ? plane + static_cast<size_t>(sy) * w : nullptr;
+      if (src_row != nullptr && shift_x == 0) {
+        // The common case (no crop): no bounds to check per pixel.
+        if (normalize) {
+          for (int x = 0; x < w; ++x) {
+            row[x] = (src_row[flip ? w - 1 - x : x] - mean) / stddev;
+          }
+        } else if (flip) {
+          for (int x = 0; x < w; ++x) row[x] = src_row[w - 1 - x];
+        } else {
+          std::memcpy(row, src_row, static_cast<size_t>(w) * sizeof(float));
+        }
+        continue;
+      }
       for (int x = 0; x < w; ++x) {
         const int sx = (flip ? w - 1 - x : x) + shift_x;
         const float v =

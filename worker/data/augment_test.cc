@@ -88,6 +88,34 @@ TEST(AugmentTest, ApplyMatchesTheReferenceForEveryDraw) {
   EXPECT_LT(flips, 140);
 }
 
+// Without a crop every row takes the copy path: plain, flipped,
+// normalized, or both.
+TEST(AugmentTest, ApplyWithoutCropMatchesTheReference) {
+  const Dataset d = MakeImageDataset(1, 2, 4, 5);
+  for (const bool normalize : {false, true}) {
+    ExampleTransform t;
+    t.channels = 2;
+    t.height = 4;
+    t.width = 5;
+    t.augment.horizontal_flip = true;
+    if (normalize) {
+      t.normalize_mean = {0.5f, 0.25f};
+      t.normalize_std = {2.0f, 4.0f};
+    }
+    int flips = 0;
+    for (uint64_t key = 0; key < 64; ++key) {
+      std::vector<float> got(d.ExampleSize());
+      t.Apply(d.images.data(), got.data(), AugmentKey(7, 0, 0, key));
+      const Match m = FindTransform(d, got.data(), d.labels[0], 0, true,
+                                    t.normalize_mean, t.normalize_std);
+      ASSERT_GE(m.count, 1) << "key " << key << " normalize " << normalize;
+      flips += m.flip ? 1 : 0;
+    }
+    EXPECT_GT(flips, 10) << normalize;
+    EXPECT_LT(flips, 54) << normalize;
+  }
+}
+
 }  // namespace
 }  // namespace data_testing
 }  // namespace downpour
