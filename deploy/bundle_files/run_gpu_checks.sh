@@ -355,6 +355,14 @@ gpu_tests() {
 
 # train NAME DEVICE WORKERS GPUS EXAMPLES: a 2-server run through
 # bin/launch on the packed data. CUDA runs see only GPU --gpu, as ordinal 0.
+# The DONE line of each worker log in folder $1, one line per worker:
+# "worker seconds data compute pull push verdict" (the seconds of the step
+# split; the verdict last, as it may hold spaces).
+done_fields() {
+  cat "$1"/worker*.log 2>/dev/null | grep -oE '^DONE \{.*\}' | sed -E \
+    's/.*"worker":([0-9]+).*"seconds":([0-9.]+),"time_data":([0-9.]+),"time_compute":([0-9.]+),"time_pull":([0-9.]+),"time_push":([0-9.]+).*"verdict":"([^"]*)".*/\1 \2 \3 \4 \5 \6 \7/'
+}
+
 train() {
   local name="$1" device="$2" workers="$3" gpus="$4" examples="$5" args=()
   args=(--servers=2 --workers="$workers" --epochs="$epochs" --seed=7
@@ -379,9 +387,11 @@ train() {
   rate="$(sed -E 's/.*"examples_per_sec":([0-9.]+).*/\1/' <<< "$summary")"
   # The step split of each worker (replica group): seconds waiting for data,
   # computing, pulling, pushing, from its DONE line.
-  split="$(cat "$work/${name}_logs"/worker*.log 2>/dev/null | grep -oE '^DONE \{.*\}' | sed -E \
-    's/.*"worker":([0-9]+).*"seconds":([0-9.]+),"time_data":([0-9.]+),"time_compute":([0-9.]+),"time_pull":([0-9.]+),"time_push":([0-9.]+).*"verdict":"([^"]*)".*/w\1 \2 s: data \3 compute \4 pull \5 push \6 (\7)/' |
-    tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+  split="$(done_fields "$work/${name}_logs" |
+    while read -r w secs data comp pull push verdict; do
+      printf 'w%s %s s: data %s compute %s pull %s push %s (%s);' \
+        "$w" "$secs" "$data" "$comp" "$pull" "$push" "$verdict"
+    done | sed 's/;$//; s/;/; /g')"
   echo "$name: test accuracy $acc, $rate examples/sec; split: $split" >> "$work/figures.txt"
   echo "NOTE: accuracy $acc (need >= $min_accuracy), $rate examples/sec"
   if [[ "$device" == cuda ]] &&
@@ -486,8 +496,10 @@ job_split() {
       echo "NOTE: bin/launch ($cfg) exit $rc"
       exit 1
     fi
-    line="$(cat "$work/job_${cfg}_logs"/worker*.log | grep -oE '^DONE \{.*\}' | sed -E \
-      's/.*"seconds":([0-9.]+),"time_data":([0-9.]+),"time_compute":([0-9.]+),"time_pull":([0-9.]+),"time_push":([0-9.]+).*/\1 s (compute \3 pull \4 push \5)/')"
+    line="$(done_fields "$work/job_${cfg}_logs" |
+      while read -r w secs data comp pull push verdict; do
+        echo "$secs s (compute $comp pull $pull push $push)"
+      done)"
     rate="$(grep '^SUMMARY ' "$work/job_$cfg.out" | tail -n 1 | sed -E 's/.*"examples_per_sec":([0-9.]+).*/\1/')"
     if [[ -z "$line" || -z "$rate" ]]; then
       echo "NOTE: $cfg: no DONE line or no SUMMARY line"
@@ -584,7 +596,7 @@ step_bench_resnet20() { bench resnet20 128; }
 
 export B work results gpu epochs min_accuracy dry_run test_examples \
   train_examples cpu_train_examples
-export -f host_info libs count_skips gpu_tests train bench not_run \
+export -f host_info libs count_skips gpu_tests done_fields train bench not_run \
   step_train_cuda step_train_cuda_2replicas step_train_cpu \
   step_bench_fashion_cnn step_bench_resnet20 job_split profile bench_compiled
 echo "run_gpu_checks: bundle $B, results in $results$([[ $dry_run == 1 ]] && echo " (dry run)")"
