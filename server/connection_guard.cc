@@ -90,6 +90,13 @@ absl::StatusOr<std::unique_ptr<ConnectionGuard>> ConnectionGuard::Start(
     return absl::UnavailableError(absl::StrCat(
         "connection guard: cannot read /proc/self/fd: ", std::strerror(errno)));
   }
+  // Descriptors held back for the process's way out once it has run out:
+  // released when a stall is reported (and at the end), they let the
+  // shutdown that follows open its files (a final snapshot) and pipes.
+  for (int i = 0; i < kReservedDescriptors; ++i) {
+    const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) g->reserve_.push_back(fd);
+  }
   g->thread_ = std::thread([raw = g.get()] { raw->Loop(); });
   return g;
 }
@@ -104,11 +111,17 @@ ConnectionGuard::~ConnectionGuard() {
   }
   if (thread_.joinable()) thread_.join();
   if (fd_dir_ >= 0) ::close(fd_dir_);
+  ReleaseReserve();
 }
 
 int64_t ConnectionGuard::shut_down() const {
   absl::MutexLock l(&mu_);
   return shut_down_;
+}
+
+void ConnectionGuard::ReleaseReserve() {
+  for (int fd : reserve_) ::close(fd);
+  reserve_.clear();
 }
 
 void ConnectionGuard::Loop() {
@@ -181,6 +194,7 @@ void ConnectionGuard::Check() {
     queued_since_ = now;
   } else if (!stalled_ && now - queued_since_ >= options_.stall_after) {
     stalled_ = true;
+    ReleaseReserve();
     if (options_.on_stall) {
       options_.on_stall(absl::StrCat(
           "the listener stopped accepting connections: ", queued,

@@ -15,7 +15,8 @@
 //  * notices a listener that stopped accepting: one whose accept queue has
 //    not been empty for `stall_after`. It calls `on_stall` with a message
 //    saying so (ps_server logs it and exits 3, so the supervisor restarts
-//    it on the same port).
+//    it on the same port), after closing the few descriptors it has held
+//    in reserve since Start, so that the shutdown has some to work with.
 // /proc/self/fd is opened once at Start, so the guard keeps working when
 // the process is out of descriptors.
 //
@@ -84,9 +85,15 @@ class ConnectionGuard {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   // One look: the cap, then the accept queues.
   void Check();
+  void ReleaseReserve();
+
+  // Held from Start until a stall is reported: enough for a final snapshot
+  // (a file and its folder) and the pipes a sanitizer's report opens.
+  static constexpr int kReservedDescriptors = 8;
 
   const ConnectionGuardOptions options_;
   int fd_dir_ = -1;   // /proc/self/fd, owned.
+  std::vector<int> reserve_;  // Open /dev/null descriptors, owned.
   // The guard thread's own state.
   absl::flat_hash_set<uint64_t> last_accepted_;  // Inodes seen last time.
   absl::Time queued_since_ = absl::InfiniteFuture();

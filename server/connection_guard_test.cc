@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,16 @@ int Connect(int port) {
   return fd;
 }
 
+// The process's open descriptors.
+int OpenDescriptors() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++n;
+  }
+  return n;
+}
+
 TEST(ConnectionGuardTest, ListenerThatStopsAcceptingIsReported) {
   int port;
   const int listener = Listen(&port);
@@ -47,18 +58,26 @@ TEST(ConnectionGuardTest, ListenerThatStopsAcceptingIsReported) {
   for (int i = 0; i < 3; ++i) clients.push_back(Connect(port));  // Never accepted.
   absl::Notification stalled;
   std::string why;
+  int at_stall = 0;
   ConnectionGuardOptions o;
   o.ports = {port};
   o.interval = absl::Milliseconds(20);
   o.stall_after = absl::Milliseconds(200);
   o.on_stall = [&](const std::string& w) {
     why = w;
+    at_stall = OpenDescriptors();
     stalled.Notify();
   };
+  const int before = OpenDescriptors();
   auto guard = ConnectionGuard::Start(o);
   ASSERT_TRUE(guard.ok()) << guard.status();
+  const int started = OpenDescriptors();
+  // /proc/self/fd and the reserve the guard holds for a way out.
+  EXPECT_GE(started - before, 5);
   EXPECT_TRUE(stalled.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_NE(why.find("stopped accepting"), std::string::npos) << why;
+  // The reserve is free by the time the stall is reported.
+  EXPECT_LE(at_stall, started - 4);
   guard->reset();
   for (int fd : clients) ::close(fd);
   ::close(listener);
