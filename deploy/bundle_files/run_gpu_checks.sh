@@ -353,8 +353,6 @@ gpu_tests() {
   echo "NOTE: $n program(s) passed$( ((other > 0)) && echo ", $other test(s) skipped for other reasons")"
 }
 
-# train NAME DEVICE WORKERS GPUS EXAMPLES: a 2-server run through
-# bin/launch on the packed data. CUDA runs see only GPU --gpu, as ordinal 0.
 # The DONE line of each worker log in folder $1, one line per worker:
 # "worker seconds data compute pull push verdict" (the seconds of the step
 # split; the verdict last, as it may hold spaces).
@@ -363,6 +361,8 @@ done_fields() {
     's/.*"worker":([0-9]+).*"seconds":([0-9.]+),"time_data":([0-9.]+),"time_compute":([0-9.]+),"time_pull":([0-9.]+),"time_push":([0-9.]+).*"verdict":"([^"]*)".*/\1 \2 \3 \4 \5 \6 \7/'
 }
 
+# train NAME DEVICE WORKERS GPUS EXAMPLES: a 2-server run through
+# bin/launch on the packed data. CUDA runs see only GPU --gpu, as ordinal 0.
 train() {
   local name="$1" device="$2" workers="$3" gpus="$4" examples="$5" args=()
   args=(--servers=2 --workers="$workers" --epochs="$epochs" --seed=7

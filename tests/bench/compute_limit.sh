@@ -71,7 +71,7 @@ w_at_once() {
 
 echo "compute_limit: model $MODEL, $SERVERS servers, $WORKERS workers, $EPOCHS epochs, batch $BATCH; load: $(uptime | sed 's/.*load average: //')" >&2
 rows=()
-ratios=()  # "mode ratio" per job, for the medians.
+ratios=()  # "mode ratio ratio_at_once" per job, for the medians.
 for round in $(seq "$ROUNDS"); do
 for mode in $MODES; do
   before="$(single_core)"
