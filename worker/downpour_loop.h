@@ -68,6 +68,8 @@ struct TrainerOptions {
   // With overlap: wait-free backpropagation where it applies
   // (ExchangeOptions::wait_free).
   bool wait_free = ExchangeOptions{}.wait_free;
+  // Wait-free async/ssp: ExchangeOptions::fresh_wait_fraction.
+  double fresh_wait_fraction = ExchangeOptions{}.fresh_wait_fraction;
   // Host staging for pulled parameters and pushed gradients (pinned memory
   // for a CUDA backend); null means DefaultHostAllocator(). Not owned.
   HostAllocator* host_allocator = nullptr;
@@ -83,7 +85,7 @@ struct TrainerOptions {
   // (not after a graceful stop, which a new process resumes from). A failed
   // write is reported once and training goes on. Not owned, may be null;
   // one loop per file.
-  const DataPositionFile* position = nullptr;
+  DataPositionFile* position = nullptr;
 };
 
 struct TrainResult {

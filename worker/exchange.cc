@@ -242,8 +242,15 @@ class WaitFreeExchange final : public BackgroundExchange {
     }
     // Async, ssp: the newest parameters that have arrived. The exchange
     // still in flight is usually the last step's (its last bucket left at
-    // the end of the backward pass); then the one before it, which the
-    // backward pass waited for, is the newest.
+    // the end of the backward pass, a round trip ago at most): it gets a
+    // share of a step's time to arrive. Otherwise the one before it, which
+    // the backward pass waited for, is the newest.
+    const absl::Time now = absl::Now();
+    if (incoming_pull_ && step_began_ != absl::InfinitePast() &&
+        options_.fresh_wait_fraction > 0) {
+      comm_.WaitFinished((now - step_began_) * options_.fresh_wait_fraction);
+    }
+    step_began_ = absl::Now();
     if (incoming_pull_ && comm_.Finished()) {
       current_pending_ = false;
       return TakePulled(/*wait=*/false);
@@ -403,6 +410,7 @@ class WaitFreeExchange final : public BackgroundExchange {
   bool current_pending_ = false;
   int64_t copied_from_ = 0;     // sending_ holds the gradient from here.
   HookWaits waits_;
+  absl::Time step_began_ = absl::InfinitePast();  // The last Fetch (async).
 
   absl::Mutex mu_;
   absl::CondVar cv_;
@@ -419,6 +427,10 @@ absl::StatusOr<std::unique_ptr<Exchange>> Exchange::Create(
     ReplicaGroup* group, HostAllocator* alloc) {
   if (options.n_fetch < 1) {
     return absl::InvalidArgumentError("n_fetch must be >= 1");
+  }
+  if (!(options.fresh_wait_fraction >= 0 && options.fresh_wait_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        "fresh_wait_fraction must be in [0, 1]");
   }
   const int64_t n = group->num_parameters();
   DP_ASSIGN_OR_RETURN(HostArray<float> params,

@@ -14,7 +14,8 @@
 //    sync mode let each layer's forward wait only for its own parameters of
 //    the pull under way. In async mode each bucket goes as a PushPull whose
 //    reply brings that bucket's new parameters; a step takes the newest
-//    that have arrived, one exchange behind at most;
+//    that have arrived, one exchange behind at most, and waits a bounded
+//    while for the last step's (ExchangeOptions::fresh_wait_fraction);
 //  * overlapped: Push() hands step t's gradient (and, at a fetch step, the
 //    pull of the next parameters, as one PushPull) to a background thread
 //    while the replicas compute step t+1. In async and ssp mode Fetch() then
@@ -71,6 +72,13 @@ struct ExchangeOptions {
   // a bucket holds at least this many bytes; each bucket is pushed as soon
   // as the backward pass has produced all of it.
   int64_t bucket_bytes = 256 << 10;
+  // Wait-free, async and ssp: a step that begins while the last step's
+  // exchange is still in flight (its buckets have all left, and the reply
+  // to the last one, the model's first layers, is on its way) waits for it
+  // up to this fraction of the previous step's time, so that it computes
+  // from the parameters that exchange brings rather than from the ones
+  // before. Counted as pull time; 0 never waits.
+  double fresh_wait_fraction = 0.125;
 };
 
 // Time a step's compute spent waiting inside the wait-free exchange's hooks,

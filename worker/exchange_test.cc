@@ -1,5 +1,6 @@
 #include "worker/exchange.h"
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -82,6 +83,15 @@ TEST(ExchangeTest, RejectsBadOptionsAndFailedAllocation) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  for (double fraction : {-0.1, 1.5, std::nan("")}) {
+    ExchangeOptions bad;
+    bad.fresh_wait_fraction = fraction;
+    EXPECT_EQ(Exchange::Create(bad, f.client.get(), f.group.get(),
+                               DefaultHostAllocator())
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
   FailingHostAllocator failing;
   for (bool overlap : {false, true}) {
     ExchangeOptions ok;

@@ -34,6 +34,13 @@ bool JobThread::Finished() {
   return busy_ && done_;
 }
 
+bool JobThread::WaitFinished(absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  if (!busy_) return false;
+  mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+  return done_;
+}
+
 void JobThread::Loop() {
   while (true) {
     std::function<absl::Status()> job;

@@ -22,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace downpour {
 
@@ -39,6 +40,8 @@ class JobThread {
   absl::Status Wait();
   // True when a started job has finished (Wait will not block).
   bool Finished();
+  // Finished(), waiting up to `timeout` for the started job to finish.
+  bool WaitFinished(absl::Duration timeout);
 
  private:
   void Loop();

@@ -3,6 +3,8 @@
 #include <atomic>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace downpour {
@@ -46,6 +48,23 @@ TEST(JobThreadTest, FinishedTurnsTrueOnlyWhenTheJobIsDone) {
   }
   EXPECT_TRUE(t.Wait().ok());
   EXPECT_FALSE(t.Finished());
+}
+
+TEST(JobThreadTest, WaitFinishedWaitsUpToItsTimeout) {
+  JobThread t;
+  EXPECT_FALSE(t.WaitFinished(absl::Milliseconds(1)));  // No job.
+  absl::Notification release;
+  t.Start([&] {
+    release.WaitForNotification();
+    return absl::InternalError("done");
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(t.WaitFinished(absl::Milliseconds(20)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  release.Notify();
+  EXPECT_TRUE(t.WaitFinished(absl::Seconds(60)));
+  // The status is still Wait's to collect.
+  EXPECT_EQ(t.Wait().code(), absl::StatusCode::kInternal);
 }
 
 TEST(JobThreadTest, DestructorWaitsForARunningJob) {

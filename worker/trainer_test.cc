@@ -284,8 +284,8 @@ TEST(TrainerTest, OverlapInAsyncAndSspModeAppliesEveryPush) {
 // starts before the exchange has finished.
 class SlowLastPieceClient final : public ParameterClient {
  public:
-  explicit SlowLastPieceClient(std::unique_ptr<ParameterClient> c)
-      : c_(std::move(c)) {}
+  SlowLastPieceClient(std::unique_ptr<ParameterClient> c, absl::Duration delay)
+      : c_(std::move(c)), delay_(delay) {}
   absl::Status Declare(const ModelLayout& layout,
                        absl::Span<const float> initial) override {
     return c_->Declare(layout, initial);
@@ -305,7 +305,7 @@ class SlowLastPieceClient final : public ParameterClient {
   absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
                         absl::Span<const int64_t> base, int64_t from,
                         const PulledValues* pulled) override {
-    if (from == 0) absl::SleepFor(absl::Milliseconds(30));
+    if (from == 0) absl::SleepFor(delay_);
     return c_->PushFrom(seq, grads, base, from, pulled);
   }
   absl::Status Leave() override { return c_->Leave(); }
@@ -316,6 +316,7 @@ class SlowLastPieceClient final : public ParameterClient {
 
  private:
   std::unique_ptr<ParameterClient> c_;
+  const absl::Duration delay_;
 };
 
 // Async wait-free with every exchange still in flight when the next step
@@ -328,7 +329,8 @@ TEST(TrainerTest, AsyncWaitFreeStaysOneExchangeBehindWhenPushesAreSlow) {
   auto backend = NewOpenblasBackend(1);
   auto model = BuildModel("fashion_cnn", backend.get(), 16);
   ASSERT_TRUE(model.ok()) << model.status();
-  SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0));
+  SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0),
+                             absl::Milliseconds(30));
   ASSERT_TRUE(DeclareModel(&client, **model, 5, 2, 1 << 20).ok());
   BatcherOptions bo;
   bo.batch_size = 16;
@@ -338,6 +340,7 @@ TEST(TrainerTest, AsyncWaitFreeStaysOneExchangeBehindWhenPushesAreSlow) {
   to.log_every = 0;
   to.overlap = true;
   to.wait_free = true;
+  to.fresh_wait_fraction = 0;  // Every exchange is still in flight.
   absl::StatusOr<TrainResult> r =
       RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -350,6 +353,49 @@ TEST(TrainerTest, AsyncWaitFreeStaysOneExchangeBehindWhenPushesAreSlow) {
     // second-to-last push at the oldest (staleness 1).
     EXPECT_LE(s.staleness_max, 1);
   }
+}
+
+// Async wait-free whose last piece comes back 15 ms after the next step
+// began (a step is about 50 ms): with a wait of up to half a step's time
+// for it, each step computes from the parameters after its worker's last
+// push (staleness 0; the first step has no step time to go by); without,
+// from the ones before (staleness 1).
+TEST(TrainerTest, AsyncWaitFreeWaitsAShareOfAStepForTheLastExchange) {
+  auto mean_staleness = [](double fraction) {
+    Cluster cluster = MakeCluster(2, "momentum", 0.02f);
+    Dataset train = Synthetic(16 * 20, 6);
+    auto backend = NewOpenblasBackend(1);
+    auto model = BuildModel("fashion_cnn", backend.get(), 16);
+    EXPECT_TRUE(model.ok()) << model.status();
+    SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0),
+                               absl::Milliseconds(45));
+    EXPECT_TRUE(DeclareModel(&client, **model, 5, 2, 1 << 20).ok());
+    BatcherOptions bo;
+    bo.batch_size = 16;
+    auto batcher = Batcher::Create(&train, bo);
+    EXPECT_TRUE(batcher.ok()) << batcher.status();
+    TrainerOptions to;
+    to.log_every = 0;
+    to.overlap = true;
+    to.wait_free = true;
+    to.fresh_wait_fraction = fraction;
+    // After the backward pass: the last piece is on its way meanwhile.
+    to.debug_step_delay = absl::Milliseconds(30);
+    absl::StatusOr<TrainResult> r =
+        RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
+    EXPECT_TRUE(r.ok()) << r.status();
+    const absl::StatusOr<std::vector<ShardStats>> stats = client.Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    double mean = 0;
+    for (const ShardStats& s : *stats) {
+      EXPECT_EQ(s.pushes_applied, 20);
+      EXPECT_LE(s.staleness_max, 1);
+      mean += s.staleness_mean / stats->size();
+    }
+    return mean;
+  };
+  EXPECT_LE(mean_staleness(0.5), 0.15);
+  EXPECT_GE(mean_staleness(0), 0.5);
 }
 
 // Two replicas fed the same batches push the same mean gradient as one
