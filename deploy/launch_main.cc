@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
     std::cerr << "launch: " << s.message() << "\n";
     return ExitCodeFor(s);
   }
+  if (const std::string note = o.SharedGpuNote(); !note.empty()) {
+    std::cout << note << std::endl;
+  }
   // The model spec, before any process starts.
   absl::StatusOr<downpour::TrainingFlags> training =
       downpour::TrainingFlagsFromFlags();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +38,45 @@ std::string LaunchOptions::WorkerGpus(int index) const {
     mine.push_back(list[(static_cast<size_t>(index) * k + j) % list.size()]);
   }
   return absl::StrJoin(mine, ",");
+}
+
+std::string LaunchOptions::SharedGpuNote() const {
+  if (device == "cpu" || workers < 2 || gpus_per_worker > 0) return "";
+  // Worker processes per GPU ordinal.
+  std::map<std::string, int> sharing;
+  if (JobGpus().empty()) {
+    if (host_gpus < 1) return "";  // No GPU to share (auto: the CPU).
+    sharing["0"] = workers;  // One replica each, on GPU 0.
+  } else {
+    for (int i = 0; i < workers; ++i) {
+      const std::vector<std::string> mine =
+          absl::StrSplit(WorkerGpus(i), ',', absl::SkipEmpty());
+      for (const std::string& g : std::set<std::string>(mine.begin(), mine.end())) {
+        ++sharing[g];
+      }
+    }
+  }
+  auto most = std::max_element(
+      sharing.begin(), sharing.end(),
+      [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (most == sharing.end() || most->second < 2) return "";
+  const std::string figures =
+      " ran faster on an H200: 45,796 examples/s against 39,647 for two "
+      "processes (docs/results.md)";
+  if (most->second == workers) {
+    const std::vector<std::string> replicas(workers, most->first);
+    return absl::StrCat(
+        "launch: note: ", workers, " worker processes share GPU ",
+        most->first, "; one process with a replica for each (--workers=1 --gpus=",
+        absl::StrJoin(replicas, ","),
+        ": their mean gradient goes as one push per step)", figures);
+  }
+  return absl::StrCat(
+      "launch: note: ", most->second, " worker processes share GPU ",
+      most->first,
+      "; one process per GPU with several replicas on it (its ordinal "
+      "repeated in --gpus)",
+      figures);
 }
 
 int LaunchOptions::ReplicasPerWorker() const {

@@ -30,6 +30,36 @@ TEST(LaunchOptionsTest, ServersCountReplicasThatPushOnTheirOwn) {
   EXPECT_EQ(o.ServerWorkers(), 4);
 }
 
+TEST(LaunchOptionsTest, NotesWorkerProcessesSharingAGpu) {
+  LaunchOptions o;
+  o.workers = 2;
+  o.host_gpus = 1;  // Both processes on GPU 0.
+  EXPECT_THAT(o.SharedGpuNote(),
+              HasSubstr("2 worker processes share GPU 0; one process with a "
+                        "replica for each (--workers=1 --gpus=0,0"));
+  o.device = "cpu";
+  EXPECT_EQ(o.SharedGpuNote(), "");
+  o.device = "auto";
+  o.host_gpus = 0;  // No GPU: the CPU.
+  EXPECT_EQ(o.SharedGpuNote(), "");
+  o.device = "cuda";  // The workers will say that there is none.
+  EXPECT_EQ(o.SharedGpuNote(), "");
+  o.host_gpus = 1;
+  EXPECT_THAT(o.SharedGpuNote(), HasSubstr("share GPU 0"));
+  o.host_gpus = 2;  // Spread over both.
+  EXPECT_EQ(o.SharedGpuNote(), "");
+  o.workers = 3;  // The third shares GPU 0 with the first.
+  o.gpus = "0,1";
+  EXPECT_THAT(o.SharedGpuNote(),
+              HasSubstr("2 worker processes share GPU 0; one process per GPU"));
+  o.gpus_per_worker = 1;  // Asked for.
+  EXPECT_EQ(o.SharedGpuNote(), "");
+  o.gpus_per_worker = 0;
+  o.workers = 1;
+  o.gpus = "0,0";  // Already one process.
+  EXPECT_EQ(o.SharedGpuNote(), "");
+}
+
 TEST(ValidateLaunchOptionsTest, RejectsBadOptions) {
   LaunchOptions o;
   o.ps_server_bin = "/bin/sh";
