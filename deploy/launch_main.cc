@@ -61,9 +61,6 @@ int main(int argc, char** argv) {
     std::cerr << "launch: " << s.message() << "\n";
     return ExitCodeFor(s);
   }
-  if (const std::string note = o.SharedGpuNote(); !note.empty()) {
-    std::cout << note << std::endl;
-  }
   // The model spec, before any process starts.
   absl::StatusOr<downpour::TrainingFlags> training =
       downpour::TrainingFlagsFromFlags();
@@ -72,6 +69,9 @@ int main(int argc, char** argv) {
   if (!model_ok.ok()) {
     std::cerr << "launch: " << model_ok.message() << "\n";
     return 2;
+  }
+  if (const std::string note = o.SharedGpuNote(); !note.empty()) {
+    std::cout << note << std::endl;
   }
   // Every file written at the end, before anything starts.
   for (const auto& [flag, path] :

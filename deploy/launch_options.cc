@@ -42,11 +42,13 @@ std::string LaunchOptions::WorkerGpus(int index) const {
 
 std::string LaunchOptions::SharedGpuNote() const {
   if (device == "cpu" || workers < 2 || gpus_per_worker > 0) return "";
-  // Worker processes per GPU ordinal.
+  // Worker processes per GPU ordinal, and every worker's entries in turn.
   std::map<std::string, int> sharing;
+  std::vector<std::string> all;
   if (JobGpus().empty()) {
     if (host_gpus < 1) return "";  // No GPU to share (auto: the CPU).
     sharing["0"] = workers;  // One replica each, on GPU 0.
+    all.assign(workers, "0");
   } else {
     for (int i = 0; i < workers; ++i) {
       const std::vector<std::string> mine =
@@ -54,29 +56,23 @@ std::string LaunchOptions::SharedGpuNote() const {
       for (const std::string& g : std::set<std::string>(mine.begin(), mine.end())) {
         ++sharing[g];
       }
+      all.insert(all.end(), mine.begin(), mine.end());
     }
   }
-  auto most = std::max_element(
-      sharing.begin(), sharing.end(),
-      [](const auto& a, const auto& b) { return a.second < b.second; });
-  if (most == sharing.end() || most->second < 2) return "";
-  const std::string figures =
-      " ran faster on an H200: 45,796 examples/s against 39,647 for two "
-      "processes (docs/results.md)";
-  if (most->second == workers) {
-    const std::vector<std::string> replicas(workers, most->first);
-    return absl::StrCat(
-        "launch: note: ", workers, " worker processes share GPU ",
-        most->first, "; one process with a replica for each (--workers=1 --gpus=",
-        absl::StrJoin(replicas, ","),
-        ": their mean gradient goes as one push per step)", figures);
+  std::vector<std::string> shared;
+  for (const auto& [gpu, processes] : sharing) {
+    if (processes >= 2) shared.push_back(gpu);
   }
+  if (shared.empty()) return "";
   return absl::StrCat(
-      "launch: note: ", most->second, " worker processes share GPU ",
-      most->first,
-      "; one process per GPU with several replicas on it (its ordinal "
-      "repeated in --gpus)",
-      figures);
+      "launch: note: worker processes share GPU ", absl::StrJoin(shared, ", "),
+      "; one process with a replica for each entry (--workers=1 --gpus=",
+      absl::StrJoin(all, ","), ") ran faster on an H200 (docs/results.md, "
+      "GPU). ",
+      local_aggregation == "none"
+          ? "Each replica still pushes as a worker of its own."
+          : "Its replicas' mean gradient goes as one push per step "
+            "(--local_aggregation=none: each replica pushes on its own).");
 }
 
 int LaunchOptions::ReplicasPerWorker() const {

@@ -63,8 +63,9 @@ struct LaunchOptions {
   int GpusPerWorker() const;
   // A line for the user when this rule puts two or more worker processes
   // on one GPU without --gpus_per_worker asking for it (a host with one
-  // GPU, or a --gpus list shorter than the workers): they would run faster
-  // as one process with a replica each on it. Empty otherwise.
+  // GPU, a --gpus list shorter than the workers, or one that repeats a
+  // GPU): one process with a replica for each entry ran faster. Empty
+  // otherwise.
   std::string SharedGpuNote() const;
   // Workers the servers see: workers, times the replicas when each replica
   // pushes on its own.

@@ -35,8 +35,12 @@ TEST(LaunchOptionsTest, NotesWorkerProcessesSharingAGpu) {
   o.workers = 2;
   o.host_gpus = 1;  // Both processes on GPU 0.
   EXPECT_THAT(o.SharedGpuNote(),
-              HasSubstr("2 worker processes share GPU 0; one process with a "
-                        "replica for each (--workers=1 --gpus=0,0"));
+              HasSubstr("share GPU 0; one process with a replica for each "
+                        "entry (--workers=1 --gpus=0,0)"));
+  EXPECT_THAT(o.SharedGpuNote(), HasSubstr("mean gradient goes as one push"));
+  o.local_aggregation = "none";
+  EXPECT_THAT(o.SharedGpuNote(), HasSubstr("pushes as a worker of its own"));
+  o.local_aggregation = "sum";
   o.device = "cpu";
   EXPECT_EQ(o.SharedGpuNote(), "");
   o.device = "auto";
@@ -51,8 +55,14 @@ TEST(LaunchOptionsTest, NotesWorkerProcessesSharingAGpu) {
   o.workers = 3;  // The third shares GPU 0 with the first.
   o.gpus = "0,1";
   EXPECT_THAT(o.SharedGpuNote(),
-              HasSubstr("2 worker processes share GPU 0; one process per GPU"));
-  o.gpus_per_worker = 1;  // Asked for.
+              HasSubstr("share GPU 0; one process with a replica for each "
+                        "entry (--workers=1 --gpus=0,1,0)"));
+  o.workers = 2;
+  o.gpus = "0,1,0,1";  // Each process on both GPUs.
+  EXPECT_THAT(o.SharedGpuNote(),
+              HasSubstr("share GPU 0, 1; one process with a replica for each "
+                        "entry (--workers=1 --gpus=0,1,0,1)"));
+  o.gpus_per_worker = 2;  // Asked for.
   EXPECT_EQ(o.SharedGpuNote(), "");
   o.gpus_per_worker = 0;
   o.workers = 1;

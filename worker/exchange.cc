@@ -242,11 +242,12 @@ class WaitFreeExchange final : public BackgroundExchange {
     }
     // Async, ssp: the newest parameters that have arrived. The exchange
     // still in flight is usually the last step's (its last bucket left at
-    // the end of the backward pass, a round trip ago at most): it gets a
-    // share of a step's time to arrive. Otherwise the one before it, which
-    // the backward pass waited for, is the newest.
+    // the end of the backward pass, a round trip ago at most): in async it
+    // gets a share of a step's time to arrive. Otherwise the one before
+    // it, which the backward pass waited for, is the newest.
     const absl::Time now = absl::Now();
-    if (incoming_pull_ && step_began_ != absl::InfinitePast() &&
+    if (options_.mode == TrainMode::kAsync && incoming_pull_ &&
+        step_began_ != absl::InfinitePast() &&
         options_.fresh_wait_fraction > 0) {
       comm_.WaitFinished((now - step_began_) * options_.fresh_wait_fraction);
     }
@@ -291,6 +292,8 @@ class WaitFreeExchange final : public BackgroundExchange {
   }
 
   absl::Status BeforeForward(int64_t b, int64_t e) {
+    // The first step has no Fetch: its time counts from here.
+    if (step_began_ == absl::InfinitePast()) step_began_ = absl::Now();
     if (!per_layer_) return absl::OkStatus();
     const absl::Time start = absl::Now();
     bool arrived;
@@ -410,7 +413,9 @@ class WaitFreeExchange final : public BackgroundExchange {
   bool current_pending_ = false;
   int64_t copied_from_ = 0;     // sending_ holds the gradient from here.
   HookWaits waits_;
-  absl::Time step_began_ = absl::InfinitePast();  // The last Fetch (async).
+  // When the step under way began: its Fetch (the first step's first
+  // forward hook).
+  absl::Time step_began_ = absl::InfinitePast();
 
   absl::Mutex mu_;
   absl::CondVar cv_;

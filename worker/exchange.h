@@ -14,8 +14,8 @@
 //    sync mode let each layer's forward wait only for its own parameters of
 //    the pull under way. In async mode each bucket goes as a PushPull whose
 //    reply brings that bucket's new parameters; a step takes the newest
-//    that have arrived, one exchange behind at most, and waits a bounded
-//    while for the last step's (ExchangeOptions::fresh_wait_fraction);
+//    that have arrived, one exchange behind at most, after a bounded wait
+//    for the last step's (ExchangeOptions::fresh_wait_fraction);
 //  * overlapped: Push() hands step t's gradient (and, at a fetch step, the
 //    pull of the next parameters, as one PushPull) to a background thread
 //    while the replicas compute step t+1. In async and ssp mode Fetch() then
@@ -72,12 +72,14 @@ struct ExchangeOptions {
   // a bucket holds at least this many bytes; each bucket is pushed as soon
   // as the backward pass has produced all of it.
   int64_t bucket_bytes = 256 << 10;
-  // Wait-free, async and ssp: a step that begins while the last step's
-  // exchange is still in flight (its buckets have all left, and the reply
-  // to the last one, the model's first layers, is on its way) waits for it
-  // up to this fraction of the previous step's time, so that it computes
-  // from the parameters that exchange brings rather than from the ones
-  // before. Counted as pull time; 0 never waits.
+  // Wait-free, async: a step that begins while the last step's exchange
+  // is still in flight (its buckets have all left, and the reply to the
+  // last one, the model's first layers, is on its way) waits for it up to
+  // this fraction of the previous step's time (the first step's: from its
+  // first layer's forward), so that it computes from the parameters that
+  // exchange brings rather than from the ones before. Counted as pull
+  // time; 0 never waits. (Ssp does not wait: its pull may be held back by
+  // the staleness bound.)
   double fresh_wait_fraction = 0.125;
 };
 

@@ -10,9 +10,10 @@
 //   ...                                    // other work meanwhile
 //   DP_RETURN_IF_ERROR(helper.Wait());
 //
-// Thread-safety: Start, Wait and Finished are called from one owning thread;
-// the job runs on the internal thread. The destructor waits for a running job
-// and joins the thread. Whatever a job refers to must outlive its Wait().
+// Thread-safety: Start, Wait, Finished and WaitFinished are called from one
+// owning thread; the job runs on the internal thread. The destructor waits
+// for a running job and joins the thread. Whatever a job refers to must
+// outlive its Wait().
 #ifndef DOWNPOUR_WORKER_JOB_THREAD_H_
 #define DOWNPOUR_WORKER_JOB_THREAD_H_
 

@@ -358,22 +358,28 @@ TEST(TrainerTest, AsyncWaitFreeStaysOneExchangeBehindWhenPushesAreSlow) {
 // Async wait-free whose last piece comes back about 30 ms after the next
 // step began (a step is 30 ms and more): with a wait of up to a whole
 // step's time for it, each step computes from the parameters after its
-// worker's last push (staleness 0; the first step has no step time to go
-// by); without, from the ones before (staleness 1).
+// worker's last push (staleness 0); without, from the ones before
+// (staleness 1).
 TEST(TrainerTest, AsyncWaitFreeWaitsAShareOfAStepForTheLastExchange) {
-  auto mean_staleness = [](double fraction) {
+  auto mean_staleness = [](double fraction) -> double {
     Cluster cluster = MakeCluster(2, "momentum", 0.02f);
     Dataset train = Synthetic(16 * 20, 6);
     auto backend = NewOpenblasBackend(1);
     auto model = BuildModel("fashion_cnn", backend.get(), 16);
-    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) {
+      ADD_FAILURE() << model.status();
+      return std::nan("");
+    }
     SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0),
                                absl::Milliseconds(60));
     EXPECT_TRUE(DeclareModel(&client, **model, 5, 2, 1 << 20).ok());
     BatcherOptions bo;
     bo.batch_size = 16;
     auto batcher = Batcher::Create(&train, bo);
-    EXPECT_TRUE(batcher.ok()) << batcher.status();
+    if (!batcher.ok()) {
+      ADD_FAILURE() << batcher.status();
+      return std::nan("");
+    }
     TrainerOptions to;
     to.log_every = 0;
     to.overlap = true;
@@ -385,7 +391,10 @@ TEST(TrainerTest, AsyncWaitFreeWaitsAShareOfAStepForTheLastExchange) {
         RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
     EXPECT_TRUE(r.ok()) << r.status();
     const absl::StatusOr<std::vector<ShardStats>> stats = client.Stats();
-    EXPECT_TRUE(stats.ok()) << stats.status();
+    if (!stats.ok()) {
+      ADD_FAILURE() << stats.status();
+      return std::nan("");
+    }
     double mean = 0;
     for (const ShardStats& s : *stats) {
       EXPECT_EQ(s.pushes_applied, 20);
@@ -394,8 +403,9 @@ TEST(TrainerTest, AsyncWaitFreeWaitsAShareOfAStepForTheLastExchange) {
     }
     return mean;
   };
-  EXPECT_LE(mean_staleness(1.0), 0.15);
-  EXPECT_GE(mean_staleness(0), 0.5);
+  // A few steps may still miss the reply on a loaded machine.
+  EXPECT_LE(mean_staleness(1.0), 0.35);
+  EXPECT_GE(mean_staleness(0), 0.65);
 }
 
 // Two replicas fed the same batches push the same mean gradient as one
