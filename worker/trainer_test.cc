@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/host_allocator_test_util.h"
 #include "gtest/gtest.h"
@@ -319,33 +320,48 @@ class SlowLastPieceClient final : public ParameterClient {
   const absl::Duration delay_;
 };
 
+// 20 async wait-free steps (batch 16) of one worker whose push's last piece
+// takes `piece_delay`, each step `step_delay` longer after its backward pass
+// (while that piece is on its way); the shards' stats after them.
+absl::StatusOr<std::vector<ShardStats>> TrainWithSlowLastPiece(
+    absl::Duration piece_delay, double fresh_wait_fraction,
+    absl::Duration step_delay) {
+  Cluster cluster = MakeCluster(2, "momentum", 0.02f);
+  Dataset train = Synthetic(16 * 20, 6);
+  auto backend = NewOpenblasBackend(1);
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      BuildModel("fashion_cnn", backend.get(), 16);
+  if (!model.ok()) return model.status();
+  SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0),
+                             piece_delay);
+  absl::Status declared = DeclareModel(&client, **model, 5, 2, 1 << 20);
+  if (!declared.ok()) return declared;
+  BatcherOptions bo;
+  bo.batch_size = 16;
+  absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(&train, bo);
+  if (!batcher.ok()) return batcher.status();
+  TrainerOptions to;
+  to.log_every = 0;
+  to.overlap = true;
+  to.wait_free = true;
+  to.fresh_wait_fraction = fresh_wait_fraction;
+  to.debug_step_delay = step_delay;
+  absl::StatusOr<TrainResult> r =
+      RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
+  if (!r.ok()) return r.status();
+  if (r->pushes != 20) {
+    return absl::InternalError(absl::StrCat(r->pushes, " pushes, not 20"));
+  }
+  return client.Stats();
+}
+
 // Async wait-free with every exchange still in flight when the next step
 // starts: each step still computes from the newest parameters that have
 // arrived, one exchange behind at most, never from parameters that stopped
 // being refreshed (the servers' staleness says which).
 TEST(TrainerTest, AsyncWaitFreeStaysOneExchangeBehindWhenPushesAreSlow) {
-  Cluster cluster = MakeCluster(2, "momentum", 0.02f);
-  Dataset train = Synthetic(16 * 20, 6);
-  auto backend = NewOpenblasBackend(1);
-  auto model = BuildModel("fashion_cnn", backend.get(), 16);
-  ASSERT_TRUE(model.ok()) << model.status();
-  SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0),
-                             absl::Milliseconds(30));
-  ASSERT_TRUE(DeclareModel(&client, **model, 5, 2, 1 << 20).ok());
-  BatcherOptions bo;
-  bo.batch_size = 16;
-  auto batcher = Batcher::Create(&train, bo);
-  ASSERT_TRUE(batcher.ok()) << batcher.status();
-  TrainerOptions to;
-  to.log_every = 0;
-  to.overlap = true;
-  to.wait_free = true;
-  to.fresh_wait_fraction = 0;  // Every exchange is still in flight.
-  absl::StatusOr<TrainResult> r =
-      RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->pushes, 20);
-  const absl::StatusOr<std::vector<ShardStats>> stats = client.Stats();
+  const absl::StatusOr<std::vector<ShardStats>> stats = TrainWithSlowLastPiece(
+      absl::Milliseconds(30), /*fresh_wait_fraction=*/0, absl::ZeroDuration());
   ASSERT_TRUE(stats.ok()) << stats.status();
   for (const ShardStats& s : *stats) {
     EXPECT_EQ(s.pushes_applied, 20);
@@ -362,35 +378,9 @@ TEST(TrainerTest, AsyncWaitFreeStaysOneExchangeBehindWhenPushesAreSlow) {
 // (staleness 1).
 TEST(TrainerTest, AsyncWaitFreeWaitsAShareOfAStepForTheLastExchange) {
   auto mean_staleness = [](double fraction) -> double {
-    Cluster cluster = MakeCluster(2, "momentum", 0.02f);
-    Dataset train = Synthetic(16 * 20, 6);
-    auto backend = NewOpenblasBackend(1);
-    auto model = BuildModel("fashion_cnn", backend.get(), 16);
-    if (!model.ok()) {
-      ADD_FAILURE() << model.status();
-      return std::nan("");
-    }
-    SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0),
-                               absl::Milliseconds(60));
-    EXPECT_TRUE(DeclareModel(&client, **model, 5, 2, 1 << 20).ok());
-    BatcherOptions bo;
-    bo.batch_size = 16;
-    auto batcher = Batcher::Create(&train, bo);
-    if (!batcher.ok()) {
-      ADD_FAILURE() << batcher.status();
-      return std::nan("");
-    }
-    TrainerOptions to;
-    to.log_every = 0;
-    to.overlap = true;
-    to.wait_free = true;
-    to.fresh_wait_fraction = fraction;
-    // After the backward pass: the last piece is on its way meanwhile.
-    to.debug_step_delay = absl::Milliseconds(30);
-    absl::StatusOr<TrainResult> r =
-        RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
-    EXPECT_TRUE(r.ok()) << r.status();
-    const absl::StatusOr<std::vector<ShardStats>> stats = client.Stats();
+    const absl::StatusOr<std::vector<ShardStats>> stats =
+        TrainWithSlowLastPiece(absl::Milliseconds(60), fraction,
+                               absl::Milliseconds(30));
     if (!stats.ok()) {
       ADD_FAILURE() << stats.status();
       return std::nan("");
