@@ -68,7 +68,7 @@ struct TrainerOptions {
   // With overlap: wait-free backpropagation where it applies
   // (ExchangeOptions::wait_free).
   bool wait_free = ExchangeOptions{}.wait_free;
-  // Wait-free async/ssp: ExchangeOptions::fresh_wait_fraction.
+  // Wait-free async: ExchangeOptions::fresh_wait_fraction.
   double fresh_wait_fraction = ExchangeOptions{}.fresh_wait_fraction;
   // Host staging for pulled parameters and pushed gradients (pinned memory
   // for a CUDA backend); null means DefaultHostAllocator(). Not owned.

@@ -245,11 +245,11 @@ class WaitFreeExchange final : public BackgroundExchange {
     // the end of the backward pass, a round trip ago at most): in async it
     // gets a share of a step's time to arrive. Otherwise the one before
     // it, which the backward pass waited for, is the newest.
-    const absl::Time now = absl::Now();
     if (options_.mode == TrainMode::kAsync && incoming_pull_ &&
         step_began_ != absl::InfinitePast() &&
         options_.fresh_wait_fraction > 0) {
-      comm_.WaitFinished((now - step_began_) * options_.fresh_wait_fraction);
+      comm_.WaitFinished((absl::Now() - step_began_) *
+                         options_.fresh_wait_fraction);
     }
     step_began_ = absl::Now();
     if (incoming_pull_ && comm_.Finished()) {
