@@ -85,7 +85,7 @@ struct TrainerOptions {
   // (not after a graceful stop, which a new process resumes from). A failed
   // write is reported once and training goes on. Not owned, may be null;
   // one loop per file.
-  DataPositionFile* position = nullptr;
+  const DataPositionFile* position = nullptr;
 };
 
 struct TrainResult {
