@@ -1,12 +1,14 @@
-// A restarted worker resumes its data position instead
-// of beginning its epochs again. One real ps_server (async); a real
-// ps_worker with --position_file and --max_steps=80 is SIGKILLed once past
-// step 30 and the same command is run again: the new process says where it
-// resumes (at least step 30, where the killed one was), goes on to step 80
-// and removes the file at the end, and the two processes together pushed
-// about 80 gradients (80, or 81 when the kill fell between a push and the
-// position's write), not 80 plus the steps before the kill. A third run of
-// the same command then starts from the beginning (the file is gone).
+// A restarted worker resumes its data position instead of beginning its
+// epochs again. One real ps_server (async); a real ps_worker with
+// --position_file and --max_steps=80 is SIGKILLed once past step 30 and the
+// same command is run again: the new process says where it resumes (at
+// least step 29: the killed one had logged step 30, whose push may not have
+// been acknowledged yet), goes on to step 80 and removes the file at the
+// end, and the two processes together pushed about 80 gradients (80, or 81
+// when the kill fell after a push had landed but before the position
+// recorded it: the position names only acknowledged pushes, so none is
+// lost), not 80 plus the steps before the kill. A third run of the same
+// command then starts from the beginning (the file is gone).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -91,7 +93,7 @@ TEST(WorkerResumeTest, RestartedWorkerResumesItsDataPosition) {
   }
   const std::string all = absl::StrJoin(lines, "\n");
   ASSERT_TRUE(resumed.has_value()) << all;
-  EXPECT_GE(*resumed, 30) << all;
+  EXPECT_GE(*resumed, 29) << all;
   EXPECT_LT(*resumed, 80) << all;
   EXPECT_GT(first_progress, *resumed) << all;  // Step numbers go on.
   ASSERT_TRUE(done.has_value()) << all;

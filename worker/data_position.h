@@ -15,15 +15,19 @@
 //   ... after each push: pos.Write(steps);
 //   ... at the natural end of training: pos.Remove();
 //
-// A write goes to PATH.tmp and is renamed over PATH, so a process killed at
-// any moment leaves the previous position or the new one (no fsync: a
-// machine crash may lose the latest writes, and then the worker starts
-// from an older position or from the beginning).
+// The first write goes to PATH.tmp.* and is renamed over PATH; the later
+// ones overwrite that file in place with one pwrite of a record no shorter
+// than the last (the steps only grow). So a process killed at any moment
+// leaves the previous position or the new one, and a write costs the
+// training thread a few microseconds. No fsync: a machine crash may lose
+// the latest writes, and then the worker starts from an older position or
+// from the beginning.
 //
 // Thread-compatible.
 #ifndef DOWNPOUR_WORKER_DATA_POSITION_H_
 #define DOWNPOUR_WORKER_DATA_POSITION_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -36,6 +40,9 @@ class DataPositionFile {
  public:
   // `key` must not contain a newline.
   DataPositionFile(std::string path, std::string key);
+  ~DataPositionFile();
+  DataPositionFile(const DataPositionFile&) = delete;
+  DataPositionFile& operator=(const DataPositionFile&) = delete;
 
   // The steps recorded for this key: 0 when there is no file; 0 with a
   // line on stderr when the file is for another key or unreadable (a stale
@@ -44,15 +51,17 @@ class DataPositionFile {
   // Records `steps` (>= 0), creating the file's folder if needed.
   // Unavailable with the path and the system's reason when the file cannot
   // be written.
-  absl::Status Write(int64_t steps) const;
+  absl::Status Write(int64_t steps);
   // Removes the file (no error when there is none).
-  absl::Status Remove() const;
+  absl::Status Remove();
 
   const std::string& path() const { return path_; }
 
  private:
   const std::string path_;
   const std::string key_;
+  int fd_ = -1;              // The file written last, for in-place writes.
+  size_t written_size_ = 0;  // The length of the record written last.
 };
 
 }  // namespace downpour

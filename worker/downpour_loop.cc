@@ -99,9 +99,10 @@ void DownpourLoop::Resume() {
   std::fflush(stdout);
 }
 
-void DownpourLoop::RecordPosition() {
-  if (options_.position == nullptr) return;
-  absl::Status s = options_.position->Write(result_.steps);
+void DownpourLoop::RecordPosition(int64_t steps) {
+  if (options_.position == nullptr || steps <= recorded_steps_) return;
+  recorded_steps_ = steps;
+  absl::Status s = options_.position->Write(steps);
   if (!s.ok() && !position_write_failed_) {
     position_write_failed_ = true;
     std::fprintf(stderr, "%s; training goes on (a restart would begin its "
@@ -130,7 +131,7 @@ absl::StatusOr<bool> DownpourLoop::Step() {
   if (result_.steps % options_.n_push == 0) {
     DP_RETURN_IF_ERROR(exchange_->Push(result_.steps));
     result_.pushes = exchange_->pushes();
-    RecordPosition();
+    RecordPosition(exchange_->acknowledged_steps());
     window_.times().push += clock_.Lap();
   }
   MaybeReport();
@@ -177,7 +178,7 @@ absl::Status DownpourLoop::Finish(bool ended) {
       absl::Status s = options_.position->Remove();
       if (!s.ok()) std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     } else {
-      RecordPosition();
+      RecordPosition(result_.steps);  // Finish pushed everything.
     }
   }
   if (window_.steps() > 0 &&

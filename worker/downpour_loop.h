@@ -80,12 +80,15 @@ struct TrainerOptions {
   // Resume the data position (worker/data_position.h).
   // When set, Run() reads the steps a previous process of this worker took,
   // draws and discards that many batches first (no compute, no push; they
-  // count towards max_steps and in the step numbers), records the position
-  // after every push, and removes the file when training reaches its end
+  // count towards max_steps and in the step numbers), records after every
+  // push the steps whose pushes the servers have acknowledged
+  // (Exchange::acknowledged_steps: with overlap, usually the step before;
+  // never a step whose gradient a kill could still lose), and removes the
+  // file when training reaches its end
   // (not after a graceful stop, which a new process resumes from). A failed
   // write is reported once and training goes on. Not owned, may be null;
   // one loop per file.
-  const DataPositionFile* position = nullptr;
+  DataPositionFile* position = nullptr;
 };
 
 struct TrainResult {
@@ -122,8 +125,8 @@ class DownpourLoop {
 
   // Skips the batches of the steps options_.position records.
   void Resume();
-  // Records the position after a push.
-  void RecordPosition();
+  // Records `steps` as the position, if more than the last recorded.
+  void RecordPosition(int64_t steps);
   // One step: false (and OK) when the input is exhausted.
   absl::StatusOr<bool> Step();
   // The computing part of a step, timed as compute.
@@ -147,6 +150,7 @@ class DownpourLoop {
   bool logged_window_ = false;  // A progress window was reported.
   int epoch_ = 0;
   bool position_write_failed_ = false;  // Reported once.
+  int64_t recorded_steps_ = 0;          // The position written last.
 };
 
 }  // namespace downpour

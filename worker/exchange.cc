@@ -75,7 +75,11 @@ class SynchronousExchange final : public Exchange {
                                      WaitFor(current_.versions)));
     return Load(&current_);
   }
-  absl::Status Push(int64_t /*steps*/) override { return PushNow(); }
+  absl::Status Push(int64_t steps) override {
+    DP_RETURN_IF_ERROR(PushNow());
+    acknowledged_steps_ = steps;
+    return absl::OkStatus();
+  }
 };
 
 // The exchanges with one push (or push and pull) in flight on a background
@@ -91,7 +95,13 @@ class BackgroundExchange : public Exchange {
         sending_(std::move(sending)) {}
 
  protected:
-  absl::Status WaitBackground() override { return comm_.Wait(); }
+  // Waits for the background job; once it has ended well, its push is
+  // acknowledged.
+  absl::Status WaitBackground() override {
+    DP_RETURN_IF_ERROR(comm_.Wait());
+    acknowledged_steps_ = std::max(acknowledged_steps_, job_steps_);
+    return absl::OkStatus();
+  }
 
   // The parameters a pull brought, once the exchange has finished (with
   // `wait`, waiting for it); else the group keeps its parameters.
@@ -99,7 +109,7 @@ class BackgroundExchange : public Exchange {
     if (!incoming_pull_ || (!wait && !comm_.Finished())) {
       return absl::OkStatus();
     }
-    DP_RETURN_IF_ERROR(comm_.Wait());
+    DP_RETURN_IF_ERROR(WaitBackground());
     incoming_pull_ = false;
     return Load(&incoming_);
   }
@@ -108,6 +118,7 @@ class BackgroundExchange : public Exchange {
   HostArray<float> sending_;           // The gradient being pushed.
   std::vector<int64_t> sending_base_;  // The versions it was computed from.
   bool incoming_pull_ = false;         // The background job ends with a pull.
+  int64_t job_steps_ = 0;  // The steps of the push the background job sends.
   // Last: joined before the buffers above go. A subclass whose jobs use
   // members of its own waits for the job in its destructor.
   JobThread comm_;
@@ -126,7 +137,7 @@ class OverlappedExchange final : public BackgroundExchange {
   absl::Status Push(int64_t steps) override {
     // One exchange in flight: finish the previous one (keeping its
     // parameters for the next fetch), then hand this one over.
-    DP_RETURN_IF_ERROR(comm_.Wait());
+    DP_RETURN_IF_ERROR(WaitBackground());
     DP_RETURN_IF_ERROR(group_->TakeMeanGradient(grads_.data()));
     std::swap(grads_, sending_);
     const int64_t push_seq = ++seq_;
@@ -142,6 +153,7 @@ class OverlappedExchange final : public BackgroundExchange {
     sending_base_ = current_.versions;
     const PullOptions wait = WaitFor(sending_base_);
     incoming_pull_ = incoming_pull_ || fetch_next;
+    job_steps_ = steps;
     comm_.Start([this, push_seq, wait, fetch_next] {
       return Send(push_seq, wait, fetch_next);
     });
@@ -263,12 +275,13 @@ class WaitFreeExchange final : public BackgroundExchange {
     return absl::OkStatus();
   }
 
-  absl::Status Push(int64_t /*steps*/) override {
+  absl::Status Push(int64_t steps) override {
     if (!streaming_) {
       return absl::InternalError(
           "wait-free exchange: the step released no gradient");
     }
     streaming_ = false;
+    job_steps_ = steps;  // The job that GradientsReady started.
     incoming_pull_ = true;
     return absl::OkStatus();
   }
@@ -303,7 +316,7 @@ class WaitFreeExchange final : public BackgroundExchange {
       arrived = RangeArrived(b, e);
     }
     if (!arrived) {
-      DP_RETURN_IF_ERROR(comm_.Wait());
+      DP_RETURN_IF_ERROR(WaitBackground());
       return absl::InternalError("wait-free exchange: a pull ended early");
     }
     waits_.pull += absl::ToDoubleSeconds(absl::Now() - start);
@@ -316,7 +329,7 @@ class WaitFreeExchange final : public BackgroundExchange {
       // One exchange in flight: the previous one ends before this one
       // starts (in sync mode its pull is complete: the forward took it).
       const absl::Time start = absl::Now();
-      DP_RETURN_IF_ERROR(comm_.Wait());
+      DP_RETURN_IF_ERROR(WaitBackground());
       waits_.push += absl::ToDoubleSeconds(absl::Now() - start);
       if (per_layer_) {
         // Sync: the forward took the pulled parameters; they become the

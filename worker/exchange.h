@@ -112,6 +112,14 @@ class Exchange {
   absl::Status Finish();
 
   int64_t pushes() const { return pushes_; }
+  // The `steps` of the newest Push the servers have acknowledged (every part
+  // applied, or acknowledged as a duplicate); 0 before any. With overlap a
+  // push is acknowledged once the background job that sends it has ended
+  // and a later call has waited for it, so this may trail Push by a step;
+  // a worker killed now has lost no gradient of a step up to here. (After
+  // a successful Finish every push has been acknowledged, the rest of the
+  // accrual included.)
+  int64_t acknowledged_steps() const { return acknowledged_steps_; }
 
   // Hooks the replicas' step must call between layers (ReplicaGroup::
   // ComputeWithHooks), or null when this exchange has none.
@@ -146,6 +154,7 @@ class Exchange {
   HostArray<float> grads_;  // The gradient being assembled.
   int64_t seq_ = 0;         // Sequence number of the last push.
   int64_t pushes_ = 0;
+  int64_t acknowledged_steps_ = 0;  // See acknowledged_steps().
 };
 
 }  // namespace downpour

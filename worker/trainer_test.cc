@@ -1,7 +1,12 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +14,7 @@
 #include "common/host_allocator_test_util.h"
 #include "gtest/gtest.h"
 #include "server/parameter_store.h"
+#include "worker/data_position.h"
 #include "worker/local_ps_client.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model_builder.h"
@@ -287,6 +293,11 @@ class SlowLastPieceClient final : public ParameterClient {
  public:
   SlowLastPieceClient(std::unique_ptr<ParameterClient> c, absl::Duration delay)
       : c_(std::move(c)), delay_(delay) {}
+  // Checks `position` as each push's last piece is about to go, after its
+  // delay: the position must not name this push's step (or a later one),
+  // which a worker killed now would lose. Not owned.
+  void CheckPosition(const DataPositionFile* position) { position_ = position; }
+  int64_t max_position_seen() const { return max_position_seen_; }
   absl::Status Declare(const ModelLayout& layout,
                        absl::Span<const float> initial) override {
     return c_->Declare(layout, initial);
@@ -306,7 +317,18 @@ class SlowLastPieceClient final : public ParameterClient {
   absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
                         absl::Span<const int64_t> base, int64_t from,
                         const PulledValues* pulled) override {
-    if (from == 0) absl::SleepFor(delay_);
+    if (from != 0) return c_->PushFrom(seq, grads, base, from, pulled);
+    absl::SleepFor(delay_);
+    if (position_ != nullptr) {
+      // One step per push: push `seq` carries step `seq`'s gradient.
+      const int64_t recorded = position_->Read();
+      max_position_seen_ = std::max(max_position_seen_, recorded);
+      if (recorded >= seq) {
+        return absl::InternalError(absl::StrCat(
+            "the data position says ", recorded, " steps while push ", seq,
+            " is still in flight"));
+      }
+    }
     return c_->PushFrom(seq, grads, base, from, pulled);
   }
   absl::Status Leave() override { return c_->Leave(); }
@@ -318,6 +340,8 @@ class SlowLastPieceClient final : public ParameterClient {
  private:
   std::unique_ptr<ParameterClient> c_;
   const absl::Duration delay_;
+  const DataPositionFile* position_ = nullptr;
+  int64_t max_position_seen_ = 0;
 };
 
 // 20 async wait-free steps (batch 16) of one worker whose push's last piece
@@ -325,7 +349,8 @@ class SlowLastPieceClient final : public ParameterClient {
 // (while that piece is on its way); the shards' stats after them.
 absl::StatusOr<std::vector<ShardStats>> TrainWithSlowLastPiece(
     absl::Duration piece_delay, double fresh_wait_fraction,
-    absl::Duration step_delay) {
+    absl::Duration step_delay, DataPositionFile* position = nullptr,
+    int64_t* max_position_seen = nullptr) {
   Cluster cluster = MakeCluster(2, "momentum", 0.02f);
   Dataset train = Synthetic(16 * 20, 6);
   auto backend = NewOpenblasBackend(1);
@@ -334,6 +359,7 @@ absl::StatusOr<std::vector<ShardStats>> TrainWithSlowLastPiece(
   if (!model.ok()) return model.status();
   SlowLastPieceClient client(NewLocalParameterClient(cluster.raw, 0),
                              piece_delay);
+  client.CheckPosition(position);
   absl::Status declared = DeclareModel(&client, **model, 5, 2, 1 << 20);
   if (!declared.ok()) return declared;
   BatcherOptions bo;
@@ -346,8 +372,12 @@ absl::StatusOr<std::vector<ShardStats>> TrainWithSlowLastPiece(
   to.wait_free = true;
   to.fresh_wait_fraction = fresh_wait_fraction;
   to.debug_step_delay = step_delay;
+  to.position = position;
   absl::StatusOr<TrainResult> r =
       RunDownpourWorker(to, model->get(), &client, batcher->get(), {});
+  if (max_position_seen != nullptr) {
+    *max_position_seen = client.max_position_seen();
+  }
   if (!r.ok()) return r.status();
   if (r->pushes != 20) {
     return absl::InternalError(absl::StrCat(r->pushes, " pushes, not 20"));
@@ -396,6 +426,30 @@ TEST(TrainerTest, AsyncWaitFreeWaitsAShareOfAStepForTheLastExchange) {
   // A few steps may still miss the reply on a loaded machine.
   EXPECT_LE(mean_staleness(1.0), 0.35);
   EXPECT_GE(mean_staleness(0), 0.65);
+}
+
+// The data position names only steps whose pushes the servers have
+// acknowledged: with each push's last piece 30 ms on its way after the step
+// ended, a position written at the end of the step (as it was) named a push
+// still in flight, whose gradient a kill would lose, the restarted worker
+// skipping its batch.
+TEST(TrainerTest, DataPositionNamesOnlyAcknowledgedPushes) {
+  const std::string path = absl::StrCat(
+      std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR")
+                                            : "/tmp",
+      "/trainer_test.position");
+  std::remove(path.c_str());
+  DataPositionFile position(path, "trainer_test");
+  int64_t max_seen = 0;
+  const absl::StatusOr<std::vector<ShardStats>> stats =
+      TrainWithSlowLastPiece(absl::Milliseconds(30), /*fresh_wait_fraction=*/0,
+                             absl::ZeroDuration(), &position, &max_seen);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const ShardStats& s : *stats) EXPECT_EQ(s.pushes_applied, 20);
+  // Positions were written and checked (the last push's step is 20; the
+  // natural end removes the file).
+  EXPECT_GE(max_seen, 15);
+  EXPECT_FALSE(std::ifstream(path).good());
 }
 
 // Two replicas fed the same batches push the same mean gradient as one
