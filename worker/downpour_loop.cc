@@ -35,6 +35,7 @@ absl::StatusOr<std::unique_ptr<DownpourLoop>> DownpourLoop::Create(
   eo.n_push = options.n_push;
   eo.overlap = options.overlap;
   eo.wait_free = options.wait_free;
+  eo.bucket_bytes = options.bucket_bytes;
   eo.fresh_wait_fraction = options.fresh_wait_fraction;
   DP_ASSIGN_OR_RETURN(std::unique_ptr<Exchange> exchange,
                       Exchange::Create(eo, client, group.get(), alloc));

@@ -68,6 +68,7 @@ struct TrainerOptions {
   // With overlap: wait-free backpropagation where it applies
   // (ExchangeOptions::wait_free).
   bool wait_free = ExchangeOptions{}.wait_free;
+  int64_t bucket_bytes = ExchangeOptions{}.bucket_bytes;
   // Wait-free async: ExchangeOptions::fresh_wait_fraction.
   double fresh_wait_fraction = ExchangeOptions{}.fresh_wait_fraction;
   // Host staging for pulled parameters and pushed gradients (pinned memory

@@ -446,6 +446,9 @@ absl::StatusOr<std::unique_ptr<Exchange>> Exchange::Create(
   if (options.n_fetch < 1) {
     return absl::InvalidArgumentError("n_fetch must be >= 1");
   }
+  if (options.bucket_bytes < 1) {
+    return absl::InvalidArgumentError("bucket_bytes must be >= 1");
+  }
   if (!(options.fresh_wait_fraction >= 0 && options.fresh_wait_fraction <= 1)) {
     return absl::InvalidArgumentError(
         "fresh_wait_fraction must be in [0, 1]");

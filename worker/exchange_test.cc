@@ -92,6 +92,15 @@ TEST(ExchangeTest, RejectsBadOptionsAndFailedAllocation) {
                   .code(),
               absl::StatusCode::kInvalidArgument);
   }
+  for (int64_t bytes : {int64_t{0}, int64_t{-1}}) {
+    ExchangeOptions bad;
+    bad.bucket_bytes = bytes;
+    EXPECT_EQ(Exchange::Create(bad, f.client.get(), f.group.get(),
+                               DefaultHostAllocator())
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
   FailingHostAllocator failing;
   for (bool overlap : {false, true}) {
     ExchangeOptions ok;

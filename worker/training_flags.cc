@@ -1,5 +1,7 @@
 #include "worker/training_flags.h"
 
+#include <algorithm>
+
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -46,6 +48,13 @@ ABSL_FLAG(bool, wait_free, downpour::TrainingFlags{}.wait_free,
           "layer's forward as soon as its own parameters arrived (wait-free "
           "backpropagation). Needs --n_fetch=1, --n_push=1, one replica and "
           "no --local_lr; otherwise the plain overlapped exchange runs.");
+ABSL_FLAG(int64_t, bucket_kb, downpour::TrainingFlags{}.bucket_kb,
+          "--wait_free: tensors from the end of the model are grouped into "
+          "buckets of at least this many KiB, each pushed as soon as the "
+          "backward pass has produced it. 0: by mode: async, one part "
+          "(--part_kb), as each call costs both ends CPU and no step waits "
+          "for the push; sync and ssp, 256, so that most of the gradient is "
+          "at the servers when the backward pass ends.");
 ABSL_FLAG(int, log_every, downpour::TrainingFlags{}.log_every,
           "Print progress every N steps.");
 ABSL_FLAG(int64_t, max_steps, downpour::TrainingFlags{}.max_steps,
@@ -74,6 +83,11 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
   t.prefetch = absl::GetFlag(FLAGS_prefetch);
   t.overlap = absl::GetFlag(FLAGS_overlap);
   t.wait_free = absl::GetFlag(FLAGS_wait_free);
+  t.bucket_kb = absl::GetFlag(FLAGS_bucket_kb);
+  if (t.bucket_kb < 0 || t.bucket_kb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bucket_kb must be in [0, 2^30], got ", t.bucket_kb));
+  }
   t.log_every = absl::GetFlag(FLAGS_log_every);
   t.max_steps = absl::GetFlag(FLAGS_max_steps);
   t.max_test_examples = absl::GetFlag(FLAGS_max_test_examples);
@@ -101,13 +115,20 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
   return t;
 }
 
+int64_t WaitFreeBucketBytes(int64_t bucket_kb, TrainMode mode,
+                            int64_t part_bytes) {
+  if (bucket_kb > 0) return bucket_kb << 10;
+  if (mode == TrainMode::kAsync) return std::max<int64_t>(1, part_bytes);
+  return TrainingFlags::kSyncBucketKb << 10;
+}
+
 // Not forwarded by launch: max_test_examples save_params summary_json
 // (launch sets them itself: the evaluator's share, the chief's outputs).
 std::vector<std::string> GivenTrainingFlagArgs() {
   return GivenFlagArgs({"model", "seed", "n_fetch", "local_lr", "augment",
                         "augment_crop_padding", "label_smoothing",
                         "data_threads", "prefetch", "overlap", "wait_free",
-                        "log_every",
+                        "bucket_kb", "log_every",
                         "max_steps", "init_from", "bn_stats_examples"});
 }
 

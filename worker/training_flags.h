@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/train_mode.h"
 #include "worker/data/augment.h"
 
 namespace downpour {
@@ -35,6 +36,11 @@ struct TrainingFlags {
   // With overlap: gradients leave per bucket of layers during the backward
   // pass, and sync's forward waits per layer (worker/exchange.h).
   bool wait_free = true;
+  // Wait-free buckets, KiB (ExchangeOptions::bucket_bytes); 0 picks by
+  // mode: async one part, sync and ssp kSyncBucketKb (the flag's text and
+  // docs/results.md say why).
+  int64_t bucket_kb = 0;
+  static constexpr int64_t kSyncBucketKb = 256;
   int log_every = 50;
   int64_t max_steps = 0;
   int64_t max_test_examples = 0;
@@ -50,6 +56,11 @@ struct TrainingFlags {
 
 // InvalidArgument naming the flag for a bad value.
 absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags();
+
+// The wait-free bucket size in bytes for --bucket_kb (0: by mode) in `mode`
+// with parts of `part_bytes`.
+int64_t WaitFreeBucketBytes(int64_t bucket_kb, TrainMode mode,
+                            int64_t part_bytes);
 
 // "--name=value" for each training flag given on the command line, except
 // the outputs (--save_params, --summary_json), which the launcher places

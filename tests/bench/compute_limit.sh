@@ -9,7 +9,11 @@
 # copies of the same compute run at once (no servers, no exchange): what W
 # workers' compute alone gets from the machine's shared caches, memory and
 # clocks. The job's ratio to that is what the exchange and the servers
-# cost.
+# cost. During each job, tests/bench/cpu_split.py reads from /proc where the
+# CPU goes (the workers' training threads, the servers, the workers' other
+# threads, idle) over 10 s of it: the exchange's CPU per training-thread CPU
+# second is a figure the machine's changing speed moves less than the
+# ratios.
 #
 #   bash tests/bench/compute_limit.sh                 # the README job, ~3 min
 #   MODEL=resnet20 EPOCHS=1 bash tests/bench/compute_limit.sh
@@ -80,8 +84,15 @@ for mode in $MODES; do
   log="$OUT_DIR/$mode.$round.out"
   "$LAUNCH" --servers="$SERVERS" --workers="$WORKERS" --mode="$mode" \
     --epochs="$EPOCHS" --batch_size="$BATCH" --model="$MODEL" \
-    --log_dir="$OUT_DIR/logs_$mode.$round" "${extra[@]}" "$@" > "$log" 2>&1 ||
+    --log_dir="$OUT_DIR/logs_$mode.$round" "${extra[@]}" "$@" > "$log" 2>&1 &
+  job_pid=$!
+  /usr/bin/python3 tests/bench/cpu_split.py --parent="$job_pid" \
+    > "$OUT_DIR/cpu.$mode.$round" 2>&1 &
+  split_pid=$!
+  wait "$job_pid" ||
     { tail -20 "$log"; echo "compute_limit: the $mode job failed" >&2; exit 1; }
+  wait "$split_pid" || true
+  cpu="$(tail -1 "$OUT_DIR/cpu.$mode.$round")"
   after="$(single_core)"
   at_once="$(w_at_once)"
   summary="$(grep '^SUMMARY ' "$log" | tail -1 | cut -d' ' -f2-)"
@@ -90,18 +101,18 @@ for mode in $MODES; do
   split="$(grep -o 'time \[[^]]*\]' "$log" | head -1)"
   rows+=("$(/usr/bin/python3 -c '
 import sys
-mode, before, after, job, w, acc, split, at_once = sys.argv[1:9]
+mode, before, after, job, w, acc, split, at_once, cpu = sys.argv[1:10]
 core = (float(before) + float(after)) / 2
-print("| %s | %.0f | %.0f | %.3f | %.0f | %.3f | %.4f | %s |" % (
+print("| %s | %.0f | %.0f | %.3f | %.0f | %.3f | %.4f | %s | %s |" % (
     mode, core, float(job), float(job) / (int(w) * core), float(at_once),
-    float(job) / float(at_once), float(acc), split))
-' "$mode" "$before" "$after" "$job" "$WORKERS" "$acc" "$split" "$at_once")")
+    float(job) / float(at_once), float(acc), split, cpu))
+' "$mode" "$before" "$after" "$job" "$WORKERS" "$acc" "$split" "$at_once" "$cpu")")
   ratios+=("$mode $(cut -d'|' -f5 <<<"${rows[-1]}") $(cut -d'|' -f7 <<<"${rows[-1]}")")
 done
 done
 echo
-echo "| mode | single-core compute ex/s | job ex/s | job / (W x single-core) | W at once ex/s | job / W at once | test accuracy | worker 0's step split |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| mode | single-core compute ex/s | job ex/s | job / (W x single-core) | W at once ex/s | job / W at once | test accuracy | worker 0's step split | where the CPU went (10 s of the job) |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 if ((ROUNDS > 1)); then
   echo
