@@ -7,7 +7,8 @@
 // the old file or the new one, never half of one. Every file is created
 // mode 0600 (owner only, whatever the umask): it may hold a model, a
 // snapshot or a worker's position. The one implementation behind the port
-// files, data positions, snapshots, saved parameters and launcher
+// files, data positions (their first write: later ones rewrite that file in
+// place, worker/data_position.h), snapshots, saved parameters and launcher
 // summaries. CreatePrivateDirectories makes the folders for them (0700).
 //
 //   DP_RETURN_IF_ERROR(AtomicWriteFile(path, text));  // small files

@@ -101,7 +101,13 @@ absl::Status DataPositionFile::Write(int64_t steps) {
   // Later writes go straight into the file just renamed into place: a new
   // file and a rename per step cost a few hundred microseconds of the
   // training thread's time.
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+  // Never through a link, nor into anything but a plain file: a name
+  // swapped in after the rename gets the next write a new file again.
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd_ >= 0 && (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))) {
+    ::close(fd_);
+    fd_ = -1;
+  }
   written_size_ = text.size();
   return absl::OkStatus();
 }

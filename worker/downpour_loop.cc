@@ -55,7 +55,12 @@ DownpourLoop::DownpourLoop(const TrainerOptions& options,
       group_(std::move(group)),
       exchange_(std::move(exchange)),
       begin_(absl::Now()),
-      window_(begin_) {}
+      window_(begin_) {
+  // The position names a step once its push is acknowledged, and before the
+  // next push can start (Exchange::set_on_acknowledged).
+  exchange_->set_on_acknowledged(
+      [this](int64_t steps) { RecordPosition(steps); });
+}
 
 absl::StatusOr<TrainResult> DownpourLoop::Run() {
   begin_ = absl::Now();
@@ -132,7 +137,6 @@ absl::StatusOr<bool> DownpourLoop::Step() {
   if (result_.steps % options_.n_push == 0) {
     DP_RETURN_IF_ERROR(exchange_->Push(result_.steps));
     result_.pushes = exchange_->pushes();
-    RecordPosition(exchange_->acknowledged_steps());
     window_.times().push += clock_.Lap();
   }
   MaybeReport();

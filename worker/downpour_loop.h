@@ -81,11 +81,12 @@ struct TrainerOptions {
   // Resume the data position (worker/data_position.h).
   // When set, Run() reads the steps a previous process of this worker took,
   // draws and discards that many batches first (no compute, no push; they
-  // count towards max_steps and in the step numbers), records after every
-  // push the steps whose pushes the servers have acknowledged
-  // (Exchange::acknowledged_steps: with overlap, usually the step before;
-  // never a step whose gradient a kill could still lose), and removes the
-  // file when training reaches its end
+  // count towards max_steps and in the step numbers), records the steps
+  // whose pushes the servers have acknowledged as each is acknowledged
+  // (Exchange::acknowledged_steps: with overlap, the step before the one
+  // computing; never a step whose gradient a kill could still lose, and at
+  // most one behind what the servers applied), and removes the file when
+  // training reaches its end
   // (not after a graceful stop, which a new process resumes from). A failed
   // write is reported once and training goes on. Not owned, may be null;
   // one loop per file.

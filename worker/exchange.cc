@@ -56,6 +56,12 @@ absl::Status Exchange::PushNow() {
   return absl::OkStatus();
 }
 
+void Exchange::Acknowledged(int64_t steps) {
+  if (steps <= acknowledged_steps_) return;
+  acknowledged_steps_ = steps;
+  if (on_acknowledged_) on_acknowledged_(steps);
+}
+
 absl::Status Exchange::Finish() {
   DP_RETURN_IF_ERROR(WaitBackground());
   if (group_->accrued_steps() > 0) DP_RETURN_IF_ERROR(PushNow());
@@ -77,7 +83,7 @@ class SynchronousExchange final : public Exchange {
   }
   absl::Status Push(int64_t steps) override {
     DP_RETURN_IF_ERROR(PushNow());
-    acknowledged_steps_ = steps;
+    Acknowledged(steps);
     return absl::OkStatus();
   }
 };
@@ -99,7 +105,7 @@ class BackgroundExchange : public Exchange {
   // acknowledged.
   absl::Status WaitBackground() override {
     DP_RETURN_IF_ERROR(comm_.Wait());
-    acknowledged_steps_ = std::max(acknowledged_steps_, job_steps_);
+    Acknowledged(job_steps_);
     return absl::OkStatus();
   }
 

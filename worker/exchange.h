@@ -43,7 +43,9 @@
 #define DOWNPOUR_WORKER_EXCHANGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -114,12 +116,19 @@ class Exchange {
   int64_t pushes() const { return pushes_; }
   // The `steps` of the newest Push the servers have acknowledged (every part
   // applied, or acknowledged as a duplicate); 0 before any. With overlap a
-  // push is acknowledged once the background job that sends it has ended
-  // and a later call has waited for it, so this may trail Push by a step;
-  // a worker killed now has lost no gradient of a step up to here. (After
-  // a successful Finish every push has been acknowledged, the rest of the
-  // accrual included.)
+  // push is acknowledged when a later call waits for the background job
+  // that sent it (at the latest before the next push starts), so this may
+  // trail Push by a step; a worker killed now has lost no gradient of a
+  // step up to here. Finish's push of the rest of the accrual does not
+  // count here.
   int64_t acknowledged_steps() const { return acknowledged_steps_; }
+  // Called with acknowledged_steps() each time it grows, on the thread that
+  // calls this exchange's methods (inside Push, Fetch, a hook or Finish),
+  // before a later push can start: so a record it keeps is at most one
+  // push behind what the servers may have applied.
+  void set_on_acknowledged(std::function<void(int64_t steps)> f) {
+    on_acknowledged_ = std::move(f);
+  }
 
   // Hooks the replicas' step must call between layers (ReplicaGroup::
   // ComputeWithHooks), or null when this exchange has none.
@@ -145,6 +154,8 @@ class Exchange {
   virtual absl::Status WaitBackground() { return absl::OkStatus(); }
   // Gathers the group's gradient into grads_ and pushes it now.
   absl::Status PushNow();
+  // The push of `steps` was acknowledged.
+  void Acknowledged(int64_t steps);
 
   const ExchangeOptions options_;
   ParameterClient* const client_;  // Not owned.
@@ -155,6 +166,7 @@ class Exchange {
   int64_t seq_ = 0;         // Sequence number of the last push.
   int64_t pushes_ = 0;
   int64_t acknowledged_steps_ = 0;  // See acknowledged_steps().
+  std::function<void(int64_t)> on_acknowledged_;
 };
 
 }  // namespace downpour

@@ -293,9 +293,11 @@ class SlowLastPieceClient final : public ParameterClient {
  public:
   SlowLastPieceClient(std::unique_ptr<ParameterClient> c, absl::Duration delay)
       : c_(std::move(c)), delay_(delay) {}
-  // Checks `position` as each push's last piece is about to go, after its
-  // delay: the position must not name this push's step (or a later one),
-  // which a worker killed now would lose. Not owned.
+  // Checks `position` as each push begins: it must name the step before
+  // (acknowledged before this push could start), so that a worker killed
+  // now redoes one step at most; and as its last piece is about to go,
+  // after its delay: it must not name this push's step (or a later one),
+  // whose gradient a worker killed now would lose. Not owned.
   void CheckPosition(const DataPositionFile* position) { position_ = position; }
   int64_t max_position_seen() const { return max_position_seen_; }
   absl::Status Declare(const ModelLayout& layout,
@@ -317,10 +319,19 @@ class SlowLastPieceClient final : public ParameterClient {
   absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
                         absl::Span<const int64_t> base, int64_t from,
                         const PulledValues* pulled) override {
+    // One step per push: push `seq` carries step `seq`'s gradient.
+    if (position_ != nullptr && seq != began_seq_) {
+      began_seq_ = seq;
+      const int64_t recorded = position_->Read();
+      if (recorded < seq - 1) {
+        return absl::InternalError(absl::StrCat(
+            "push ", seq, " began with the data position at ", recorded,
+            " steps, not ", seq - 1));
+      }
+    }
     if (from != 0) return c_->PushFrom(seq, grads, base, from, pulled);
     absl::SleepFor(delay_);
     if (position_ != nullptr) {
-      // One step per push: push `seq` carries step `seq`'s gradient.
       const int64_t recorded = position_->Read();
       max_position_seen_ = std::max(max_position_seen_, recorded);
       if (recorded >= seq) {
@@ -342,6 +353,7 @@ class SlowLastPieceClient final : public ParameterClient {
   const absl::Duration delay_;
   const DataPositionFile* position_ = nullptr;
   int64_t max_position_seen_ = 0;
+  int64_t began_seq_ = 0;  // The push whose beginning was checked last.
 };
 
 // 20 async wait-free steps (batch 16) of one worker whose push's last piece
@@ -432,7 +444,8 @@ TEST(TrainerTest, AsyncWaitFreeWaitsAShareOfAStepForTheLastExchange) {
 // acknowledged: with each push's last piece 30 ms on its way after the step
 // ended, a position written at the end of the step (as it was) named a push
 // still in flight, whose gradient a kill would lose, the restarted worker
-// skipping its batch.
+// skipping its batch. And it names each one before the next push starts, so
+// a restart redoes one step at most.
 TEST(TrainerTest, DataPositionNamesOnlyAcknowledgedPushes) {
   const std::string path = absl::StrCat(
       std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR")

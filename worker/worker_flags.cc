@@ -24,9 +24,9 @@ ABSL_FLAG(downpour::WorkerTask, task, downpour::WorkerTask::kTrain,
           "train, or eval (test accuracy of the servers' parameters, "
           "optionally --save_params).");
 ABSL_FLAG(std::string, position_file, "",
-          "Keep this worker's data position (steps taken) in this file, "
-          "written after every push and removed when training ends; a new "
-          "process of the same worker index, data and job shape resumes "
+          "Keep this worker's data position (the steps whose pushes the "
+          "servers acknowledged) in this file, written as each push is "
+          "acknowledged and removed when training ends; a new process of the same worker index, data and job shape resumes "
           "from it instead of beginning its epochs again. launch sets it "
           "to <log_dir>/ckpt/worker<k>.position.");
 ABSL_FLAG(int, debug_step_delay_ms, 0,
