@@ -5,8 +5,8 @@ what is left idle, over a window of its run.
 
     cpu_split.py --parent PID [--skip S] [--seconds N]
 
-Looks at the ps_server and ps_worker processes descended from PID (the
-launcher), waits --skip seconds (the start: declaring, the first pull), then
+Looks at the ps_server and ps_worker processes (or binaries named so at
+the start) descended from PID (the launcher), waits --skip seconds (the start: declaring, the first pull), then
 reads each thread's user + system time once a second for up to --seconds,
 ending early when a process of the first reading is gone. A worker's
 training thread is its main thread (its thread id is its process id). Prints
@@ -45,8 +45,12 @@ def job_processes(parent):
                 comm = f.read().strip()
         except OSError:
             continue
-        if comm in ("ps_server", "ps_worker") and parent in ancestry(int(name)):
-            procs[int(name)] = comm
+        # A binary given by path (launch --ps_worker_bin=...) may have
+        # another name: ps_worker_old, say.
+        kind = next((k for k in ("ps_server", "ps_worker")
+                     if comm.startswith(k)), None)
+        if kind is not None and parent in ancestry(int(name)):
+            procs[int(name)] = kind
     return procs
 
 
