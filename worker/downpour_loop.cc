@@ -106,8 +106,7 @@ void DownpourLoop::Resume() {
 }
 
 void DownpourLoop::RecordPosition(int64_t steps) {
-  if (options_.position == nullptr || steps <= recorded_steps_) return;
-  recorded_steps_ = steps;
+  if (options_.position == nullptr) return;
   absl::Status s = options_.position->Write(steps);
   if (!s.ok() && !position_write_failed_) {
     position_write_failed_ = true;

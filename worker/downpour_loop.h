@@ -83,13 +83,12 @@ struct TrainerOptions {
   // draws and discards that many batches first (no compute, no push; they
   // count towards max_steps and in the step numbers), records the steps
   // whose pushes the servers have acknowledged as each is acknowledged
-  // (Exchange::acknowledged_steps: with overlap, the step before the one
+  // (Exchange::set_on_acknowledged: with overlap, the step before the one
   // computing; never a step whose gradient a kill could still lose, and at
   // most one behind what the servers applied), and removes the file when
-  // training reaches its end
-  // (not after a graceful stop, which a new process resumes from). A failed
-  // write is reported once and training goes on. Not owned, may be null;
-  // one loop per file.
+  // training reaches its end (not after a graceful stop, which a new
+  // process resumes from). A failed write is reported once and training
+  // goes on. Not owned, may be null; one loop per file.
   DataPositionFile* position = nullptr;
 };
 
@@ -127,7 +126,7 @@ class DownpourLoop {
 
   // Skips the batches of the steps options_.position records.
   void Resume();
-  // Records `steps` as the position, if more than the last recorded.
+  // Records `steps` as the position.
   void RecordPosition(int64_t steps);
   // One step: false (and OK) when the input is exhausted.
   absl::StatusOr<bool> Step();
@@ -152,7 +151,6 @@ class DownpourLoop {
   bool logged_window_ = false;  // A progress window was reported.
   int epoch_ = 0;
   bool position_write_failed_ = false;  // Reported once.
-  int64_t recorded_steps_ = 0;          // The position written last.
 };
 
 }  // namespace downpour

@@ -114,18 +114,16 @@ class Exchange {
   absl::Status Finish();
 
   int64_t pushes() const { return pushes_; }
-  // The `steps` of the newest Push the servers have acknowledged (every part
-  // applied, or acknowledged as a duplicate); 0 before any. With overlap a
-  // push is acknowledged when a later call waits for the background job
-  // that sent it (at the latest before the next push starts), so this may
-  // trail Push by a step; a worker killed now has lost no gradient of a
-  // step up to here. Finish's push of the rest of the accrual does not
-  // count here.
-  int64_t acknowledged_steps() const { return acknowledged_steps_; }
-  // Called with acknowledged_steps() each time it grows, on the thread that
-  // calls this exchange's methods (inside Push, Fetch, a hook or Finish),
-  // before a later push can start: so a record it keeps is at most one
-  // push behind what the servers may have applied.
+  // Called with the `steps` of the newest Push the servers have
+  // acknowledged (every part applied, or acknowledged as a duplicate) each
+  // time that grows, on the thread that calls this exchange's methods
+  // (inside Push, Fetch, a hook or Finish). With overlap a push is
+  // acknowledged when a later call waits for the background job that sent
+  // it, at the latest before the next push starts, so the steps may trail
+  // Push by one: a worker killed then has lost no gradient of a step up to
+  // them, and a record kept here is at most one push behind what the
+  // servers may have applied. Finish's push of the rest of the accrual is
+  // not reported.
   void set_on_acknowledged(std::function<void(int64_t steps)> f) {
     on_acknowledged_ = std::move(f);
   }
@@ -165,7 +163,7 @@ class Exchange {
   HostArray<float> grads_;  // The gradient being assembled.
   int64_t seq_ = 0;         // Sequence number of the last push.
   int64_t pushes_ = 0;
-  int64_t acknowledged_steps_ = 0;  // See acknowledged_steps().
+  int64_t acknowledged_steps_ = 0;  // Reported to on_acknowledged_.
   std::function<void(int64_t)> on_acknowledged_;
 };
 

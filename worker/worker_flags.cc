@@ -26,9 +26,10 @@ ABSL_FLAG(downpour::WorkerTask, task, downpour::WorkerTask::kTrain,
 ABSL_FLAG(std::string, position_file, "",
           "Keep this worker's data position (the steps whose pushes the "
           "servers acknowledged) in this file, written as each push is "
-          "acknowledged and removed when training ends; a new process of the same worker index, data and job shape resumes "
-          "from it instead of beginning its epochs again. launch sets it "
-          "to <log_dir>/ckpt/worker<k>.position.");
+          "acknowledged and removed when training ends; a new process of "
+          "the same worker index, data and job shape resumes from it "
+          "instead of beginning its epochs again. launch sets it to "
+          "<log_dir>/ckpt/worker<k>.position.");
 ABSL_FLAG(int, debug_step_delay_ms, 0,
           "Testing only: sleep this long in every step, to play a straggler.");
 ABSL_FLAG(double, job_wait_timeout_s, 7200,

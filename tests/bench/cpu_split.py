@@ -5,9 +5,10 @@ what is left idle, over a window of its run.
 
     cpu_split.py --parent PID [--skip S] [--seconds N]
 
-Looks at the ps_server and ps_worker processes (or binaries named so at
-the start) descended from PID (the launcher), waits --skip seconds (the start: declaring, the first pull), then
-reads each thread's user + system time once a second for up to --seconds,
+Looks at the ps_server and ps_worker processes (or binaries whose names
+begin so) descended from PID (the launcher), waits --skip seconds (the
+start: declaring, the first pull), then reads each thread's user + system
+time once a second for up to --seconds,
 ending early when a process of the first reading is gone. A worker's
 training thread is its main thread (its thread id is its process id). Prints
 one line: the shares of all cores' time and the exchange's CPU (servers and
