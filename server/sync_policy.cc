@@ -193,10 +193,16 @@ absl::Status SyncPolicy::CheckPush(const PushId& id, size_t num_chunks) {
 absl::StatusOr<PushResult> SyncPolicy::Apply(
     const PushId& id, absl::Span<const ChunkBytes> grads,
     bool completes_push) {
+  // Not used: the parts of one push may reach this lock in another order
+  // than the store claimed them (concurrent calls), so the part the store
+  // saw last may come here first. The step moves on when the worker's
+  // gradient here has all its parts, whichever part brings the last one.
+  (void)completes_push;
   const int32_t worker_id = id.worker_id;
   PushResult result;
   Outbox out;
   absl::Status error;
+  bool gradient_complete = false;
   {
     absl::MutexLock l(&mu_);
     if (AbortedLocked()) return AbortedStatusLocked();
@@ -237,7 +243,8 @@ absl::StatusOr<PushResult> SyncPolicy::Apply(
       error = AddPartLocked(id, grads, &it->second);
       if (!error.ok()) {
         pending_.erase(it);  // The whole gradient of this step is refused.
-      } else if (completes_push) {
+      } else if (it->second.complete()) {
+        gradient_complete = true;
         MaybeCompleteStepLocked();
         TakeReadyWaitersLocked(&out);
       }
@@ -245,7 +252,7 @@ absl::StatusOr<PushResult> SyncPolicy::Apply(
   }
   Deliver(&out);
   if (!error.ok()) return ctx_.metrics->Reject("bad_request", error);
-  if (completes_push && !result.dropped) ctx_.metrics->RecordPushApplied();
+  if (gradient_complete) ctx_.metrics->RecordPushApplied();
   return result;
 }
 

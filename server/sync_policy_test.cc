@@ -220,6 +220,49 @@ TEST(PushPartsTest, SyncStepWaitsForEveryPartOfEveryWorker) {
   EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));  // -mean(1, 3)
 }
 
+// The two parts of each push arrive on two threads at once, as the parts
+// of a push do over a connection with two calls in flight. The store claims
+// them in one order and the policy may take them in the other; whichever
+// brings the gradient's last part completes the step, at once, not when the
+// sync timeout gives up waiting for a part that is already in.
+TEST(PushPartsTest, SyncStepCompletesWhicheverPartComesLast) {
+  auto f = NewModeStore(TrainMode::kSync, 1, 0, 1, absl::Seconds(60));
+  // The race is narrow (between the store's claim and the policy's lock):
+  // many rounds, on a thread started once.
+  constexpr int64_t kSteps = 40000;
+  const TinyPart p0 = PartOf(0, 1.0f, 0), p1 = PartOf(1, 1.0f, 0);
+  auto part = [](const TinyPart& p, int64_t base) {
+    std::vector<ChunkBytes> c = p.chunks;
+    c[0].base_version = base;
+    return c;
+  };
+  std::atomic<int64_t> started{0}, finished{0};
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    for (int64_t seq = 1; seq <= kSteps; ++seq) {
+      while (started.load() < seq && !stop.load()) std::this_thread::yield();
+      if (stop.load()) return;
+      EXPECT_TRUE(f->store->Push(PushId{0, seq, 1, 2}, part(p1, seq - 1)).ok());
+      finished = seq;
+    }
+  });
+  int64_t stuck = 0;
+  for (int64_t seq = 1; seq <= kSteps && stuck == 0; ++seq) {
+    started = seq;
+    EXPECT_TRUE(f->store->Push(PushId{0, seq, 0, 2}, part(p0, seq - 1)).ok());
+    while (finished.load() < seq) std::this_thread::yield();
+    if (f->store->Stats().steps != seq) stuck = seq;
+  }
+  stop = true;  // Ends the thread if the loop stopped early.
+  other.join();
+  EXPECT_EQ(stuck, 0) << "step " << stuck
+                      << " waits although both its parts are in";
+  if (stuck == 0) {
+    EXPECT_EQ(Values(*f->store), std::vector<float>(6, -1.0f * kSteps));
+    EXPECT_EQ(f->store->Stats().pushes_applied, kSteps);
+  }
+}
+
 TEST(PushPartsTest, SyncRefusesAChunkSentInTwoParts) {
   auto f = NewModeStore(TrainMode::kSync, 1);
   TinyPart a0 = PartOf(0, 1.0f, 0);
