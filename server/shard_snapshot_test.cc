@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 
+#include "absl/synchronization/notification.h"
 #include "common/test_files.h"
 #include "gtest/gtest.h"
 #include "server/parameter_store.h"
@@ -39,6 +40,40 @@ std::unique_ptr<ParameterStore> Store(TrainMode mode, int shard, int shards) {
   auto s = ParameterStore::Create(o);
   EXPECT_TRUE(s.ok()) << s.status();
   return std::move(*s);
+}
+
+// A shard restarted in the middle of an ssp push: the parts its snapshot
+// holds claims for count as applied, so the retried rest completes the push
+// (the worker's clock moves) although the claimed parts are duplicates now.
+TEST(ShardSnapshotTest, SspPushHalfInBeforeARestartCompletesAfterIt) {
+  store_test::Fixture f = MakeFixture(2);
+  auto a = Store(TrainMode::kSsp, 1, 2);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 1, f.flat)).ok());
+  std::vector<float> g(f.flat.size(), 0.5f);
+  const std::vector<ChunkBytes> all = ChunksOf(f, 1, g);
+  ASSERT_GE(all.size(), 2u);
+  const std::vector<ChunkBytes> first(all.begin(), all.begin() + 1);
+  const std::vector<ChunkBytes> rest(all.begin() + 1, all.end());
+  ASSERT_TRUE(a->Push(PushId{1, 1, 0, 1, 7}, all).ok());     // Clock 1.
+  ASSERT_TRUE(a->Push(PushId{0, 1, 0, 2, 42}, first).ok());  // Half a push.
+  absl::StatusOr<ShardSnapshot> s = a->Save();
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto b = Store(TrainMode::kSsp, 1, 2);
+  ASSERT_TRUE(b->Restore(*s).ok());
+  EXPECT_TRUE(b->Push(PushId{0, 1, 0, 2, 42}, first)->duplicate);
+  // Worker 1 at clock 1 (staleness 0) waits for worker 0's first push.
+  PullSpec spec;
+  spec.worker_id = 1;
+  spec.worker_clock = 1;
+  absl::Notification answered;
+  b->PullWhenReady(spec, [](const ChunkView&) {}, [&](absl::Status st) {
+    EXPECT_TRUE(st.ok()) << st;
+    answered.Notify();
+  });
+  EXPECT_FALSE(answered.HasBeenNotified());
+  ASSERT_TRUE(b->Push(PushId{0, 1, 1, 2, 42}, rest).ok());
+  EXPECT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(b->Stats().pushes_applied, 1);  // This process completed one.
 }
 
 TEST(ShardSnapshotTest, RestoredStoreContinuesExactlyLikeTheOriginal) {

@@ -13,11 +13,16 @@
 namespace downpour {
 namespace {
 
+// Pushes of a worker further behind its latest than this are no longer
+// waited for to complete (PartsIn).
+constexpr int64_t kKeptPushes = 8;
+
 class SspPolicy final : public WaitingPolicy {
  public:
   explicit SspPolicy(StepContext ctx) : WaitingPolicy(std::move(ctx)) {
     absl::MutexLock l(&mu_);
     clock_.assign(std::max(options_.num_workers, 0), 0);
+    parts_in_.resize(clock_.size());
   }
 
   absl::StatusOr<PushResult> Apply(const PushId& id,
@@ -62,34 +67,89 @@ class SspPolicy final : public WaitingPolicy {
     clock_ = clocks;
     return absl::OkStatus();
   }
+  // A push's parts already applied before a restart of the shard: the
+  // parts its snapshot holds claims for.
+  std::vector<DedupEntry> RestoredClaims(
+      std::vector<DedupEntry> saved) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    for (const DedupEntry& e : saved) {
+      const int32_t in = static_cast<int32_t>(
+          std::count(e.parts.begin(), e.parts.end(), true));
+      if (e.worker_id >= 0 && e.worker_id < static_cast<int>(parts_in_.size()) &&
+          in > 0 && in < e.num_parts) {
+        parts_in_[e.worker_id] = {{e.incarnation, e.seq, in}};
+      }
+    }
+    return saved;
+  }
+  // Counts an applied part of push `id`; true when it was the push's last.
+  bool PartAppliedLocked(const PushId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // The lowest clock of an active worker; int64 max when none is active.
   int64_t MinActiveClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Whole pushes done, by worker id.
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
+  // By worker id, the pushes some of whose parts are applied (usually one).
+  struct PartsIn {
+    uint64_t incarnation = 0;
+    int64_t seq = 0;
+    int32_t applied = 0;
+  };
+  std::vector<std::vector<PartsIn>> parts_in_ ABSL_GUARDED_BY(mu_);
   int64_t max_lead_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 absl::StatusOr<PushResult> SspPolicy::Apply(
     const PushId& id, absl::Span<const ChunkBytes> grads,
     bool completes_push) {
+  // Not used: the store claims a push's parts in one order, and concurrent
+  // calls may apply them in another. The clock, which lets pulls read the
+  // push, moves once every part has been applied here.
+  (void)completes_push;
   {
     absl::MutexLock l(&mu_);
     if (AbortedLocked()) return AbortedStatusLocked();
   }
   PushResult result;
   ApplyOnArrival(ctx_, StalenessRule(), grads, &result);
-  if (!completes_push) return result;
-  ctx_.metrics->RecordPushApplied();
   Outbox out;
+  bool whole = false;
   {
     absl::MutexLock l(&mu_);
-    const int64_t clock = ++clock_[id.worker_id];
-    ReactivateLocked(id.worker_id, absl::StrCat("clock ", clock), &out);
-    TakeReadyWaitersLocked(&out);
+    whole = PartAppliedLocked(id);
+    if (whole) {
+      const int64_t clock = ++clock_[id.worker_id];
+      ReactivateLocked(id.worker_id, absl::StrCat("clock ", clock), &out);
+      TakeReadyWaitersLocked(&out);
+    }
   }
   Deliver(&out);
+  if (whole) ctx_.metrics->RecordPushApplied();
   return result;
+}
+
+bool SspPolicy::PartAppliedLocked(const PushId& id) {
+  if (id.num_parts <= 1) return true;
+  std::vector<PartsIn>& in = parts_in_[id.worker_id];
+  // A new process of the worker: the old one's unfinished pushes never
+  // complete. Nor do pushes far behind this one (the store refuses parts
+  // of older pushes; only a part already claimed can still be applying).
+  in.erase(std::remove_if(in.begin(), in.end(),
+                          [&](const PartsIn& p) {
+                            return p.incarnation != id.incarnation ||
+                                   p.seq < id.seq - kKeptPushes;
+                          }),
+           in.end());
+  auto it = std::find_if(in.begin(), in.end(),
+                         [&](const PartsIn& p) { return p.seq == id.seq; });
+  if (it == in.end()) {
+    in.push_back({id.incarnation, id.seq, 0});
+    it = in.end() - 1;
+  }
+  if (++it->applied < id.num_parts) return false;
+  in.erase(it);
+  return true;
 }
 
 int64_t SspPolicy::MinActiveClockLocked() const {

@@ -2,7 +2,7 @@
 //
 // Stale-synchronous parallel mode: pushes are applied on arrival (as in
 // async mode, server/async_policy.h), each whole push advances its worker's
-// clock by one, and a pull by a worker whose clock is c
+// clock by one once all its parts are applied, and a pull by a worker whose clock is c
 // (PullSpec::worker_clock) waits until the slowest active worker's clock is
 // >= c - staleness. The largest lead a pull was answered at is reported as
 // ShardStats::ssp_max_lead. Waiting, leaving, eviction and abort:

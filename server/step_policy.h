@@ -63,8 +63,12 @@ class StepPolicy {
   // error is returned to the caller as is (the policy counts it).
   virtual absl::Status CheckPush(const PushId& id, size_t num_chunks) = 0;
 
-  // Takes in one validated, claimed push part. `completes_push`: the last
-  // missing part of the worker's seq. Counts what it applies and drops.
+  // Takes in one validated, claimed push part. `completes_push`: the store
+  // claimed the last missing part of the worker's seq with this one. The
+  // parts of a push may come here concurrently and in another order than
+  // they were claimed, so a policy that acts once a push is whole (sync's
+  // step, ssp's clock) counts the parts it has applied itself. Counts what
+  // it applies and drops.
   virtual absl::StatusOr<PushResult> Apply(const PushId& id,
                                            absl::Span<const ChunkBytes> grads,
                                            bool completes_push) = 0;
@@ -114,10 +118,11 @@ class StepPolicy {
     return absl::OkStatus();
   }
   // The claimed pushes (server/push_dedup.h) a restored shard keeps of
-  // those in the snapshot. Sync forgets the claims of its step, whose
-  // partial sum is not in a snapshot.
+  // those in the snapshot (called once, before RestoreClocks). Sync forgets
+  // the claims of its step, whose partial sum is not in a snapshot; ssp
+  // notes the parts of a push that are in.
   virtual std::vector<DedupEntry> RestoredClaims(
-      std::vector<DedupEntry> saved) const {
+      std::vector<DedupEntry> saved) {
     return saved;
   }
 };

@@ -88,7 +88,7 @@ class SyncPolicy final : public WaitingPolicy {
   // push for the restored step must be taken again (older steps are
   // dropped as stale anyway).
   std::vector<DedupEntry> RestoredClaims(
-      std::vector<DedupEntry> saved) const override {
+      std::vector<DedupEntry> saved) override {
     for (DedupEntry& e : saved) {
       e.seq = 0;
       e.parts.clear();
