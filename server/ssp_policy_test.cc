@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -83,53 +84,35 @@ TEST(PushPartsTest, SspClockAdvancesOncePerWholePush) {
 // whichever the store claimed last: it reads the whole push.
 TEST(PushPartsTest, SspPullWaitingForAPushReadsAllItsParts) {
   auto f = NewModeStore(TrainMode::kSsp, 1, 0, 1, absl::Seconds(30), /*s=*/0);
-  // The race is narrow: many rounds, on a thread started once.
-  constexpr int64_t kPushes = 20000;
-  const TinyPart p0 = PartOf(0, 1.0f, 0), p1 = PartOf(1, 1.0f, 0);
-  std::atomic<int64_t> started{0}, finished{0};
-  std::atomic<bool> stop{false};
-  std::thread other([&] {
-    for (int64_t seq = 1; seq <= kPushes; ++seq) {
-      while (started.load() < seq && !stop.load()) std::this_thread::yield();
-      if (stop.load()) return;
-      EXPECT_TRUE(f->store->Push(PushId{0, seq, 1, 2}, p1.chunks).ok());
-      finished = seq;
-    }
-  });
-  int64_t torn = 0;
-  std::vector<float> seen;
-  for (int64_t seq = 1; seq <= kPushes && torn == 0; ++seq) {
-    std::vector<float> values;
-    absl::Notification answered;
-    PullSpec spec;
-    spec.worker_id = 0;
-    spec.worker_clock = seq;  // Waits for this push (staleness 0).
-    f->store->PullWhenReady(
-        spec,
-        [&](const ChunkView& c) {
-          values.insert(values.end(), c.data, c.data + c.num_elements);
-        },
-        [&](absl::Status st) {
-          EXPECT_TRUE(st.ok()) << st;
-          answered.Notify();
-        });
-    started = seq;
-    EXPECT_TRUE(f->store->Push(PushId{0, seq, 0, 2}, p0.chunks).ok());
-    while (finished.load() < seq) std::this_thread::yield();
-    if (!answered.WaitForNotificationWithTimeout(absl::Seconds(10))) {
-      torn = seq;
-      break;
-    }
-    if (values != std::vector<float>(6, -1.0f * seq)) {
-      torn = seq;
-      seen = values;
-    }
-  }
-  stop = true;  // Ends the thread if the loop stopped early.
-  other.join();
+  // The race is narrow: many rounds.
+  constexpr int64_t kPushes = 40000;
+  std::vector<float> values;
+  std::unique_ptr<absl::Notification> answered;
+  const int64_t torn = RacePushParts(
+      *f->store, kPushes, [](int64_t) { return 0; },
+      [&](int64_t seq) {
+        values.clear();
+        answered = std::make_unique<absl::Notification>();
+        PullSpec spec;
+        spec.worker_id = 0;
+        spec.worker_clock = seq;  // Waits for this push (staleness 0).
+        f->store->PullWhenReady(
+            spec,
+            [&](const ChunkView& c) {
+              values.insert(values.end(), c.data, c.data + c.num_elements);
+            },
+            [&](absl::Status st) {
+              EXPECT_TRUE(st.ok()) << st;
+              answered->Notify();
+            });
+      },
+      [&](int64_t seq) {
+        return answered->WaitForNotificationWithTimeout(absl::Seconds(10)) &&
+               values == std::vector<float>(6, -1.0f * seq);
+      });
   EXPECT_EQ(torn, 0) << "the pull waiting for push " << torn
                      << " read it half applied: "
-                     << testing::PrintToString(seen);
+                     << testing::PrintToString(values);
 }
 }  // namespace
 }  // namespace downpour

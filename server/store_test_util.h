@@ -4,8 +4,9 @@
 // test through ParameterStore's public API: a layout cut into several chunks
 // (TestLayout, Fixture, ChunksOf, Snapshot, InPieces), a tiny one-shard
 // layout with a store in a given mode whose log is captured (TinyLayout,
-// NewModeStore), constant pushes (PushConst, PartOf), reads (Values) and
-// pulls that may wait (StartPull).
+// NewModeStore), constant pushes (PushConst, PartOf), reads (Values),
+// pulls that may wait (StartPull) and the two parts of pushes raced
+// (RacePushParts).
 //
 // Thread-safety: ModeFixture::logs is guarded by ModeFixture::mu; the rest
 // is single-threaded test code. testonly.
@@ -13,8 +14,11 @@
 #define DOWNPOUR_SERVER_STORE_TEST_UTIL_H_
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -216,6 +220,45 @@ inline TinyPart PartOf(int32_t id, float g, int64_t base) {
   p.chunks.push_back({c.id, base, p.grad.data() + c.flat_offset,
                       c.num_elements * 4});
   return p;
+}
+
+// Races the two parts of worker 0's pushes seq = 1..rounds (TinyLayout's
+// chunks 0 and 1, gradient 1 each, computed from base(seq)): part 1 from a
+// thread started once, part 0 from this one, at about the same time, so the
+// store claims them in one order and the policy may take them in the
+// other. before(seq) runs first; after(seq), once both pushes returned,
+// says whether to go on. Returns the seq after() stopped at, or 0.
+inline int64_t RacePushParts(ParameterStore& s, int64_t rounds,
+                             const std::function<int64_t(int64_t)>& base,
+                             const std::function<void(int64_t)>& before,
+                             const std::function<bool(int64_t)>& after) {
+  const TinyPart p0 = PartOf(0, 1.0f, 0), p1 = PartOf(1, 1.0f, 0);
+  auto from = [&](const TinyPart& p, int64_t seq) {
+    std::vector<ChunkBytes> c = p.chunks;
+    c[0].base_version = base(seq);
+    return c;
+  };
+  std::atomic<int64_t> started{0}, finished{0};
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    for (int64_t seq = 1; seq <= rounds; ++seq) {
+      while (started.load() < seq && !stop.load()) std::this_thread::yield();
+      if (stop.load()) return;
+      EXPECT_TRUE(s.Push(PushId{0, seq, 1, 2}, from(p1, seq)).ok());
+      finished = seq;
+    }
+  });
+  int64_t stopped = 0;
+  for (int64_t seq = 1; seq <= rounds && stopped == 0; ++seq) {
+    before(seq);
+    started = seq;
+    EXPECT_TRUE(s.Push(PushId{0, seq, 0, 2}, from(p0, seq)).ok());
+    while (finished.load() < seq) std::this_thread::yield();
+    if (!after(seq)) stopped = seq;
+  }
+  stop = true;  // Ends the thread if the loop stopped early.
+  other.join();
+  return stopped;
 }
 
 }  // namespace store_test

@@ -228,33 +228,12 @@ TEST(PushPartsTest, SyncStepWaitsForEveryPartOfEveryWorker) {
 TEST(PushPartsTest, SyncStepCompletesWhicheverPartComesLast) {
   auto f = NewModeStore(TrainMode::kSync, 1, 0, 1, absl::Seconds(60));
   // The race is narrow (between the store's claim and the policy's lock):
-  // many rounds, on a thread started once.
+  // many rounds.
   constexpr int64_t kSteps = 40000;
-  const TinyPart p0 = PartOf(0, 1.0f, 0), p1 = PartOf(1, 1.0f, 0);
-  auto part = [](const TinyPart& p, int64_t base) {
-    std::vector<ChunkBytes> c = p.chunks;
-    c[0].base_version = base;
-    return c;
-  };
-  std::atomic<int64_t> started{0}, finished{0};
-  std::atomic<bool> stop{false};
-  std::thread other([&] {
-    for (int64_t seq = 1; seq <= kSteps; ++seq) {
-      while (started.load() < seq && !stop.load()) std::this_thread::yield();
-      if (stop.load()) return;
-      EXPECT_TRUE(f->store->Push(PushId{0, seq, 1, 2}, part(p1, seq - 1)).ok());
-      finished = seq;
-    }
-  });
-  int64_t stuck = 0;
-  for (int64_t seq = 1; seq <= kSteps && stuck == 0; ++seq) {
-    started = seq;
-    EXPECT_TRUE(f->store->Push(PushId{0, seq, 0, 2}, part(p0, seq - 1)).ok());
-    while (finished.load() < seq) std::this_thread::yield();
-    if (f->store->Stats().steps != seq) stuck = seq;
-  }
-  stop = true;  // Ends the thread if the loop stopped early.
-  other.join();
+  const int64_t stuck = RacePushParts(
+      *f->store, kSteps, [](int64_t seq) { return seq - 1; },
+      [](int64_t) {},
+      [&](int64_t seq) { return f->store->Stats().steps == seq; });
   EXPECT_EQ(stuck, 0) << "step " << stuck
                       << " waits although both its parts are in";
   if (stuck == 0) {
