@@ -75,8 +75,9 @@ class SspPolicy final : public WaitingPolicy {
     for (const DedupEntry& e : saved) {
       const int32_t in = static_cast<int32_t>(
           std::count(e.parts.begin(), e.parts.end(), true));
-      if (e.worker_id >= 0 && e.worker_id < static_cast<int>(parts_in_.size()) &&
-          in > 0 && in < e.num_parts) {
+      if (e.worker_id >= 0 &&
+          e.worker_id < static_cast<int>(parts_in_.size()) && in > 0 &&
+          in < e.num_parts) {
         parts_in_[e.worker_id] = {{e.incarnation, e.seq, in}};
       }
     }

@@ -1,10 +1,10 @@
 // File: server/ssp_policy.h
 //
 // Stale-synchronous parallel mode: pushes are applied on arrival (as in
-// async mode, server/async_policy.h), each whole push advances its worker's
-// clock by one once all its parts are applied, and a pull by a worker whose clock is c
-// (PullSpec::worker_clock) waits until the slowest active worker's clock is
-// >= c - staleness. The largest lead a pull was answered at is reported as
+// async mode, server/async_policy.h), a push advances its worker's clock by
+// one once all its parts are applied, and a pull by a worker whose clock is
+// c (PullSpec::worker_clock) waits until the slowest active worker's clock
+// is >= c - staleness. The largest lead a pull was answered at is reported as
 // ShardStats::ssp_max_lead. Waiting, leaving, eviction and abort:
 // server/waiting_policy.h; after a timeout the workers holding back a
 // waiting pull are evicted if an active worker is at the pull's clock (the
