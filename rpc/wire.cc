@@ -252,6 +252,9 @@ void AppendPushHead(const PushHead& head, std::string* out) {
     PutVarintField(7, static_cast<uint64_t>(*head.pull_encoding), out);
   }
   if (head.incarnation != 0) PutVarintField(8, head.incarnation, out);
+  if (head.pull_min_version != 0) {
+    PutVarintField(9, static_cast<uint64_t>(head.pull_min_version), out);
+  }
 }
 
 void AppendChunkHeader(int outer_field, int32_t chunk_id, int64_t version,
@@ -292,7 +295,7 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
     uint64_t v;
     int field, type;
     DP_RETURN_IF_ERROR(ReadTag(&c, kWhat, &field, &type));
-    if (type == kVarint && field >= 1 && field <= 8 && field != 3) {
+    if (type == kVarint && field >= 1 && field <= 9 && field != 3) {
       if (!c.ReadVarint(&v)) return Malformed(kWhat, "truncated varint");
       switch (field) {
         case 1:
@@ -315,6 +318,9 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
           break;
         case 8:
           m.incarnation = v;
+          break;
+        case 9:
+          m.pull_min_version = static_cast<int64_t>(v);
           break;
       }
     } else if (field == 3 && type == kLen) {

@@ -87,6 +87,8 @@ struct PushMessage {
   int64_t pull_encoding = 0;
   // PushRequest.incarnation (field 8).
   uint64_t incarnation = 0;
+  // PushRequest.pull_min_version (field 9); the caller validates it.
+  int64_t pull_min_version = 0;
   std::vector<WireChunk> chunks;
 };
 
@@ -102,7 +104,8 @@ void PutVarintField(int field, uint64_t v, std::string* out);
 
 // The PushRequest fields before its gradients: worker_id (1), seq (2),
 // part (5), num_parts (6), each written even when zero, and pull_encoding
-// (7) only when set (a PushPull), and incarnation (8) when nonzero. A leave
+// (7) only when set (a PushPull), incarnation (8) and pull_min_version (9)
+// when nonzero. A leave
 // (field 4) is not a bulk message: it goes out as a generated
 // proto::PushRequest.
 struct PushHead {
@@ -112,6 +115,7 @@ struct PushHead {
   int32_t num_parts = 0;
   std::optional<Encoding> pull_encoding;
   uint64_t incarnation = 0;
+  int64_t pull_min_version = 0;
 };
 void AppendPushHead(const PushHead& head, std::string* out);
 

@@ -141,6 +141,7 @@ TEST(WireTest, WrittenPushRoundTripsThroughBothParsers) {
       if (push_pull) head.pull_encoding = Encoding::kFp16;
       // The incarnation (field 8) uses all 64 bits.
       head.incarnation = push_pull ? 0xfedcba9876543210ull : 0;
+      head.pull_min_version = push_pull ? int64_t{1} << 35 : 0;
       std::string bytes;
       AppendPushHead(head, &bytes);
       const std::vector<int64_t> sizes = {5, 0, 1, 300};
@@ -164,6 +165,7 @@ TEST(WireTest, WrittenPushRoundTripsThroughBothParsers) {
       EXPECT_FALSE(req.leave());
       EXPECT_EQ(req.pull_encoding(), push_pull ? proto::FP16 : proto::RAW_F32);
       EXPECT_EQ(req.incarnation(), head.incarnation);
+      EXPECT_EQ(req.pull_min_version(), head.pull_min_version);
       ASSERT_EQ(req.gradients_size(), static_cast<int>(sizes.size()));
 
       for (uint32_t seed : {1u, 2u, 3u}) {
@@ -176,6 +178,7 @@ TEST(WireTest, WrittenPushRoundTripsThroughBothParsers) {
         EXPECT_EQ(m->num_parts, 4);
         EXPECT_EQ(m->pull_encoding, push_pull ? 1 : 0);
         EXPECT_EQ(m->incarnation, head.incarnation);
+        EXPECT_EQ(m->pull_min_version, head.pull_min_version);
         ASSERT_EQ(m->chunks.size(), sizes.size());
         std::string scratch;
         for (size_t i = 0; i < sizes.size(); ++i) {

@@ -144,7 +144,6 @@ class ParameterServerService final : public ServiceBase {
                              "pull: unknown encoding ", req.encoding())));
     }
     const auto encoding = static_cast<wire::Encoding>(req.encoding());
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     PullSpec spec;
     spec.chunk_ids.assign(req.chunk_ids().begin(), req.chunk_ids().end());
     spec.min_version = req.min_version();
@@ -154,6 +153,14 @@ class ParameterServerService final : public ServiceBase {
     spec.value_bytes = wire::BytesPerValue(encoding);
     spec.worker_clock =
         req.worker_id() >= 0 && req.worker_clock() > 0 ? req.worker_clock() : -1;
+    return PullLater(ctx, std::move(spec), encoding, response);
+  }
+
+  // Answers with the pull `spec` once the store has it ready.
+  grpc::ServerUnaryReactor* PullLater(grpc::CallbackServerContext* ctx,
+                                      PullSpec spec, wire::Encoding encoding,
+                                      grpc::ByteBuffer* response) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     auto pulled = std::make_shared<std::vector<ChunkView>>();
     const bool drop = DropThisReply();
     store_->PullWhenReady(
@@ -224,7 +231,10 @@ class ParameterServerService final : public ServiceBase {
   }
 
   // Push, then the pushed chunks' values, in one call. The values are read
-  // right after the optimizer wrote them, so they leave from cache.
+  // right after the optimizer wrote them, so they leave from cache. With
+  // pull_min_version (a sync worker's last part to this shard), the reply
+  // is the pull of every chunk that waits for that step, finished like
+  // Pull's from whichever thread completes the step.
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
@@ -233,6 +243,15 @@ class ParameterServerService final : public ServiceBase {
     absl::StatusOr<PushResult> r =
         ApplyPush(*ctx, *request, /*push_pull=*/true, &msg);
     if (!r.ok()) return Finish(ctx, r.status());
+    if (msg.pull_min_version != 0) {
+      PullSpec spec;
+      spec.min_version = msg.pull_min_version;
+      spec.worker_id = msg.worker_id;
+      spec.max_response_bytes = kMaxMessageBytes;
+      const auto encoding = static_cast<wire::Encoding>(msg.pull_encoding);
+      spec.value_bytes = wire::BytesPerValue(encoding);
+      return PullLater(ctx, std::move(spec), encoding, response);
+    }
     std::vector<int32_t> ids;
     ids.reserve(msg.chunks.size());
     for (const wire::WireChunk& c : msg.chunks) ids.push_back(c.chunk_id);
@@ -300,6 +319,12 @@ class ParameterServerService final : public ServiceBase {
     }
     if (msg->leave && push_pull) {
       return absl::InvalidArgumentError("a leave goes by Push, not PushPull");
+    }
+    if (msg->pull_min_version < 0 || (!push_pull && msg->pull_min_version != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          push_pull ? "push-pull: negative pull_min_version "
+                    : "push: pull_min_version is for PushPull only, got ",
+          msg->pull_min_version));
     }
     if (options_.replica == nullptr) {
       return ApplyParsedPush(store_, options_.observer, pieces, *msg);

@@ -29,10 +29,12 @@ namespace {
 class GrpcServiceTest : public ::testing::Test {
  protected:
   // One shard with sgd at rate 1: a push of g turns v into exactly v - g.
-  void Start(int drop_reply_every = 0) {
+  void Start(int drop_reply_every = 0, TrainMode mode = TrainMode::kAsync) {
     ParameterServerHostOptions o;
     o.store.optimizer.name = "sgd";
     o.store.optimizer.learning_rate = 1;
+    o.store.mode = mode;
+    if (mode != TrainMode::kAsync) o.store.num_workers = 3;
     o.service.debug_drop_reply_every = drop_reply_every;
     auto host = ParameterServerHost::Create(o);
     ASSERT_TRUE(host.ok()) << host.status();
@@ -96,16 +98,21 @@ class GrpcServiceTest : public ::testing::Test {
 
   // A push of `grads` (every chunk) as the client writes it: the wire
   // writer's bytes, sent through the generic stub.
+  // `head` gives the worker, the part and pull_min_version; seq and
+  // pull_encoding are set here. `chunks` empty: every chunk.
   std::string PushBytes(int64_t seq, const std::vector<float>& grads,
-                        std::optional<wire::Encoding> pull_encoding) {
-    wire::PushHead head;
-    head.worker_id = 2;
+                        std::optional<wire::Encoding> pull_encoding,
+                        wire::PushHead head = {.worker_id = 2, .num_parts = 1},
+                        std::vector<int32_t> chunks = {}) {
     head.seq = seq;
-    head.num_parts = 1;
     head.pull_encoding = pull_encoding;
     std::string bytes;
     wire::AppendPushHead(head, &bytes);
-    for (const Chunk& c : map_.chunks) {
+    if (chunks.empty()) {
+      for (const Chunk& c : map_.chunks) chunks.push_back(c.id);
+    }
+    for (int32_t id : chunks) {
+      const Chunk& c = map_.chunks[id];
       wire::AppendChunkHeader(wire::kPushGradientsField, c.id, 0,
                               wire::Encoding::kRawF32, c.num_elements * 4,
                               &bytes);
@@ -115,27 +122,43 @@ class GrpcServiceTest : public ::testing::Test {
     return bytes;
   }
 
-  grpc::Status Call(const char* method, const std::string& request,
-                    std::string* response) {
-    grpc::Slice slice(request);
-    grpc::ByteBuffer req(&slice, 1), resp;
+  // One call through the generic stub, started now and waited for later.
+  struct PendingCall {
+    grpc::ByteBuffer req, resp;
     grpc::ClientContext ctx;
     absl::Notification done;
     grpc::Status status;
-    generic_->UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp,
-                        [&](grpc::Status s) {
-                          status = std::move(s);
-                          done.Notify();
-                        });
-    done.WaitForNotification();
-    response->clear();
-    std::vector<grpc::Slice> slices;
-    if (status.ok() && resp.Dump(&slices).ok()) {
-      for (const grpc::Slice& s : slices) {
-        response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+
+    grpc::Status Wait(std::string* response) {
+      done.WaitForNotification();
+      response->clear();
+      std::vector<grpc::Slice> slices;
+      if (status.ok() && resp.Dump(&slices).ok()) {
+        for (const grpc::Slice& s : slices) {
+          response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
       }
+      return status;
     }
-    return status;
+  };
+
+  std::unique_ptr<PendingCall> Start(const char* method,
+                                     const std::string& request) {
+    auto call = std::make_unique<PendingCall>();
+    grpc::Slice slice(request);
+    call->req = grpc::ByteBuffer(&slice, 1);
+    PendingCall* c = call.get();
+    generic_->UnaryCall(&c->ctx, method, grpc::StubOptions(), &c->req,
+                        &c->resp, [c](grpc::Status s) {
+                          c->status = std::move(s);
+                          c->done.Notify();
+                        });
+    return call;
+  }
+
+  grpc::Status Call(const char* method, const std::string& request,
+                    std::string* response) {
+    return Start(method, request)->Wait(response);
   }
 
   grpc::Status Push(int64_t seq, const std::vector<float>& grads,
@@ -229,6 +252,91 @@ TEST_F(GrpcServiceTest, PushPullRepliesWithTheValuesAfterThePush) {
                     .ok());
   }
   EXPECT_EQ(got, Minus(Minus(init_, g), g));
+}
+
+// Sync: a PushPull with pull_min_version is answered once the step has
+// completed, with every chunk of the shard (not only the pushed ones), as a
+// pull waiting for that step would be.
+TEST_F(GrpcServiceTest, PushPullWithPullMinVersionWaitsForTheStep) {
+  Start(/*drop_reply_every=*/0, TrainMode::kSync);
+  ASSERT_TRUE(Declare().ok());
+  std::vector<float> g0(init_.size()), g1(init_.size()), g2(init_.size());
+  for (size_t i = 0; i < init_.size(); ++i) {
+    // Sums divisible by 3: the mean is exact however the server forms it.
+    g0[i] = 3.0f * static_cast<float>(i);
+    g1[i] = 6.0f;
+    g2[i] = -3.0f;
+  }
+  std::string bytes;
+  // Worker 0's push in two parts: chunks 0 and 1 by Push, then chunks 2 and
+  // 3 by a PushPull that waits for step 1.
+  ASSERT_TRUE(Call(kPushMethod,
+                   PushBytes(1, g0, std::nullopt,
+                             {.worker_id = 0, .part = 0, .num_parts = 2},
+                             {0, 1}),
+                   &bytes)
+                  .ok());
+  std::unique_ptr<PendingCall> waiting = Start(
+      kPushPullMethod,
+      PushBytes(1, g0, wire::Encoding::kRawF32,
+                {.worker_id = 0, .part = 1, .num_parts = 2, .pull_min_version = 1},
+                {2, 3}));
+  // Worker 1 pushes; worker 2 has not: the step is not complete.
+  ASSERT_TRUE(Call(kPushMethod,
+                   PushBytes(1, g1, std::nullopt, {.worker_id = 1, .num_parts = 1}),
+                   &bytes)
+                  .ok());
+  EXPECT_FALSE(waiting->done.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  ASSERT_TRUE(Call(kPushMethod,
+                   PushBytes(1, g2, std::nullopt, {.worker_id = 2, .num_parts = 1}),
+                   &bytes)
+                  .ok());
+  ASSERT_TRUE(waiting->Wait(&bytes).ok()) << waiting->status.error_message();
+  proto::PullResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(bytes));
+  EXPECT_EQ(resp.chunks_size(), static_cast<int>(map_.chunks.size()));
+  std::vector<float> got, expected(init_.size());
+  std::vector<int64_t> versions;
+  Flatten(resp, &got, &versions);
+  for (size_t i = 0; i < init_.size(); ++i) {
+    expected[i] = init_[i] - (g0[i] + g1[i] + g2[i]) / 3;
+  }
+  EXPECT_EQ(got, expected);
+  for (int64_t v : versions) EXPECT_EQ(v, 1);
+
+  // A retry of that part is a duplicate and gets the step's values at once.
+  ASSERT_TRUE(Call(kPushPullMethod,
+                   PushBytes(1, g0, wire::Encoding::kRawF32,
+                             {.worker_id = 0, .part = 1, .num_parts = 2,
+                              .pull_min_version = 1},
+                             {2, 3}),
+                   &bytes)
+                  .ok());
+  ASSERT_TRUE(resp.ParseFromString(bytes));
+  Flatten(resp, &got, &versions);
+  EXPECT_EQ(got, expected);
+
+  // pull_min_version belongs to PushPull, and is never negative.
+  EXPECT_EQ(Call(kPushMethod,
+                 PushBytes(2, g0, std::nullopt,
+                           {.worker_id = 0, .num_parts = 1, .pull_min_version = 2}),
+                 &bytes)
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Call(kPushPullMethod,
+                 PushBytes(2, g0, wire::Encoding::kRawF32,
+                           {.worker_id = 0, .num_parts = 1, .pull_min_version = -1}),
+                 &bytes)
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // Neither was applied: worker 0's push 2 is not a duplicate.
+  ASSERT_TRUE(Call(kPushMethod,
+                   PushBytes(2, g0, std::nullopt, {.worker_id = 0, .num_parts = 1}),
+                   &bytes)
+                  .ok());
+  proto::PushResponse ack;
+  ASSERT_TRUE(ack.ParseFromString(bytes));
+  EXPECT_FALSE(ack.duplicate());
 }
 
 TEST_F(GrpcServiceTest, BadRequestsAreInvalidArgument) {

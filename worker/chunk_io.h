@@ -54,6 +54,18 @@ inline absl::Status CheckFlatSize(const ShardMap& map, int64_t size,
   return absl::OkStatus();
 }
 
+// InvalidArgument when the gradient and the parameters share memory.
+inline absl::Status CheckApart(absl::Span<const float> grads,
+                               absl::Span<const float> params,
+                               const char* what) {
+  if (grads.data() < params.data() + params.size() &&
+      params.data() < grads.data() + grads.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": grads and params overlap"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_WORKER_CHUNK_IO_H_

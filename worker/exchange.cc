@@ -386,16 +386,26 @@ class WaitFreeExchange final : public BackgroundExchange {
 
   // The background job: sends each released bucket once its copy out of
   // the model has finished, then pulls (sync and ssp; async's buckets went
-  // as PushPulls). Touches sending_,
+  // as PushPulls; sync's last bucket goes with the pull,
+  // ParameterClient::PushRestThenPull). Touches sending_,
   // sending_base_, incoming_ and the client, which the loop's thread leaves
   // alone until comm_.Wait() (or, for incoming_, until a chunk arrived).
   absl::Status Stream(int64_t seq, PullOptions wait) {
     const absl::Span<const float> grads =
         absl::MakeConstSpan(sending_.data(), n_);
     const bool async = options_.mode == TrainMode::kAsync;
+    const bool sync = options_.mode == TrainMode::kSync;
     PulledValues pulled{absl::MakeSpan(incoming_.params.data(), n_),
                         &incoming_.versions};
+    if (!async) {
+      wait.on_chunks = [this](absl::Span<const int32_t> ids) {
+        absl::MutexLock l(&mu_);
+        for (int32_t id : ids) arrived_[id] = 1;
+        cv_.SignalAll();
+      };
+    }
     absl::Status s;
+    bool pulled_all = async;
     for (int64_t sent = n_; s.ok() && sent > 0;) {
       int64_t from;
       {
@@ -406,16 +416,17 @@ class WaitFreeExchange final : public BackgroundExchange {
       }
       s = group_->WaitGradientCopies();
       if (!s.ok()) break;
-      s = client_->PushFrom(seq, grads, sending_base_, from,
-                            async ? &pulled : nullptr);
+      if (sync && from == 0) {
+        s = client_->PushRestThenPull(seq, grads, sending_base_, pulled.params,
+                                      pulled.versions, wait);
+        pulled_all = true;
+      } else {
+        s = client_->PushFrom(seq, grads, sending_base_, from,
+                              async ? &pulled : nullptr);
+      }
       sent = from;
     }
-    if (s.ok() && !async) {
-      wait.on_chunks = [this](absl::Span<const int32_t> ids) {
-        absl::MutexLock l(&mu_);
-        for (int32_t id : ids) arrived_[id] = 1;
-        cv_.SignalAll();
-      };
+    if (s.ok() && !pulled_all) {
       s = client_->Pull(pulled.params, pulled.versions, wait);
     }
     absl::MutexLock l(&mu_);

@@ -74,10 +74,19 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status PushFrom(int64_t seq, absl::Span<const float> grads,
                         absl::Span<const int64_t> base_versions, int64_t from,
                         const PulledValues* pulled) override;
+  absl::Status PushRestThenPull(int64_t seq, absl::Span<const float> grads,
+                                absl::Span<const int64_t> base_versions,
+                                absl::Span<float> params,
+                                std::vector<int64_t>* versions,
+                                const PullOptions& options) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   const ShardMap& shard_map() const override { return map_; }
 
  private:
+  // Starts the piecewise push `seq` unless it is the one under way.
+  absl::Status BeginPiece(int64_t seq, absl::Span<const float> grads,
+                          absl::Span<const int64_t> base_versions,
+                          const PulledValues* pulled);
   // Resets *versions; returns the on_ok for replies that carry values
   // (PullResponse): reads part i's into params/versions (and its server
   // incarnation into (*part_inc)[i] when part_inc is set), then frees it.
@@ -136,6 +145,8 @@ class GrpcParameterClient final : public ParameterClient {
   bool servers_answered_ = false;  // WaitForServers succeeded once.
   // Its buffers are reused across pushes.
   PushEncoder push_encoder_;
+  // PushRestThenPull's parts that carry a pull, beside push_encoder_'s.
+  PushEncoder carry_encoder_;
 };
 
 absl::Status GrpcParameterClient::WaitForServers() {
@@ -387,20 +398,7 @@ absl::Status GrpcParameterClient::PushFrom(int64_t seq,
                                            int64_t from,
                                            const PulledValues* pulled) {
   const int n = static_cast<int>(parts_.size());
-  if (seq != piece_seq_) {
-    DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
-    if (pulled != nullptr) {
-      DP_RETURN_IF_ERROR(CheckFlatSize(map_, pulled->params.size(), "Pull"));
-      if (grads.data() < pulled->params.data() + pulled->params.size() &&
-          pulled->params.data() < grads.data() + grads.size()) {
-        return absl::InvalidArgumentError("PushFrom: grads and params overlap");
-      }
-      pulled->versions->assign(map_.chunks.size(), -1);
-    }
-    piece_seq_ = seq;
-    piece_sent_.assign(n, false);
-    piece_inc_.assign(n, 0);
-  }
+  DP_RETURN_IF_ERROR(BeginPiece(seq, grads, base_versions, pulled));
   const char* what = pulled != nullptr ? "PushPull" : "Push";
   const char* method = pulled != nullptr ? kPushPullMethod : kPushMethod;
   std::vector<grpc::ByteBuffer> resp(n);
@@ -438,6 +436,135 @@ absl::Status GrpcParameterClient::PushFrom(int64_t seq,
       });
 }
 
+absl::Status GrpcParameterClient::BeginPiece(
+    int64_t seq, absl::Span<const float> grads,
+    absl::Span<const int64_t> base_versions, const PulledValues* pulled) {
+  if (seq == piece_seq_) return absl::OkStatus();
+  DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
+  if (pulled != nullptr) {
+    DP_RETURN_IF_ERROR(CheckFlatSize(map_, pulled->params.size(), "Pull"));
+    DP_RETURN_IF_ERROR(CheckApart(grads, pulled->params, "PushFrom"));
+    pulled->versions->assign(map_.chunks.size(), -1);
+  }
+  piece_seq_ = seq;
+  piece_sent_.assign(parts_.size(), false);
+  piece_inc_.assign(parts_.size(), 0);
+  return absl::OkStatus();
+}
+
+// The push's last parts and the pull go out together, as PlanPushEnd says.
+// A shard's values from a process other than the one that acknowledged its
+// earlier parts (it restarted meanwhile) are not used: the stale parts go
+// again, and that shard is pulled after them.
+absl::Status GrpcParameterClient::PushRestThenPull(
+    int64_t seq, absl::Span<const float> grads,
+    absl::Span<const int64_t> base_versions, absl::Span<float> params,
+    std::vector<int64_t>* versions, const PullOptions& options) {
+  DP_RETURN_IF_ERROR(BeginPiece(seq, grads, base_versions, nullptr));
+  DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
+  DP_RETURN_IF_ERROR(CheckApart(grads, params, "PushRestThenPull"));
+  // Calls are numbered over parts_ (0 .. n-1), then pull_parts_ (n ..).
+  const int n = static_cast<int>(parts_.size());
+  const int np = static_cast<int>(pull_parts_.size());
+  const int shards = transport_.num_shards();
+  std::vector<uint64_t> inc(shards);
+  for (int sh = 0; sh < shards; ++sh) inc[sh] = incarnations_.current(sh);
+  const PushEnd end = PlanPushEnd(
+      parts_, pull_parts_, piece_sent_, piece_inc_, inc,
+      /*waits_for_step=*/options.min_version > 0 && options.worker_clock < 0);
+  const std::vector<PushEndPull>& how = end.how;
+  std::vector<int> which;
+  std::vector<Part> plain, carry;
+  for (int i = 0; i < n; ++i) {
+    if (piece_sent_[i]) continue;
+    which.push_back(i);
+    (how[parts_[i].shard] == PushEndPull::kCarried ? carry : plain)
+        .push_back(parts_[i]);
+  }
+  std::vector<Part> all(parts_);
+  all.insert(all.end(), pull_parts_.begin(), pull_parts_.end());
+  wire::PushHead head;
+  head.worker_id = options_.worker_id;
+  head.seq = seq;
+  head.incarnation = options_.incarnation;
+  std::vector<grpc::ByteBuffer> plain_req = push_encoder_.Encode(
+      map_, plain, head, options_.push_encoding, grads, base_versions);
+  head.pull_encoding = options_.pull_encoding;
+  head.pull_min_version = options.min_version;
+  std::vector<grpc::ByteBuffer> carry_req = carry_encoder_.Encode(
+      map_, carry, head, options_.push_encoding, grads, base_versions);
+  std::vector<grpc::ByteBuffer> req(n + np), resp(n + np);
+  std::vector<const char*> methods(n + np, kPullMethod);
+  // A call whose reply carries values reads it as the pull part read_as[k].
+  std::vector<bool> values(n + np, false);
+  std::vector<Part> read_as(n + np);
+  for (size_t k = 0, p = 0, c = 0; k < which.size(); ++k) {
+    const int i = which[k];
+    const int sh = parts_[i].shard;
+    if (how[sh] == PushEndPull::kCarried) {
+      methods[i] = kPushPullMethod;
+      values[i] = true;
+      read_as[i] = pull_parts_[end.pull_part[sh]];
+      req[i] = std::move(carry_req[c++]);
+    } else {
+      methods[i] = kPushMethod;
+      req[i] = std::move(plain_req[p++]);
+    }
+  }
+  const std::vector<grpc::ByteBuffer> pull_req = PullRequests(
+      pull_parts_, options_.worker_id, options, options_.pull_encoding);
+  for (int j = 0; j < np; ++j) {
+    if (how[pull_parts_[j].shard] != PushEndPull::kNow) continue;
+    which.push_back(n + j);
+    values[n + j] = true;
+    read_as[n + j] = pull_parts_[j];
+    req[n + j] = pull_req[j];
+  }
+  std::vector<uint64_t> got_inc(n + np, 0);
+  versions->assign(map_.chunks.size(), -1);
+  const OnReply acks = ReadAcks(&resp, &got_inc);
+  const OnReply read =
+      ReadInto(params, versions, &resp, &got_inc, &options, &read_as);
+  DP_RETURN_IF_ERROR(transport_.CallParts(
+      "Push", methods, all, which, req, &resp,
+      [&](int k) { return values[k] ? read(k) : acks(k); }));
+  std::vector<bool> pull_after(shards, false);
+  for (int k : which) {
+    const int sh = all[k].shard;
+    if (k < n) {
+      piece_sent_[k] = true;
+      piece_inc_[k] = got_inc[k];
+    }
+    if (values[k] && got_inc[k] != inc[sh]) pull_after[sh] = true;
+  }
+  for (int sh = 0; sh < shards; ++sh) {
+    if (how[sh] == PushEndPull::kAfter) pull_after[sh] = true;
+  }
+  DP_RETURN_IF_ERROR(incarnations_.ResendStaleParts(
+      seq, parts_, &piece_inc_, [&](const std::vector<int>& stale) {
+        for (int i : stale) pull_after[parts_[i].shard] = true;
+        const std::vector<grpc::ByteBuffer> again =
+            PushRequests(seq, grads, base_versions, /*push_pull=*/false);
+        return transport_.CallParts("Push", kPushMethod, parts_, stale, again,
+                                    &resp, ReadAcks(&resp, &piece_inc_));
+      }));
+  std::vector<int> pulls;
+  for (int j = 0; j < np; ++j) {
+    if (pull_after[pull_parts_[j].shard]) pulls.push_back(j);
+  }
+  if (pulls.empty()) return absl::OkStatus();
+  std::vector<grpc::ByteBuffer> pull_resp(np);
+  const OnReply read_pull = ReadInto(params, versions, &pull_resp,
+                                     /*part_inc=*/nullptr, &options,
+                                     &pull_parts_);
+  if (static_cast<int>(pulls.size()) == np) {
+    return transport_.CallAllParts("Pull", kPullMethod, pull_parts_, pull_req,
+                                   &pull_resp, read_pull);
+  }
+  return transport_.CallParts("Pull", kPullMethod, pull_parts_, pulls,
+                              pull_req, &pull_resp, read_pull);
+}
+
 absl::Status GrpcParameterClient::ResendToRestartedShards(
     const char* what, const char* method, int64_t seq,
     const std::vector<grpc::ByteBuffer>& req,
@@ -462,10 +589,7 @@ absl::Status GrpcParameterClient::PushPull(
   }
   DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
   DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
-  if (grads.data() < params.data() + params.size() &&
-      params.data() < grads.data() + grads.size()) {
-    return absl::InvalidArgumentError("PushPull: grads and params overlap");
-  }
+  DP_RETURN_IF_ERROR(CheckApart(grads, params, "PushPull"));
   // Each part's reply carries its values right after its push.
   const std::vector<grpc::ByteBuffer> req =
       PushRequests(seq, grads, base_versions, /*push_pull=*/true);

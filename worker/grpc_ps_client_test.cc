@@ -4,19 +4,22 @@
 // replies the servers drop.
 #include "worker/grpc_ps_client.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/metrics_scrape.h"
 #include "gtest/gtest.h"
 #include "server/ps_host.h"
 
 namespace downpour {
 namespace {
 
-// Shards with sgd at rate 1 (a push of g turns v into exactly v - g).
+// Shards with sgd at rate 1 (a push of g turns v into exactly v - g);
+// `sync`: in sync mode for one worker, with their metrics endpoints.
 std::vector<std::unique_ptr<ParameterServerHost>> StartShards(
-    int n, int drop_reply_every = 0) {
+    int n, int drop_reply_every = 0, bool sync = false) {
   std::vector<std::unique_ptr<ParameterServerHost>> hosts;
   for (int s = 0; s < n; ++s) {
     ParameterServerHostOptions o;
@@ -25,6 +28,11 @@ std::vector<std::unique_ptr<ParameterServerHost>> StartShards(
     o.store.optimizer.name = "sgd";
     o.store.optimizer.learning_rate = 1;
     o.service.debug_drop_reply_every = drop_reply_every;
+    if (sync) {
+      o.store.mode = TrainMode::kSync;
+      o.store.num_workers = 1;
+      o.metrics_port = 0;
+    }
     auto host = ParameterServerHost::Create(o);
     EXPECT_TRUE(host.ok()) << host.status();
     if (host.ok()) hosts.push_back(std::move(*host));
@@ -145,6 +153,87 @@ TEST(GrpcParameterClientTest, PushInPiecesCountsOnceWhole) {
   ASSERT_TRUE((*client)->PushFrom(2, g, versions, 0, &pulled).ok());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i] - g[i]) << i;
   for (int64_t v : after_versions) EXPECT_EQ(v, 2);
+}
+
+// Calls of `method` the shards served, by their metrics.
+double Calls(const std::vector<std::unique_ptr<ParameterServerHost>>& hosts,
+             const std::string& method) {
+  double sum = 0;
+  for (const auto& h : hosts) {
+    sum += MetricSum(ScrapeMetrics(h->metrics_port()),
+                     "downpour_rpc_requests_total",
+                     "method=\"" + method + "\"");
+  }
+  return sum;
+}
+
+// Sync: the end of a piecewise push carries the pull of each shard that has
+// a part left in it (one PushPull whose reply waits for the step), pulls
+// each shard that has none at once, and brings the step's values; a pull
+// that waits for no step goes as Pull calls after the push.
+TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
+  auto hosts = StartShards(2, /*drop_reply_every=*/0, /*sync=*/true);
+  ASSERT_EQ(hosts.size(), 2u);
+  GrpcClientOptions o;
+  o.hosts = Addresses(hosts);
+  o.worker_id = 0;
+  o.part_bytes = 1 << 20;  // A shard's chunks on one side of the break: one part.
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const ModelLayout layout = Layout(2);
+  const int64_t n = layout.NumElements();
+  const std::vector<float> init = Ramp(n, 0.5f);
+  ASSERT_TRUE((*client)->Declare(layout, init).ok());
+  const int64_t brk = 64 * 33;  // "b" and "scalar" above it.
+  ASSERT_TRUE((*client)->SetPushBreaks({brk}).ok());
+  const ShardMap& map = (*client)->shard_map();
+  // Shards with a part below the break carry their pull in it.
+  std::vector<bool> below(2, false);
+  for (const Chunk& c : map.chunks) {
+    if (c.flat_offset < brk) below[c.shard] = true;
+  }
+  const int carried = static_cast<int>(below[0]) + static_cast<int>(below[1]);
+  ASSERT_GE(carried, 1);
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+
+  const std::vector<float> g = Ramp(n, 0.25f);
+  double pulls = Calls(hosts, "Pull");
+  double push_pulls = Calls(hosts, "PushPull");
+  ASSERT_TRUE((*client)->PushFrom(1, g, versions, brk, nullptr).ok());
+  std::vector<float> after(n);
+  std::vector<int64_t> after_versions;
+  std::atomic<int> arrived{0};
+  PullOptions wait;
+  wait.min_version = 1;
+  wait.on_chunks = [&arrived](absl::Span<const int32_t> ids) {
+    arrived += static_cast<int>(ids.size());
+  };
+  ASSERT_TRUE((*client)
+                  ->PushRestThenPull(1, g, versions, absl::MakeSpan(after),
+                                     &after_versions, wait)
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i]) << i;
+  for (int64_t v : after_versions) EXPECT_EQ(v, 1);
+  EXPECT_EQ(arrived.load(), static_cast<int>(map.chunks.size()));
+  EXPECT_EQ(Calls(hosts, "PushPull") - push_pulls, carried);
+  EXPECT_EQ(Calls(hosts, "Pull") - pulls, 2 - carried);
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const ShardStats& s : *stats) EXPECT_EQ(s.steps, 1);
+
+  // Without a step to wait for, the pull goes after the push, as Pull calls.
+  pulls = Calls(hosts, "Pull");
+  push_pulls = Calls(hosts, "PushPull");
+  ASSERT_TRUE((*client)->PushFrom(2, g, after_versions, brk, nullptr).ok());
+  ASSERT_TRUE((*client)
+                  ->PushRestThenPull(2, g, after_versions,
+                                     absl::MakeSpan(params), &versions,
+                                     PullOptions())
+                  .ok());
+  EXPECT_EQ(Calls(hosts, "PushPull"), push_pulls);
+  EXPECT_EQ(Calls(hosts, "Pull") - pulls, 2);
 }
 
 TEST(GrpcParameterClientTest, OptionsAreChecked) {

@@ -49,4 +49,41 @@ int64_t PartBegin(const ShardMap& map, const Part& p) {
   return begin;
 }
 
+PushEnd PlanPushEnd(absl::Span<const Part> parts,
+                    absl::Span<const Part> pull_parts,
+                    const std::vector<bool>& sent,
+                    absl::Span<const uint64_t> acked_by,
+                    absl::Span<const uint64_t> current, bool waits_for_step) {
+  const int shards = static_cast<int>(current.size());
+  PushEnd e;
+  e.how.assign(shards, PushEndPull::kAfter);
+  e.last.assign(shards, -1);
+  e.pull_part.assign(shards, -1);
+  std::vector<int> pulls(shards, 0), left(shards, 0);
+  for (size_t j = 0; j < pull_parts.size(); ++j) {
+    ++pulls[pull_parts[j].shard];
+    e.pull_part[pull_parts[j].shard] = static_cast<int>(j);
+  }
+  std::vector<bool> acked_here(shards, true);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int s = parts[i].shard;
+    if (!sent[i]) {
+      ++left[s];
+      e.last[s] = static_cast<int>(i);
+    } else if (acked_by[i] != current[s]) {
+      acked_here[s] = false;
+    }
+  }
+  for (int s = 0; s < shards; ++s) {
+    if (pulls[s] != 1) e.pull_part[s] = -1;
+    if (!waits_for_step || !acked_here[s] || current[s] == 0) continue;
+    if (left[s] == 0) {
+      e.how[s] = PushEndPull::kNow;
+    } else if (left[s] == 1 && pulls[s] == 1) {
+      e.how[s] = PushEndPull::kCarried;
+    }
+  }
+  return e;
+}
+
 }  // namespace downpour

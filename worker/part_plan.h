@@ -46,6 +46,36 @@ std::vector<Part> PlanParts(const ShardMap& map, int64_t part_bytes,
 // The smallest flat offset of the part's chunks.
 int64_t PartBegin(const ShardMap& map, const Part& p);
 
+// How a shard's values come back at the end of a sync push
+// (ParameterClient::PushRestThenPull): with its last part (a PushPull whose
+// reply waits for the step), by a pull sent with the last parts, or by a
+// pull sent after them.
+enum class PushEndPull { kCarried, kNow, kAfter };
+
+struct PushEnd {
+  // Per shard.
+  std::vector<PushEndPull> how;
+  // Per shard: its last part not sent yet (an index into the push's parts),
+  // or -1.
+  std::vector<int> last;
+  // Per shard: its pull part (an index into the pull's parts) when it has
+  // exactly one, else -1.
+  std::vector<int> pull_part;
+};
+
+// Plans the end of a push over `parts` (sent[i]: part i went already,
+// acknowledged by server incarnation acked_by[i]; current[s]: shard s's
+// incarnation as last seen, 0 unknown) followed by a pull over
+// `pull_parts`. A shard whose sent parts its current process acknowledged
+// all: carried when it has one part left and one pull part, pulled now when
+// it has none left. Every other shard, and every shard when the pull waits
+// for no step (!waits_for_step), is pulled after.
+PushEnd PlanPushEnd(absl::Span<const Part> parts,
+                    absl::Span<const Part> pull_parts,
+                    const std::vector<bool>& sent,
+                    absl::Span<const uint64_t> acked_by,
+                    absl::Span<const uint64_t> current, bool waits_for_step);
+
 // The lane (connection across all shards) of part p: shard * connections +
 // conn.
 inline int LaneOf(const Part& p, int connections) {

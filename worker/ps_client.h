@@ -106,6 +106,24 @@ class ParameterClient {
                     pulled->versions, PullOptions());
   }
 
+  // The end of a piecewise push and the pull after it, as a sync step ends:
+  // PushFrom(seq, grads, base_versions, 0, nullptr), then Pull(params,
+  // versions, options). An implementation may send a shard's last part as
+  // a PushPull whose reply waits for the step and brings the shard's new
+  // values (PushRequest.pull_min_version), one round trip instead of two;
+  // options.on_chunks is called as Pull calls it. `grads` and `params` must
+  // not overlap.
+  virtual absl::Status PushRestThenPull(int64_t seq,
+                                        absl::Span<const float> grads,
+                                        absl::Span<const int64_t> base_versions,
+                                        absl::Span<float> params,
+                                        std::vector<int64_t>* versions,
+                                        const PullOptions& options) {
+    absl::Status s = PushFrom(seq, grads, base_versions, 0, nullptr);
+    if (!s.ok()) return s;
+    return Pull(params, versions, options);
+  }
+
   // Tells every shard this worker has finished (sync/ssp stop waiting).
   virtual absl::Status Leave() = 0;
 

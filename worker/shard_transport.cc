@@ -123,13 +123,32 @@ absl::Status ShardTransport::CallParts(
     const char* what, const char* method, absl::Span<const Part> parts,
     absl::Span<const int> which, const std::vector<grpc::ByteBuffer>& req,
     std::vector<grpc::ByteBuffer>* resp, const OnReply& on_ok) const {
+  return CallPartsWith(
+      what, [method](int) { return method; }, parts, which, req, resp, on_ok);
+}
+
+absl::Status ShardTransport::CallParts(
+    const char* what, absl::Span<const char* const> methods,
+    absl::Span<const Part> parts, absl::Span<const int> which,
+    const std::vector<grpc::ByteBuffer>& req,
+    std::vector<grpc::ByteBuffer>* resp, const OnReply& on_ok) const {
+  return CallPartsWith(
+      what, [methods](int i) { return methods[i]; }, parts, which, req, resp,
+      on_ok);
+}
+
+absl::Status ShardTransport::CallPartsWith(
+    const char* what, const std::function<const char*(int)>& method_of,
+    absl::Span<const Part> parts, absl::Span<const int> which,
+    const std::vector<grpc::ByteBuffer>& req,
+    std::vector<grpc::ByteBuffer>* resp, const OnReply& on_ok) const {
   FanOutCalls calls = PartCalls(what, parts, which);
   calls.start = [&](int k, grpc::ClientContext* ctx, auto done) {
     const int i = which[k];
     const Part& p = parts[i];
     const int at = Active(p.shard);
     generic_[at][p.shard][p.conn]->UnaryCall(
-        ctx, method, grpc::StubOptions(), &req[i], &(*resp)[i],
+        ctx, method_of(i), grpc::StubOptions(), &req[i], &(*resp)[i],
         Track(p.shard, at, std::move(done)));
   };
   calls.reset = [&](int k) { (*resp)[which[k]].Clear(); };

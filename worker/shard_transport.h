@@ -110,6 +110,14 @@ class ShardTransport {
                          const std::vector<grpc::ByteBuffer>& req,
                          std::vector<grpc::ByteBuffer>* resp,
                          const OnReply& on_ok) const;
+  // CallParts with method methods[i] for part i.
+  absl::Status CallParts(const char* what,
+                         absl::Span<const char* const> methods,
+                         absl::Span<const Part> parts,
+                         absl::Span<const int> which,
+                         const std::vector<grpc::ByteBuffer>& req,
+                         std::vector<grpc::ByteBuffer>* resp,
+                         const OnReply& on_ok) const;
   // CallParts for every part: one whole-model exchange, whose bytes (both
   // ways) and time size the window when it is adaptive.
   absl::Status CallAllParts(const char* what, const char* method,
@@ -119,6 +127,15 @@ class ShardTransport {
                             const OnReply& on_ok);
 
  private:
+  // CallParts with method_of(i) for part i.
+  absl::Status CallPartsWith(const char* what,
+                             const std::function<const char*(int)>& method_of,
+                             absl::Span<const Part> parts,
+                             absl::Span<const int> which,
+                             const std::vector<grpc::ByteBuffer>& req,
+                             std::vector<grpc::ByteBuffer>* resp,
+                             const OnReply& on_ok) const;
+
   const ShardTransportOptions options_;
   // Null unless max_calls_in_flight_per_connection is -1.
   const std::unique_ptr<AdaptiveWindow> adaptive_;

@@ -3,41 +3,13 @@
 // split, examples and the verdict.
 #include "worker/worker_metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <string>
 
+#include "common/metrics_scrape.h"
 #include "gtest/gtest.h"
 
 namespace downpour {
 namespace {
-
-// GET /metrics from 127.0.0.1:port; the whole response.
-std::string Scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req =
-      "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return "";
-  }
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-  close(fd);
-  return out;
-}
 
 TEST(WorkerMetricsTest, ProgressWindowsAreServed) {
   auto m = WorkerMetrics::Start("127.0.0.1", 0);
@@ -53,7 +25,7 @@ TEST(WorkerMetricsTest, ProgressWindowsAreServed) {
   (*m)->OnProgress(3, p);
   p.step = 100;
   (*m)->OnProgress(3, p);
-  const std::string text = Scrape((*m)->port());
+  const std::string text = ScrapeMetrics((*m)->port());
   EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
   EXPECT_NE(text.find("downpour_worker_steps_total{worker=\"3\"} 100"),
             std::string::npos) << text;
