@@ -247,6 +247,7 @@ class ParameterServerService final : public ServiceBase {
       PullSpec spec;
       spec.min_version = msg.pull_min_version;
       spec.worker_id = msg.worker_id;
+      spec.with_push = true;
       spec.max_response_bytes = kMaxMessageBytes;
       const auto encoding = static_cast<wire::Encoding>(msg.pull_encoding);
       spec.value_bytes = wire::BytesPerValue(encoding);

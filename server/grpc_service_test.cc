@@ -291,6 +291,8 @@ TEST_F(GrpcServiceTest, PushPullWithPullMinVersionWaitsForTheStep) {
                    PushBytes(1, g2, std::nullopt, {.worker_id = 2, .num_parts = 1}),
                    &bytes)
                   .ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(20)))
+      << "the step completed, the PushPull was not answered";
   ASSERT_TRUE(waiting->Wait(&bytes).ok()) << waiting->status.error_message();
   proto::PullResponse resp;
   ASSERT_TRUE(resp.ParseFromString(bytes));

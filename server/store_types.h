@@ -78,6 +78,13 @@ struct PullSpec {
   // restored from a snapshot tells by it whether the worker's gradient for the
   // step it waits on reached this process (server/sync_policy.h).
   int32_t worker_id = -1;
+  // Sync: the pull came with the worker's last push part (a PushPull with
+  // pull_min_version). On a shard just restored, when the worker's whole
+  // gradient for the step is not here, it is answered at once with the
+  // values as they are (versions below min_version) instead of moving the
+  // shard on: the worker sends again the parts the previous process
+  // acknowledged (worker/shard_incarnations.h), then pulls.
+  bool with_push = false;
 };
 
 // An upper bound on a chunk's header in a PullResponse (rpc/wire.h: tags,

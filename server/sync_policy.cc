@@ -132,6 +132,8 @@ class SyncPolicy final : public WaitingPolicy {
           AdoptStepLocked(spec.min_version,
                           absl::StrCat("a pull waits for step ",
                                        spec.min_version));
+        } else if (known_worker && !gradient_here && spec.with_push) {
+          spec.min_version = 0;  // Answered now: the worker resends first.
         } else if (known_worker && !gradient_here) {
           AdoptStepLocked(
               spec.min_version,

@@ -31,6 +31,9 @@
 //    pushed before it pulled, so its gradient (or some of its parts) went
 //    to the previous process and died with it; the step could only complete
 //    without it, after sync_timeout, so it is lost for everyone at once.
+//    A pull that came with the worker's last push part (PullSpec::
+//    with_push) does not move the shard: it is answered at once, below
+//    its min_version, and the worker sends its other parts again first.
 // So when a shard dies in step T after some workers' gradients for T were
 // acknowledged, step T is lost for all workers, whichever request reaches
 // the restored shard first; when none was, the workers' retries complete T.

@@ -82,7 +82,8 @@ std::unique_ptr<ParameterStore> SyncStore() {
 // test gave up on cannot touch freed memory. Returns the versions served
 // (one per chunk), or DEADLINE_EXCEEDED "hung" after kHangBound.
 absl::StatusOr<std::vector<int64_t>> PullStep(ParameterStore& s, int w,
-                                              int64_t step) {
+                                              int64_t step,
+                                              bool with_push = false) {
   struct State {
     absl::Notification done;
     absl::Status status;
@@ -92,6 +93,7 @@ absl::StatusOr<std::vector<int64_t>> PullStep(ParameterStore& s, int w,
   PullSpec spec;
   spec.min_version = step;
   spec.worker_id = w;
+  spec.with_push = with_push;
   s.PullWhenReady(spec, [st](const ChunkView& c) { st->versions.push_back(c.version); },
                   [st](absl::Status x) {
                     st->status = std::move(x);
@@ -359,6 +361,47 @@ TEST(SyncRestoreTest, StepHalfPushedAtTheCrashEndsAlikeInEveryOrder) {
     EXPECT_EQ(at_end[i].values, at_end[0].values) << "run " << i;
     EXPECT_EQ(at_end[i].versions, at_end[0].versions) << "run " << i;
   }
+}
+
+// As above, worker 1's first part acknowledged by the dead process, but its
+// pull comes with its second part (a PushPull with pull_min_version): the
+// restored shard answers it at once, below the step asked for, and does
+// not move on; worker 1 sends its first part again, and step T completes
+// with both gradients, as it does when the second part's push is
+// acknowledged before the resend and the pull.
+TEST(SyncRestoreTest, PullWithTheLastPartLetsTheWorkerResendFirst) {
+  const Fixture f = IntegerModel();
+  const int64_t half = kSnapStep + 1;
+  Result undisturbed;
+  const std::string dir =
+      SnapshotThenRunOn(f, "sync_restore_with_push", half, &undisturbed);
+  auto b = Restored(dir);
+  const Result snapshot = Read(*b, f);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(PushStep(*b, f, 1, half, 1, 2).ok());
+  absl::StatusOr<std::vector<int64_t>> early =
+      PullStep(*b, 1, half + 1, /*with_push=*/true);
+  ASSERT_TRUE(early.ok()) << early.status();
+  for (int64_t v : *early) EXPECT_EQ(v, half);  // Below the step asked for.
+  EXPECT_LT(absl::Now() - start, kSyncTimeout / 2);
+  EXPECT_EQ(b->Stats().steps, half);  // Not moved on.
+  ASSERT_TRUE(PushStep(*b, f, 1, half, 0, 2).ok());
+  ASSERT_TRUE(PushStep(*b, f, 0, half).ok());
+  for (int w = 0; w < kWorkers; ++w) {
+    absl::StatusOr<std::vector<int64_t>> v = PullStep(*b, w, half + 1);
+    ASSERT_TRUE(v.ok()) << v.status();
+    for (int64_t version : *v) EXPECT_EQ(version, half + 1);
+  }
+  const ShardStats st = b->Stats();
+  EXPECT_EQ(st.steps, half + 1);
+  EXPECT_TRUE(st.evicted_workers.empty());
+  EXPECT_EQ(st.dropped_stale, 0);
+  const std::vector<float> g0 = Grad(f, 0, half), g1 = Grad(f, 1, half);
+  const Result end = Read(*b, f);
+  for (size_t i = 0; i < end.values.size(); ++i) {
+    ASSERT_EQ(end.values[i], snapshot.values[i] - (g0[i] + g1[i]) / 2) << i;
+  }
+  b->Shutdown();
 }
 
 // A worker process dies in the middle of its push for a step (one part of

@@ -145,8 +145,6 @@ class GrpcParameterClient final : public ParameterClient {
   bool servers_answered_ = false;  // WaitForServers succeeded once.
   // Its buffers are reused across pushes.
   PushEncoder push_encoder_;
-  // PushRestThenPull's parts that carry a pull, beside push_encoder_'s.
-  PushEncoder carry_encoder_;
 };
 
 absl::Status GrpcParameterClient::WaitForServers() {
@@ -452,10 +450,14 @@ absl::Status GrpcParameterClient::BeginPiece(
   return absl::OkStatus();
 }
 
-// The push's last parts and the pull go out together, as PlanPushEnd says.
-// A shard's values from a process other than the one that acknowledged its
-// earlier parts (it restarted meanwhile) are not used: the stale parts go
-// again, and that shard is pulled after them.
+// The push's parts that carry no pull go first, as PushFrom sends them: a
+// call that waits for the step must not hold up a push that this or another
+// worker waits for (a failed call is retried only once its round ended).
+// Then the carried parts and the pulls of the shards with nothing left go
+// together, as PlanPushEnd says. A shard's values are used only from the
+// process that acknowledged its earlier parts and at the step asked for (a
+// restored shard that lacks the rest of the gradient answers below it):
+// else the stale parts go again, and that shard is pulled after them.
 absl::Status GrpcParameterClient::PushRestThenPull(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, absl::Span<float> params,
@@ -468,77 +470,88 @@ absl::Status GrpcParameterClient::PushRestThenPull(
   const int np = static_cast<int>(pull_parts_.size());
   const int shards = transport_.num_shards();
   std::vector<uint64_t> inc(shards);
-  for (int sh = 0; sh < shards; ++sh) inc[sh] = incarnations_.current(sh);
-  const PushEnd end = PlanPushEnd(
-      parts_, pull_parts_, piece_sent_, piece_inc_, inc,
-      /*waits_for_step=*/options.min_version > 0 && options.worker_clock < 0);
-  const std::vector<PushEndPull>& how = end.how;
+  PushEnd end;
+  std::vector<bool> carried(n, false);
+  for (std::vector<int> plain;; plain.clear()) {
+    for (int sh = 0; sh < shards; ++sh) inc[sh] = incarnations_.current(sh);
+    end = PlanPushEnd(parts_, pull_parts_, piece_sent_, piece_inc_, inc,
+                      /*waits_for_step=*/options.min_version > 0 &&
+                          options.worker_clock < 0);
+    for (int i = 0; i < n; ++i) {
+      carried[i] = end.how[parts_[i].shard] == PushEndPull::kCarried;
+      if (!piece_sent_[i] && !carried[i]) plain.push_back(i);
+    }
+    if (plain.empty()) break;
+    std::vector<grpc::ByteBuffer> resp(n);
+    const std::vector<grpc::ByteBuffer> req =
+        PushRequests(seq, grads, base_versions, /*push_pull=*/false);
+    DP_RETURN_IF_ERROR(transport_.CallParts("Push", kPushMethod, parts_, plain,
+                                            req, &resp,
+                                            ReadAcks(&resp, &piece_inc_)));
+    for (int i : plain) piece_sent_[i] = true;
+  }
   std::vector<int> which;
-  std::vector<Part> plain, carry;
+  std::vector<Part> carry;
   for (int i = 0; i < n; ++i) {
     if (piece_sent_[i]) continue;
     which.push_back(i);
-    (how[parts_[i].shard] == PushEndPull::kCarried ? carry : plain)
-        .push_back(parts_[i]);
+    carry.push_back(parts_[i]);
   }
-  std::vector<Part> all(parts_);
-  all.insert(all.end(), pull_parts_.begin(), pull_parts_.end());
   wire::PushHead head;
   head.worker_id = options_.worker_id;
   head.seq = seq;
   head.incarnation = options_.incarnation;
-  std::vector<grpc::ByteBuffer> plain_req = push_encoder_.Encode(
-      map_, plain, head, options_.push_encoding, grads, base_versions);
   head.pull_encoding = options_.pull_encoding;
   head.pull_min_version = options.min_version;
-  std::vector<grpc::ByteBuffer> carry_req = carry_encoder_.Encode(
+  std::vector<grpc::ByteBuffer> carry_req = push_encoder_.Encode(
       map_, carry, head, options_.push_encoding, grads, base_versions);
   std::vector<grpc::ByteBuffer> req(n + np), resp(n + np);
-  std::vector<const char*> methods(n + np, kPullMethod);
-  // A call whose reply carries values reads it as the pull part read_as[k].
-  std::vector<bool> values(n + np, false);
-  std::vector<Part> read_as(n + np);
-  for (size_t k = 0, p = 0, c = 0; k < which.size(); ++k) {
+  std::vector<const char*> methods(n + np, kPushPullMethod);
+  // Call k's reply is read as the pull part read_as[k].
+  std::vector<Part> all(parts_), read_as(n + np);
+  all.insert(all.end(), pull_parts_.begin(), pull_parts_.end());
+  for (size_t k = 0; k < which.size(); ++k) {
     const int i = which[k];
-    const int sh = parts_[i].shard;
-    if (how[sh] == PushEndPull::kCarried) {
-      methods[i] = kPushPullMethod;
-      values[i] = true;
-      read_as[i] = pull_parts_[end.pull_part[sh]];
-      req[i] = std::move(carry_req[c++]);
-    } else {
-      methods[i] = kPushMethod;
-      req[i] = std::move(plain_req[p++]);
-    }
+    read_as[i] = pull_parts_[end.pull_part[parts_[i].shard]];
+    req[i] = std::move(carry_req[k]);
   }
   const std::vector<grpc::ByteBuffer> pull_req = PullRequests(
       pull_parts_, options_.worker_id, options, options_.pull_encoding);
   for (int j = 0; j < np; ++j) {
-    if (how[pull_parts_[j].shard] != PushEndPull::kNow) continue;
+    if (end.how[pull_parts_[j].shard] != PushEndPull::kNow) continue;
     which.push_back(n + j);
-    values[n + j] = true;
+    methods[n + j] = kPullMethod;
     read_as[n + j] = pull_parts_[j];
     req[n + j] = pull_req[j];
   }
+  // Whether call k brought its shard's values for the step asked for.
   std::vector<uint64_t> got_inc(n + np, 0);
+  const auto good = [&](int k) {
+    if (got_inc[k] != inc[all[k].shard]) return false;
+    for (int32_t id : read_as[k].chunk_ids) {
+      if ((*versions)[id] < options.min_version) return false;
+    }
+    return true;
+  };
   versions->assign(map_.chunks.size(), -1);
-  const OnReply acks = ReadAcks(&resp, &got_inc);
-  const OnReply read =
-      ReadInto(params, versions, &resp, &got_inc, &options, &read_as);
+  const OnReply read = ReadInto(params, versions, &resp, &got_inc,
+                                /*options=*/nullptr, &read_as);
   DP_RETURN_IF_ERROR(transport_.CallParts(
-      "Push", methods, all, which, req, &resp,
-      [&](int k) { return values[k] ? read(k) : acks(k); }));
+      "Push", methods, all, which, req, &resp, [&](int k) {
+        DP_RETURN_IF_ERROR(read(k));
+        if (good(k) && options.on_chunks) options.on_chunks(read_as[k].chunk_ids);
+        return absl::OkStatus();
+      }));
   std::vector<bool> pull_after(shards, false);
+  for (int sh = 0; sh < shards; ++sh) {
+    pull_after[sh] = end.how[sh] == PushEndPull::kAfter;
+  }
   for (int k : which) {
-    const int sh = all[k].shard;
     if (k < n) {
       piece_sent_[k] = true;
       piece_inc_[k] = got_inc[k];
     }
-    if (values[k] && got_inc[k] != inc[sh]) pull_after[sh] = true;
-  }
-  for (int sh = 0; sh < shards; ++sh) {
-    if (how[sh] == PushEndPull::kAfter) pull_after[sh] = true;
+    if (!good(k)) pull_after[all[k].shard] = true;
   }
   DP_RETURN_IF_ERROR(incarnations_.ResendStaleParts(
       seq, parts_, &piece_inc_, [&](const std::vector<int>& stale) {
@@ -637,47 +650,7 @@ absl::StatusOr<std::vector<ShardStats>> GrpcParameterClient::Stats() {
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
     const GrpcClientOptions& options) {
-  if (options.hosts.empty()) {
-    return absl::InvalidArgumentError("no parameter-server addresses given");
-  }
-  if (!options.standby_hosts.empty() &&
-      options.standby_hosts.size() != options.hosts.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.standby_hosts.size(), " standby addresses for ",
-        options.hosts.size(), " shards; one standby per shard"));
-  }
-  for (const std::string& h : options.standby_hosts) {
-    if (h.find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("standby address '", h, "' is not host:port"));
-    }
-  }
-  for (const std::string& h : options.hosts) {
-    if (h.find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("server address '", h, "' is not host:port"));
-    }
-  }
-  if (options.worker_id < 0 || options.max_attempts < 1) {
-    return absl::InvalidArgumentError("worker_id must be >= 0, max_attempts >= 1");
-  }
-  if (options.part_bytes < 4096 ||
-      options.part_bytes > kMaxMessageBytes / 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "part_bytes must be in [4096, ", kMaxMessageBytes / 2, "], got ",
-        options.part_bytes));
-  }
-  if (options.max_calls_in_flight_per_connection < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_calls_in_flight_per_connection must be >= -1 (0: no limit, -1: "
-        "sized from measured throughput), got ",
-        options.max_calls_in_flight_per_connection));
-  }
-  if (options.connections_per_shard < 0 || options.connections_per_shard > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "connections_per_shard must be in [0, 64] (0: auto), got ",
-        options.connections_per_shard));
-  }
+  DP_RETURN_IF_ERROR(CheckGrpcClientOptions(options));
   DP_ASSIGN_OR_RETURN(ClientSecurity security,
                       BuildClientSecurity(options.security));
   for (const std::string& host : options.hosts) {

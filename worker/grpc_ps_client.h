@@ -103,6 +103,10 @@ struct GrpcClientOptions {
   int64_t streaming_pull_min_bytes = int64_t{32} << 20;
 };
 
+// InvalidArgument naming the first option out of range (no addresses, an
+// address without a port, a standby list of another length, ...).
+absl::Status CheckGrpcClientOptions(const GrpcClientOptions& options);
+
 absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
     const GrpcClientOptions& options);
 

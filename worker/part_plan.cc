@@ -57,7 +57,6 @@ PushEnd PlanPushEnd(absl::Span<const Part> parts,
   const int shards = static_cast<int>(current.size());
   PushEnd e;
   e.how.assign(shards, PushEndPull::kAfter);
-  e.last.assign(shards, -1);
   e.pull_part.assign(shards, -1);
   std::vector<int> pulls(shards, 0), left(shards, 0);
   for (size_t j = 0; j < pull_parts.size(); ++j) {
@@ -69,7 +68,6 @@ PushEnd PlanPushEnd(absl::Span<const Part> parts,
     const int s = parts[i].shard;
     if (!sent[i]) {
       ++left[s];
-      e.last[s] = static_cast<int>(i);
     } else if (acked_by[i] != current[s]) {
       acked_here[s] = false;
     }

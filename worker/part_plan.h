@@ -55,9 +55,6 @@ enum class PushEndPull { kCarried, kNow, kAfter };
 struct PushEnd {
   // Per shard.
   std::vector<PushEndPull> how;
-  // Per shard: its last part not sent yet (an index into the push's parts),
-  // or -1.
-  std::vector<int> last;
   // Per shard: its pull part (an index into the pull's parts) when it has
   // exactly one, else -1.
   std::vector<int> pull_part;

@@ -104,20 +104,21 @@ TEST(PartPlanTest, PushEndCarriesAPullInAShardsOneLastPart) {
   // Shard 0: both parts sent. Shard 1: one of two left. Shard 2: two left.
   // Shard 3: one left, its sent part acknowledged by an older process.
   // Shard 4: one left, but its pull takes two parts. Shard 5: one left,
-  // the shard's process not known yet.
-  const std::vector<Part> parts = PartsOn({0, 0, 1, 1, 2, 2, 3, 3, 4, 5});
-  const std::vector<Part> pulls = PartsOn({0, 1, 2, 3, 4, 4, 5});
-  const std::vector<bool> sent = {true, true,  true,  false, false,
-                                  false, true, false, false, false};
-  const std::vector<uint64_t> acked_by = {7, 7, 8, 0, 0, 0, 5, 0, 0, 0};
-  const std::vector<uint64_t> current = {7, 8, 9, 6, 10, 0};
+  // the shard's process not known yet. Shard 6: both sent, one of them
+  // acknowledged by an older process.
+  const std::vector<Part> parts =
+      PartsOn({0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 6});
+  const std::vector<Part> pulls = PartsOn({0, 1, 2, 3, 4, 4, 5, 6});
+  const std::vector<bool> sent = {true,  true,  true,  false, false, false,
+                                  true,  false, false, false, true,  true};
+  const std::vector<uint64_t> acked_by = {7, 7, 8, 0, 0, 0, 5, 0, 0, 0, 3, 4};
+  const std::vector<uint64_t> current = {7, 8, 9, 6, 10, 0, 4};
   PushEnd e = PlanPushEnd(parts, pulls, sent, acked_by, current,
                           /*waits_for_step=*/true);
   using P = PushEndPull;
   EXPECT_EQ(e.how, (std::vector<P>{P::kNow, P::kCarried, P::kAfter, P::kAfter,
-                                   P::kAfter, P::kAfter}));
-  EXPECT_EQ(e.last, (std::vector<int>{-1, 3, 5, 7, 8, 9}));
-  EXPECT_EQ(e.pull_part, (std::vector<int>{0, 1, 2, 3, -1, 6}));
+                                   P::kAfter, P::kAfter, P::kAfter}));
+  EXPECT_EQ(e.pull_part, (std::vector<int>{0, 1, 2, 3, -1, 6, 7}));
 
   // A pull that waits for no step is always sent after the push.
   e = PlanPushEnd(parts, pulls, sent, acked_by, current,
