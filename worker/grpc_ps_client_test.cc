@@ -105,52 +105,66 @@ TEST(GrpcParameterClientTest, EveryCallOverTwoShards) {
   EXPECT_TRUE((*client)->Leave().ok());
 }
 
+// A client of `hosts` (worker 0) with Layout(2) declared, initialized to
+// *init (Ramp(n, 0.5f)).
+std::unique_ptr<ParameterClient> DeclaredClient(
+    const std::vector<std::unique_ptr<ParameterServerHost>>& hosts,
+    int64_t part_bytes, std::vector<float>* init) {
+  GrpcClientOptions o;
+  o.hosts = Addresses(hosts);
+  o.part_bytes = part_bytes;
+  auto client = NewGrpcParameterClient(o);
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return nullptr;
+  const ModelLayout layout = Layout(2);
+  *init = Ramp(layout.NumElements(), 0.5f);
+  const absl::Status s = (*client)->Declare(layout, *init);
+  EXPECT_TRUE(s.ok()) << s;
+  return s.ok() ? std::move(*client) : nullptr;
+}
+
 // A push in pieces (wait-free backpropagation): the parts above a break go
 // first and the push counts once the rest arrived; with PushPull pieces,
 // each brings its own values back.
 TEST(GrpcParameterClientTest, PushInPiecesCountsOnceWhole) {
   auto hosts = StartShards(2);
   ASSERT_EQ(hosts.size(), 2u);
-  GrpcClientOptions o;
-  o.hosts = Addresses(hosts);
-  o.part_bytes = 4096;
-  auto client = NewGrpcParameterClient(o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  const ModelLayout layout = Layout(2);
-  const int64_t n = layout.NumElements();
-  const std::vector<float> init = Ramp(n, 0.5f);
-  ASSERT_TRUE((*client)->Declare(layout, init).ok());
-  EXPECT_EQ((*client)->SetPushBreaks({5, 3}).code(),
+  std::vector<float> init;
+  std::unique_ptr<ParameterClient> client =
+      DeclaredClient(hosts, /*part_bytes=*/4096, &init);
+  ASSERT_NE(client, nullptr);
+  const int64_t n = static_cast<int64_t>(init.size());
+  EXPECT_EQ(client->SetPushBreaks({5, 3}).code(),
             absl::StatusCode::kInvalidArgument);  // Not ascending.
   const int64_t brk = 64 * 33;  // "b" and "scalar" above it.
-  ASSERT_TRUE((*client)->SetPushBreaks({brk}).ok());
+  ASSERT_TRUE(client->SetPushBreaks({brk}).ok());
   std::vector<float> params(n);
   std::vector<int64_t> versions;
-  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+  ASSERT_TRUE(client->Pull(absl::MakeSpan(params), &versions).ok());
 
   const std::vector<float> g = Ramp(n, 0.25f);
-  ASSERT_TRUE((*client)->PushFrom(1, g, versions, brk, nullptr).ok());
-  ASSERT_TRUE((*client)->PushFrom(1, g, versions, brk, nullptr).ok());  // Again: nothing.
-  auto stats = (*client)->Stats();
+  ASSERT_TRUE(client->PushFrom(1, g, versions, brk, nullptr).ok());
+  ASSERT_TRUE(client->PushFrom(1, g, versions, brk, nullptr).ok());  // Again: nothing.
+  auto stats = client->Stats();
   ASSERT_TRUE(stats.ok());
   for (const ShardStats& s : *stats) EXPECT_EQ(s.pushes_applied, 0);
   std::vector<float> mid(n);
   std::vector<int64_t> mid_versions;
-  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(mid), &mid_versions).ok());
+  ASSERT_TRUE(client->Pull(absl::MakeSpan(mid), &mid_versions).ok());
   for (int64_t i = 0; i < n; ++i) {
     // Async applies each part as it comes: only the end has moved.
     ASSERT_EQ(mid[i], i >= brk ? init[i] - g[i] : init[i]) << i;
   }
-  ASSERT_TRUE((*client)->PushFrom(1, g, versions, 0, nullptr).ok());
-  stats = (*client)->Stats();
+  ASSERT_TRUE(client->PushFrom(1, g, versions, 0, nullptr).ok());
+  stats = client->Stats();
   ASSERT_TRUE(stats.ok());
   for (const ShardStats& s : *stats) EXPECT_EQ(s.pushes_applied, 1);
 
   std::vector<float> after(n);
   std::vector<int64_t> after_versions;
   const PulledValues pulled{absl::MakeSpan(after), &after_versions};
-  ASSERT_TRUE((*client)->PushFrom(2, g, versions, brk, &pulled).ok());
-  ASSERT_TRUE((*client)->PushFrom(2, g, versions, 0, &pulled).ok());
+  ASSERT_TRUE(client->PushFrom(2, g, versions, brk, &pulled).ok());
+  ASSERT_TRUE(client->PushFrom(2, g, versions, 0, &pulled).ok());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i] - g[i]) << i;
   for (int64_t v : after_versions) EXPECT_EQ(v, 2);
 }
@@ -174,19 +188,15 @@ double Calls(const std::vector<std::unique_ptr<ParameterServerHost>>& hosts,
 TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
   auto hosts = StartShards(2, /*drop_reply_every=*/0, /*sync=*/true);
   ASSERT_EQ(hosts.size(), 2u);
-  GrpcClientOptions o;
-  o.hosts = Addresses(hosts);
-  o.worker_id = 0;
-  o.part_bytes = 1 << 20;  // A shard's chunks on one side of the break: one part.
-  auto client = NewGrpcParameterClient(o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  const ModelLayout layout = Layout(2);
-  const int64_t n = layout.NumElements();
-  const std::vector<float> init = Ramp(n, 0.5f);
-  ASSERT_TRUE((*client)->Declare(layout, init).ok());
+  std::vector<float> init;
+  // A shard's chunks on one side of the break: one part.
+  std::unique_ptr<ParameterClient> client =
+      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init);
+  ASSERT_NE(client, nullptr);
+  const int64_t n = static_cast<int64_t>(init.size());
   const int64_t brk = 64 * 33;  // "b" and "scalar" above it.
-  ASSERT_TRUE((*client)->SetPushBreaks({brk}).ok());
-  const ShardMap& map = (*client)->shard_map();
+  ASSERT_TRUE(client->SetPushBreaks({brk}).ok());
+  const ShardMap& map = client->shard_map();
   // Shards with a part below the break carry their pull in it.
   std::vector<bool> below(2, false);
   for (const Chunk& c : map.chunks) {
@@ -196,12 +206,12 @@ TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
   ASSERT_GE(carried, 1);
   std::vector<float> params(n);
   std::vector<int64_t> versions;
-  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+  ASSERT_TRUE(client->Pull(absl::MakeSpan(params), &versions).ok());
 
   const std::vector<float> g = Ramp(n, 0.25f);
   double pulls = Calls(hosts, "Pull");
   double push_pulls = Calls(hosts, "PushPull");
-  ASSERT_TRUE((*client)->PushFrom(1, g, versions, brk, nullptr).ok());
+  ASSERT_TRUE(client->PushFrom(1, g, versions, brk, nullptr).ok());
   std::vector<float> after(n);
   std::vector<int64_t> after_versions;
   std::atomic<int> arrived{0};
@@ -210,7 +220,7 @@ TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
   wait.on_chunks = [&arrived](absl::Span<const int32_t> ids) {
     arrived += static_cast<int>(ids.size());
   };
-  ASSERT_TRUE((*client)
+  ASSERT_TRUE(client
                   ->PushRestThenPull(1, g, versions, absl::MakeSpan(after),
                                      &after_versions, wait)
                   .ok());
@@ -219,15 +229,15 @@ TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
   EXPECT_EQ(arrived.load(), static_cast<int>(map.chunks.size()));
   EXPECT_EQ(Calls(hosts, "PushPull") - push_pulls, carried);
   EXPECT_EQ(Calls(hosts, "Pull") - pulls, 2 - carried);
-  auto stats = (*client)->Stats();
+  auto stats = client->Stats();
   ASSERT_TRUE(stats.ok());
   for (const ShardStats& s : *stats) EXPECT_EQ(s.steps, 1);
 
   // Without a step to wait for, the pull goes after the push, as Pull calls.
   pulls = Calls(hosts, "Pull");
   push_pulls = Calls(hosts, "PushPull");
-  ASSERT_TRUE((*client)->PushFrom(2, g, after_versions, brk, nullptr).ok());
-  ASSERT_TRUE((*client)
+  ASSERT_TRUE(client->PushFrom(2, g, after_versions, brk, nullptr).ok());
+  ASSERT_TRUE(client
                   ->PushRestThenPull(2, g, after_versions,
                                      absl::MakeSpan(params), &versions,
                                      PullOptions())

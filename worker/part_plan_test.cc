@@ -89,17 +89,6 @@ TEST(PartPlanTest, EveryChunkOnceWithinTheBoundOfAComputedMap) {
   for (size_t id = 0; id < seen.size(); ++id) EXPECT_EQ(seen[id], 1) << id;
 }
 
-// Parts of shards 0..n-1 given by their shard, in order.
-std::vector<Part> PartsOn(const std::vector<int>& shards) {
-  std::vector<Part> parts;
-  for (int s : shards) {
-    Part p;
-    p.shard = s;
-    parts.push_back(p);
-  }
-  return parts;
-}
-
 TEST(PartPlanTest, PushEndCarriesAPullInAShardsOneLastPart) {
   // Shard 0: both parts sent. Shard 1: one of two left. Shard 2: two left.
   // Shard 3: one left, its sent part acknowledged by an older process.
@@ -107,8 +96,8 @@ TEST(PartPlanTest, PushEndCarriesAPullInAShardsOneLastPart) {
   // the shard's process not known yet. Shard 6: both sent, one of them
   // acknowledged by an older process.
   const std::vector<Part> parts =
-      PartsOn({0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 6});
-  const std::vector<Part> pulls = PartsOn({0, 1, 2, 3, 4, 4, 5, 6});
+      PartsOfShards({0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 6});
+  const std::vector<Part> pulls = PartsOfShards({0, 1, 2, 3, 4, 4, 5, 6});
   const std::vector<bool> sent = {true,  true,  true,  false, false, false,
                                   true,  false, false, false, true,  true};
   const std::vector<uint64_t> acked_by = {7, 7, 8, 0, 0, 0, 5, 0, 0, 0, 3, 4};

@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "worker/shard_map_test_util.h"
 
 namespace downpour {
 namespace {
@@ -30,16 +31,6 @@ class Lines {
   absl::Mutex mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
 };
-
-std::vector<Part> PartsOfShards(const std::vector<int>& shards) {
-  std::vector<Part> parts;
-  for (int s : shards) {
-    Part p;
-    p.shard = s;
-    parts.push_back(p);
-  }
-  return parts;
-}
 
 TEST(ShardIncarnationsTest, FirstReplyIsNoRestartAndZeroIsIgnored) {
   Lines lines;

@@ -1,7 +1,8 @@
 // File: worker/shard_map_test_util.h
 //
-// Test-only: a ShardMap built from chunk sizes, for the tests of the units
-// that cut a layout into parts (part_plan, part_messages).
+// Test-only: a ShardMap built from chunk sizes, and parts named by their
+// shard, for the tests of the units that cut a layout into parts
+// (part_plan, part_messages) and track them (shard_incarnations).
 #ifndef DOWNPOUR_WORKER_SHARD_MAP_TEST_UTIL_H_
 #define DOWNPOUR_WORKER_SHARD_MAP_TEST_UTIL_H_
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/sharding.h"
+#include "worker/part_plan.h"
 
 namespace downpour {
 
@@ -31,6 +33,17 @@ inline ShardMap MapOf(const std::vector<std::vector<int64_t>>& sizes) {
     }
   }
   return m;
+}
+
+// Parts with only their shard set, one per entry of `shards`.
+inline std::vector<Part> PartsOfShards(const std::vector<int>& shards) {
+  std::vector<Part> parts;
+  for (int s : shards) {
+    Part p;
+    p.shard = s;
+    parts.push_back(p);
+  }
+  return parts;
 }
 
 }  // namespace downpour
