@@ -166,6 +166,8 @@ class SyncPolicy final : public WaitingPolicy {
   void MaybeCompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the mean of the complete pending gradients as step_ -> step_ + 1.
   void CompleteStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties pending_, keeping its gradient buffers for the next step.
+  void RecyclePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   // Restored from a snapshot and no step completed since; while set, requests
@@ -173,6 +175,8 @@ class SyncPolicy final : public WaitingPolicy {
   bool restored_ ABSL_GUARDED_BY(mu_) = false;
   // Gradients for step_ by worker id (ordered: deterministic sums).
   std::map<int32_t, PendingGrad> pending_ ABSL_GUARDED_BY(mu_);
+  // Their buffers, kept from the last step for the next one's.
+  std::vector<std::vector<float>> spare_grads_ ABSL_GUARDED_BY(mu_);
   absl::Time pending_since_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -240,6 +244,13 @@ absl::StatusOr<PushResult> SyncPolicy::Apply(
         it->second.seq = id.seq;
         it->second.num_parts = id.num_parts;
         it->second.have.assign(ctx_.chunks->size(), false);
+        // A buffer of an earlier step's gradient when there is one: not
+        // cleared, as a gradient counts only once its parts wrote every
+        // chunk (no allocation and no zeroing of the shard per push).
+        if (!spare_grads_.empty()) {
+          it->second.grad = std::move(spare_grads_.back());
+          spare_grads_.pop_back();
+        }
         it->second.grad.resize(ctx_.chunks->total_elements());
       }
       error = AddPartLocked(id, grads, &it->second);
@@ -339,8 +350,17 @@ void SyncPolicy::CompleteStepLocked() {
   ctx_.metrics->RecordStaleness(
       0, static_cast<int64_t>(pending_.size() * chunks.size()));
   ++step_;
-  pending_.clear();
+  RecyclePendingLocked();
   restored_ = false;  // From here on, steps advance only by pushes.
+}
+
+void SyncPolicy::RecyclePendingLocked() {
+  for (auto& [worker, p] : pending_) {
+    if (spare_grads_.size() < pending_.size()) {
+      spare_grads_.push_back(std::move(p.grad));
+    }
+  }
+  pending_.clear();
 }
 
 void SyncPolicy::AdoptStepLocked(int64_t step, const std::string& why) {
@@ -351,7 +371,7 @@ void SyncPolicy::AdoptStepLocked(int64_t step, const std::string& why) {
                static_cast<long long>(step), why.c_str(),
                static_cast<long long>(step - step_));
   for (size_t i = 0; i < pending_.size(); ++i) ctx_.metrics->RecordDropped();
-  pending_.clear();
+  RecyclePendingLocked();
   const ShardChunks& chunks = *ctx_.chunks;
   for (size_t idx = 0; idx < chunks.size(); ++idx) {
     chunks.at(idx).AdvanceVersion(step);
