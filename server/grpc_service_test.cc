@@ -142,8 +142,8 @@ class GrpcServiceTest : public ::testing::Test {
     }
   };
 
-  std::unique_ptr<PendingCall> Start(const char* method,
-                                     const std::string& request) {
+  std::unique_ptr<PendingCall> StartCall(const char* method,
+                                         const std::string& request) {
     auto call = std::make_unique<PendingCall>();
     grpc::Slice slice(request);
     call->req = grpc::ByteBuffer(&slice, 1);
@@ -158,7 +158,7 @@ class GrpcServiceTest : public ::testing::Test {
 
   grpc::Status Call(const char* method, const std::string& request,
                     std::string* response) {
-    return Start(method, request)->Wait(response);
+    return StartCall(method, request)->Wait(response);
   }
 
   grpc::Status Push(int64_t seq, const std::vector<float>& grads,
@@ -276,7 +276,7 @@ TEST_F(GrpcServiceTest, PushPullWithPullMinVersionWaitsForTheStep) {
                              {0, 1}),
                    &bytes)
                   .ok());
-  std::unique_ptr<PendingCall> waiting = Start(
+  std::unique_ptr<PendingCall> waiting = StartCall(
       kPushPullMethod,
       PushBytes(1, g0, wire::Encoding::kRawF32,
                 {.worker_id = 0, .part = 1, .num_parts = 2, .pull_min_version = 1},

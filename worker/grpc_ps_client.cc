@@ -83,6 +83,14 @@ class GrpcParameterClient final : public ParameterClient {
   const ShardMap& shard_map() const override { return map_; }
 
  private:
+  // Sends parts_[i] for i in `which` of the piecewise push `seq` as Push
+  // (or PushPull) calls, replies into (*resp)[i] for on_ok, and marks them
+  // sent.
+  absl::Status SendPieces(int64_t seq, absl::Span<const float> grads,
+                          absl::Span<const int64_t> base_versions,
+                          const std::vector<int>& which, bool push_pull,
+                          std::vector<grpc::ByteBuffer>* resp,
+                          const OnReply& on_ok);
   // Starts the piecewise push `seq` unless it is the one under way.
   absl::Status BeginPiece(int64_t seq, absl::Span<const float> grads,
                           absl::Span<const int64_t> base_versions,
@@ -409,19 +417,8 @@ absl::Status GrpcParameterClient::PushFrom(int64_t seq,
   for (int i = 0; i < n; ++i) {
     if (!piece_sent_[i] && part_begin_[i] >= from) which.push_back(i);
   }
-  if (!which.empty()) {
-    std::vector<Part> some;
-    for (int i : which) some.push_back(parts_[i]);
-    std::vector<grpc::ByteBuffer> encoded = PushRequests(
-        seq, grads, base_versions, pulled != nullptr, &some);
-    std::vector<grpc::ByteBuffer> req(n);
-    for (size_t k = 0; k < which.size(); ++k) {
-      req[which[k]] = std::move(encoded[k]);
-    }
-    DP_RETURN_IF_ERROR(
-        transport_.CallParts(what, method, parts_, which, req, &resp, on_ok));
-    for (int i : which) piece_sent_[i] = true;
-  }
+  DP_RETURN_IF_ERROR(SendPieces(seq, grads, base_versions, which,
+                                pulled != nullptr, &resp, on_ok));
   if (from > 0) return absl::OkStatus();
   // The whole push has gone: the parts a restarted shard's previous process
   // acknowledged go again.
@@ -432,6 +429,27 @@ absl::Status GrpcParameterClient::PushFrom(int64_t seq,
         return transport_.CallParts(what, method, parts_, stale, all, &resp,
                                     on_ok);
       });
+}
+
+absl::Status GrpcParameterClient::SendPieces(
+    int64_t seq, absl::Span<const float> grads,
+    absl::Span<const int64_t> base_versions, const std::vector<int>& which,
+    bool push_pull, std::vector<grpc::ByteBuffer>* resp, const OnReply& on_ok) {
+  if (which.empty()) return absl::OkStatus();
+  std::vector<Part> some;
+  for (int i : which) some.push_back(parts_[i]);
+  std::vector<grpc::ByteBuffer> encoded =
+      PushRequests(seq, grads, base_versions, push_pull, &some);
+  std::vector<grpc::ByteBuffer> req(parts_.size());
+  for (size_t k = 0; k < which.size(); ++k) {
+    req[which[k]] = std::move(encoded[k]);
+  }
+  DP_RETURN_IF_ERROR(transport_.CallParts(
+      push_pull ? "PushPull" : "Push",
+      push_pull ? kPushPullMethod : kPushMethod, parts_, which, req, resp,
+      on_ok));
+  for (int i : which) piece_sent_[i] = true;
+  return absl::OkStatus();
 }
 
 absl::Status GrpcParameterClient::BeginPiece(
@@ -471,24 +489,22 @@ absl::Status GrpcParameterClient::PushRestThenPull(
   const int shards = transport_.num_shards();
   std::vector<uint64_t> inc(shards);
   PushEnd end;
-  std::vector<bool> carried(n, false);
   for (std::vector<int> plain;; plain.clear()) {
     for (int sh = 0; sh < shards; ++sh) inc[sh] = incarnations_.current(sh);
     end = PlanPushEnd(parts_, pull_parts_, piece_sent_, piece_inc_, inc,
                       /*waits_for_step=*/options.min_version > 0 &&
                           options.worker_clock < 0);
     for (int i = 0; i < n; ++i) {
-      carried[i] = end.how[parts_[i].shard] == PushEndPull::kCarried;
-      if (!piece_sent_[i] && !carried[i]) plain.push_back(i);
+      if (!piece_sent_[i] &&
+          end.how[parts_[i].shard] != PushEndPull::kCarried) {
+        plain.push_back(i);
+      }
     }
     if (plain.empty()) break;
     std::vector<grpc::ByteBuffer> resp(n);
-    const std::vector<grpc::ByteBuffer> req =
-        PushRequests(seq, grads, base_versions, /*push_pull=*/false);
-    DP_RETURN_IF_ERROR(transport_.CallParts("Push", kPushMethod, parts_, plain,
-                                            req, &resp,
-                                            ReadAcks(&resp, &piece_inc_)));
-    for (int i : plain) piece_sent_[i] = true;
+    DP_RETURN_IF_ERROR(SendPieces(seq, grads, base_versions, plain,
+                                  /*push_pull=*/false, &resp,
+                                  ReadAcks(&resp, &piece_inc_)));
   }
   std::vector<int> which;
   std::vector<Part> carry;
@@ -539,7 +555,9 @@ absl::Status GrpcParameterClient::PushRestThenPull(
   DP_RETURN_IF_ERROR(transport_.CallParts(
       "Push", methods, all, which, req, &resp, [&](int k) {
         DP_RETURN_IF_ERROR(read(k));
-        if (good(k) && options.on_chunks) options.on_chunks(read_as[k].chunk_ids);
+        if (good(k) && options.on_chunks) {
+          options.on_chunks(read_as[k].chunk_ids);
+        }
         return absl::OkStatus();
       }));
   std::vector<bool> pull_after(shards, false);
