@@ -30,6 +30,17 @@
 // timing and --batch_sizes (tests/bench/bench_flags.h), and this benchmark's
 // own below.
 //
+// --copies=W runs W copies of the measurement at once, each in a process of
+// its own (forked before the device opens), as W workers on one machine:
+// the rates are their sum, the times their mean. --lockstep also makes
+// every copy begin each timed step together (a barrier across the
+// processes, tests/bench/process_copies.h), as a sync job's workers do:
+// each step waits for the slowest copy, and all the computes run at the
+// same moments. That is the most W sync workers' compute can give on this
+// machine, with no exchange at all (tests/bench/compute_limit.sh compares
+// the sync job with it). --lockstep needs --steps, so that every copy
+// takes as many steps.
+//
 // Prints a table, then one JSON line (last line of stdout, also written to
 // --json_out):
 //   {"bench":"fashion_cnn_worker_step","impl":"downpour","model":..,
@@ -41,6 +52,11 @@
 //                "compute_ms":..,"compute_examples_per_sec":..,
 //                "compute_cpu_ms":..,"compute_examples_per_cpu_sec":..,
 //                "steps":..,"compute_steps":..,"loss":..},...]}
+// With --copies > 1 the top level also has "copies":W,"lockstep":..; each
+// result "compute_examples_per_sec_per_copy":[..] and "lockstep_wait_ms"
+// (per step, the mean over the copies, of the compute figure: time spent
+// waiting for the others, included in compute_ms); the "per CPU-second"
+// figures are over every copy's CPU time.
 //
 // Exit status: 0 ok; 2 a bad flag value (abseil itself exits 1 for an
 // unknown flag or a --device it cannot parse); 3 the device is not available
@@ -52,11 +68,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -73,6 +92,7 @@
 #include "common/status_macros.h"
 #include "tests/bench/bench_device.h"
 #include "tests/bench/bench_flags.h"
+#include "tests/bench/process_copies.h"
 #include "worker/backend_flags.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/device_kind.h"
@@ -95,6 +115,13 @@ ABSL_FLAG(bool, onednn_winograd, true,
           "--cpu_backend=onednn: Winograd convolutions where they apply "
           "(false: direct convolution only).");
 ABSL_FLAG(std::string, json_out, "", "Also write the JSON line here.");
+ABSL_FLAG(int, copies, 1,
+          "Run this many copies of the measurement at once, each in a process "
+          "of its own (as that many workers on this machine); the rates are "
+          "their sum.");
+ABSL_FLAG(bool, lockstep, false,
+          "With --copies > 1: every copy begins each timed step together, as "
+          "a sync job's workers do. Needs --steps.");
 
 namespace downpour {
 namespace {
@@ -110,12 +137,15 @@ struct Options {
   int pool_batches = 8;
   uint64_t seed = 1;
   std::string json_out;
+  int copies = 1;
+  bool lockstep = false;
 };
 
 struct Measurement {
   int steps = 0;
   double seconds = 0;
   double cpu_seconds = 0;  // This process's CPU time over the same steps.
+  double gate_seconds = 0;  // Waiting for the other copies (--lockstep).
   float last_loss = 0;
 };
 
@@ -124,6 +154,9 @@ struct Row {
   Measurement step;
   Measurement compute;
 };
+
+constexpr int kMaxCopies = 64;
+constexpr int kMaxBatchSizes = 16;
 
 absl::StatusOr<Options> ReadFlags() {
   DP_ASSIGN_OR_RETURN(const BackendFlags backend, BackendFlagsFromFlags());
@@ -153,6 +186,22 @@ absl::StatusOr<Options> ReadFlags() {
         "need --steps >= 0 and --pool_batches >= 1");
   }
   o.json_out = absl::GetFlag(FLAGS_json_out);
+  o.copies = absl::GetFlag(FLAGS_copies);
+  o.lockstep = absl::GetFlag(FLAGS_lockstep);
+  if (o.copies < 1 || o.copies > kMaxCopies) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--copies must be in [1, ", kMaxCopies, "], got ", o.copies));
+  }
+  if (o.lockstep && (o.copies < 2 || o.steps < 1)) {
+    return absl::InvalidArgumentError(
+        "--lockstep needs --copies >= 2 and --steps >= 1 (every copy must "
+        "take as many steps)");
+  }
+  if (o.copies > 1 &&
+      o.batch_sizes.size() > static_cast<size_t>(kMaxBatchSizes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--copies > 1 takes at most ", kMaxBatchSizes, " --batch_sizes"));
+  }
   return o;
 }
 
@@ -163,10 +212,17 @@ double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// Where a copy meets the others (--copies): before its timed steps, and with
+// --lockstep before each of them. Neither without copies.
+struct StepGate {
+  ProcessCopies* copies = nullptr;  // Not owned.
+  bool each_step = false;
+};
+
 // Runs `step(i)` warmup_steps times, then times it as Options says. The clock
 // stops after a final Synchronize, so queued device work is counted.
 absl::StatusOr<Measurement> Measure(
-    const Options& o, Backend* backend,
+    const Options& o, Backend* backend, const StepGate& gate,
     const std::function<absl::StatusOr<StepResult>(int)>& step) {
   using Clock = std::chrono::steady_clock;
   int i = 0;
@@ -175,6 +231,7 @@ absl::StatusOr<Measurement> Measure(
   }
   DP_RETURN_IF_ERROR(backend->Synchronize());
   Measurement m;
+  if (gate.copies != nullptr) gate.copies->Gate();  // The copies start together.
   const Clock::time_point begin = Clock::now();
   const double cpu_begin = ProcessCpuSeconds();
   while (true) {
@@ -184,6 +241,12 @@ absl::StatusOr<Measurement> Measure(
                std::chrono::duration<double>(Clock::now() - begin).count() >=
                    o.min_seconds) {
       break;
+    }
+    if (gate.each_step) {
+      const Clock::time_point arrived = Clock::now();
+      gate.copies->Gate();
+      m.gate_seconds +=
+          std::chrono::duration<double>(Clock::now() - arrived).count();
     }
     DP_ASSIGN_OR_RETURN(StepResult r, step(i++));
     m.last_loss = r.loss;
@@ -217,7 +280,7 @@ absl::StatusOr<HostArray<T>> HostBuffer(const BenchDevice& dev,
 }
 
 absl::StatusOr<Row> MeasureBatchSize(const Options& o, const BenchDevice& dev,
-                                     int batch) {
+                                     int batch, const StepGate& gate) {
   Backend* const backend = dev.backend.get();
   DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                       BuildModel(o.model, backend, batch));
@@ -276,8 +339,8 @@ absl::StatusOr<Row> MeasureBatchSize(const Options& o, const BenchDevice& dev,
   DP_RETURN_IF_ERROR(model->SetParameters(absl::MakeConstSpan(params.data(), n)));
   Row row;
   row.batch_size = batch;
-  DP_ASSIGN_OR_RETURN(row.step, Measure(o, backend, worker_step));
-  DP_ASSIGN_OR_RETURN(row.compute, Measure(o, backend, compute_step));
+  DP_ASSIGN_OR_RETURN(row.step, Measure(o, backend, gate, worker_step));
+  DP_ASSIGN_OR_RETURN(row.compute, Measure(o, backend, gate, compute_step));
   return row;
 }
 
@@ -286,12 +349,6 @@ double CpuMs(const Measurement& m) { return 1e3 * m.cpu_seconds / m.steps; }
 double Rate(const Measurement& m, int batch) {
   return static_cast<double>(batch) * m.steps / m.seconds;
 }
-double CpuRate(const Measurement& m, int batch) {
-  return m.cpu_seconds > 0
-             ? static_cast<double>(batch) * m.steps / m.cpu_seconds
-             : 0.0;
-}
-
 absl::StatusOr<BenchDevice> OpenDevice(const Options& o, int* exit_code) {
   absl::StatusOr<BenchDevice> dev = OpenBenchDevice(o.device);
   if (!dev.ok()) {
@@ -308,60 +365,117 @@ absl::StatusOr<BenchDevice> OpenDevice(const Options& o, int* exit_code) {
   return dev;
 }
 
+// The model's parameter count (a bad --model exits 2).
+absl::StatusOr<int64_t> Parameters(const Options& o, const BenchDevice& dev,
+                                   int* exit_code) {
+  absl::StatusOr<std::unique_ptr<Model>> probe =
+      BuildModel(o.model, dev.backend.get(), 1);
+  if (!probe.ok()) {
+    if (probe.status().code() == absl::StatusCode::kInvalidArgument) {
+      *exit_code = 2;
+    }
+    return probe.status();
+  }
+  return (*probe)->num_parameters();
+}
+
+// What the header and the JSON line say of the device.
+struct DeviceInfo {
+  std::string backend;
+  std::string host_buffers;
+  bool cuda = false;
+  int64_t parameters = 0;
+};
+
+DeviceInfo InfoOf(const BenchDevice& dev, int64_t parameters) {
+  return {dev.backend->Name(), dev.host_allocator->Name(), dev.cuda,
+          parameters};
+}
+
 // Prints the run's header: what is measured, where, with what.
-void PrintHeader(const Options& o, const BenchDevice& dev, int64_t parameters) {
+void PrintHeader(const Options& o, const DeviceInfo& dev) {
   const std::string cpu =
       dev.cuda ? "" : absl::StrCat(", ", o.device.cpu_threads, " thread(s)");
+  const std::string copies =
+      o.copies == 1
+          ? ""
+          : absl::StrCat(", ", o.copies, " copies at once",
+                         o.lockstep ? ", each step begun together" : "");
   std::printf(
-      "compute_bench: %s on %s%s, host buffers: %s, %lld parameters, "
+      "compute_bench: %s on %s%s%s, host buffers: %s, %lld parameters, "
       "synthetic input, fp32\n"
       "  step    = parameters H2D + batch H2D + forward + backward + accrue + "
       "gradients D2H (a worker's step, n_fetch = n_push = 1, no RPCs)\n"
       "  compute = batch H2D + forward + backward; CPU columns: compute per "
       "CPU-second of the process\n",
-      o.model.c_str(), dev.backend->Name().c_str(), cpu.c_str(),
-      dev.host_allocator->Name(), static_cast<long long>(parameters));
-  std::printf("%6s | %9s | %12s | %10s | %12s | %8s | %11s | %14s\n", "batch",
-              "step ms", "step ex/s", "compute ms", "compute ex/s", "copies %",
-              "CPU ms/step", "ex per CPU-sec");
+      o.model.c_str(), dev.backend.c_str(), cpu.c_str(), copies.c_str(),
+      dev.host_buffers.c_str(), static_cast<long long>(dev.parameters));
+  if (o.copies > 1) {
+    std::printf(
+        "  with copies: ex/s summed over them, ms and CPU ms per step their "
+        "mean%s\n",
+        o.lockstep ? "; wait = compute ms spent waiting for the others" : "");
+  }
+  std::printf("%6s | %9s | %12s | %10s | %12s | %8s | %11s | %14s%s\n",
+              "batch", "step ms", "step ex/s", "compute ms", "compute ex/s",
+              "copies %", "CPU ms/step", "ex per CPU-sec",
+              o.copies > 1 ? " | wait ms | compute ex/s per copy" : "");
   std::fflush(stdout);
 }
 
-absl::Status Run(const Options& o, int* exit_code) {
-  DP_ASSIGN_OR_RETURN(BenchDevice dev, OpenDevice(o, exit_code));
-  int64_t parameters = 0;
-  {
-    absl::StatusOr<std::unique_ptr<Model>> probe =
-        BuildModel(o.model, dev.backend.get(), 1);
-    if (!probe.ok()) {
-      if (probe.status().code() == absl::StatusCode::kInvalidArgument) {
-        *exit_code = 2;
-      }
-      return probe.status();
-    }
-    parameters = (*probe)->num_parameters();
+// One batch size's figures over its copies (one without --copies): prints
+// its table line and returns its JSON object.
+std::string PrintRow(const Options& o, const std::vector<Row>& copies) {
+  const int batch = copies.front().batch_size;
+  const double n = static_cast<double>(copies.size());
+  double step_ms = 0, step_rate = 0, compute_ms = 0, compute_rate = 0;
+  double cpu_ms = 0, cpu_seconds = 0, wait_ms = 0;
+  int64_t steps = 0, compute_steps = 0;
+  std::vector<std::string> per_copy;
+  for (const Row& r : copies) {
+    step_ms += Ms(r.step) / n;
+    step_rate += Rate(r.step, batch);
+    compute_ms += Ms(r.compute) / n;
+    compute_rate += Rate(r.compute, batch);
+    cpu_ms += CpuMs(r.compute) / n;
+    cpu_seconds += r.compute.cpu_seconds;
+    wait_ms += 1e3 * r.compute.gate_seconds / r.compute.steps / n;
+    steps += r.step.steps;
+    compute_steps += r.compute.steps;
+    per_copy.push_back(absl::StrFormat("%.2f", Rate(r.compute, batch)));
   }
-  PrintHeader(o, dev, parameters);
-  std::vector<std::string> results;
-  for (int batch : o.batch_sizes) {
-    DP_ASSIGN_OR_RETURN(Row r, MeasureBatchSize(o, dev, batch));
-    const double step_ms = Ms(r.step), compute_ms = Ms(r.compute);
-    std::printf("%6d | %9.3f | %12.1f | %10.3f | %12.1f | %8.1f | %11.3f | "
-                "%14.1f\n",
-                batch, step_ms, Rate(r.step, batch), compute_ms,
-                Rate(r.compute, batch),
-                100.0 * std::max(0.0, step_ms - compute_ms) / step_ms,
-                CpuMs(r.compute), CpuRate(r.compute, batch));
-    std::fflush(stdout);
-    results.push_back(absl::StrFormat(
-        "{\"batch_size\":%d,\"step_ms\":%.5f,\"step_examples_per_sec\":%.2f,"
-        "\"compute_ms\":%.5f,\"compute_examples_per_sec\":%.2f,"
-        "\"compute_cpu_ms\":%.5f,\"compute_examples_per_cpu_sec\":%.2f,"
-        "\"steps\":%d,\"compute_steps\":%d,\"loss\":%.5f}",
-        batch, step_ms, Rate(r.step, batch), compute_ms,
-        Rate(r.compute, batch), CpuMs(r.compute), CpuRate(r.compute, batch),
-        r.step.steps, r.compute.steps, r.step.last_loss));
-  }
+  const double cpu_rate =
+      cpu_seconds > 0 ? static_cast<double>(batch) * compute_steps / cpu_seconds
+                      : 0.0;
+  const std::string more =
+      o.copies == 1 ? ""
+                    : absl::StrFormat(" | %7.3f | %s", wait_ms,
+                                      absl::StrJoin(per_copy, ", "));
+  std::printf("%6d | %9.3f | %12.1f | %10.3f | %12.1f | %8.1f | %11.3f | "
+              "%14.1f%s\n",
+              batch, step_ms, step_rate, compute_ms, compute_rate,
+              100.0 * std::max(0.0, step_ms - compute_ms) / step_ms, cpu_ms,
+              cpu_rate, more.c_str());
+  std::fflush(stdout);
+  const std::string more_json =
+      o.copies == 1
+          ? ""
+          : absl::StrFormat(
+                ",\"compute_examples_per_sec_per_copy\":[%s],"
+                "\"lockstep_wait_ms\":%.5f",
+                absl::StrJoin(per_copy, ","), wait_ms);
+  return absl::StrFormat(
+      "{\"batch_size\":%d,\"step_ms\":%.5f,\"step_examples_per_sec\":%.2f,"
+      "\"compute_ms\":%.5f,\"compute_examples_per_sec\":%.2f,"
+      "\"compute_cpu_ms\":%.5f,\"compute_examples_per_cpu_sec\":%.2f,"
+      "\"steps\":%d,\"compute_steps\":%d,\"loss\":%.5f%s}",
+      batch, step_ms, step_rate, compute_ms, compute_rate, cpu_ms, cpu_rate,
+      steps, compute_steps, copies.front().step.last_loss, more_json);
+}
+
+// Prints the JSON line (and writes --json_out).
+absl::Status PrintJson(const Options& o, const DeviceInfo& dev,
+                       const std::vector<std::string>& results) {
   // The CUDA backend runs plain fp32 unless --tf32; the CPU backends have no
   // TF32.
   const std::string cpu_fields =
@@ -369,19 +483,23 @@ absl::Status Run(const Options& o, int* exit_code) {
                : absl::StrFormat(",\"cpu_backend\":\"%s\",\"cpu_threads\":%d",
                                  CpuBackendName(o.device.cpu_backend),
                                  o.device.cpu_threads);
+  const std::string copies_fields =
+      o.copies == 1 ? ""
+                    : absl::StrFormat(",\"copies\":%d,\"lockstep\":%s",
+                                      o.copies, o.lockstep ? "true" : "false");
   const std::string json = absl::StrFormat(
       "{\"bench\":\"%s_worker_step\",\"impl\":\"downpour\",\"model\":\"%s\","
       "\"device\":\"%s\",\"host_buffers\":\"%s\",\"tf32\":%s,"
-      "\"blocking_sync\":%s,\"deterministic\":%s%s,\"input\":\"synthetic\","
+      "\"blocking_sync\":%s,\"deterministic\":%s%s%s,\"input\":\"synthetic\","
       "\"parameters\":%d,"
       "\"results\":[%s]}",
-      o.model, o.model, dev.backend->Name(), dev.host_allocator->Name(),
+      o.model, o.model, dev.backend, dev.host_buffers,
       dev.cuda && o.device.cuda.allow_tf32 ? "true" : "false",
       dev.cuda && o.device.cuda.blocking_sync ? "true" : "false",
       dev.cuda && o.device.cuda.deterministic_conv_algorithms ? "true"
                                                               : "false",
-      cpu_fields,
-      parameters, absl::StrJoin(results, ","));
+      cpu_fields, copies_fields, dev.parameters,
+      absl::StrJoin(results, ","));
   std::printf("%s\n", json.c_str());
   std::fflush(stdout);
   if (!o.json_out.empty()) {
@@ -393,6 +511,97 @@ absl::Status Run(const Options& o, int* exit_code) {
     }
   }
   return absl::OkStatus();
+}
+
+// A copy's results, in memory its parent reads (plain bytes).
+struct CopySlot {
+  int exit_code = 0;
+  char error[512] = {};
+  char backend[64] = {};
+  char host_buffers[64] = {};
+  bool cuda = false;
+  int64_t parameters = 0;
+  int rows = 0;
+  Row row[kMaxBatchSizes];
+};
+static_assert(std::is_trivially_copyable_v<CopySlot>);
+
+void CopyString(const std::string& from, char* to, size_t size) {
+  std::snprintf(to, size, "%s", from.c_str());
+}
+
+// In a copy: opens the device and measures every batch size into *slot.
+absl::Status MeasureCopy(const Options& o, ProcessCopies* copies,
+                         CopySlot* slot, int* exit_code) {
+  DP_ASSIGN_OR_RETURN(BenchDevice dev, OpenDevice(o, exit_code));
+  DP_ASSIGN_OR_RETURN(slot->parameters, Parameters(o, dev, exit_code));
+  CopyString(dev.backend->Name(), slot->backend, sizeof(slot->backend));
+  CopyString(dev.host_allocator->Name(), slot->host_buffers,
+             sizeof(slot->host_buffers));
+  slot->cuda = dev.cuda;
+  for (int batch : o.batch_sizes) {
+    DP_ASSIGN_OR_RETURN(slot->row[slot->rows],
+                        MeasureBatchSize(o, dev, batch,
+                                         StepGate{copies, o.lockstep}));
+    ++slot->rows;
+  }
+  return absl::OkStatus();
+}
+
+// --copies > 1: forks the copies (before any device opens), then prints
+// what they measured.
+absl::Status RunCopies(const Options& o, int* exit_code) {
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<ProcessCopies> copies,
+                      ProcessCopies::Fork(o.copies, sizeof(CopySlot)));
+  if (copies->index() >= 0) {
+    CopySlot* slot = new (copies->slot(copies->index())) CopySlot();
+    int code = 1;
+    const absl::Status s = MeasureCopy(o, copies.get(), slot, &code);
+    if (s.ok()) copies->ExitCopy(0);
+    CopyString(std::string(s.message()), slot->error, sizeof(slot->error));
+    slot->exit_code = code;
+    copies->ExitCopy(code);
+  }
+  const absl::Status waited = copies->WaitAll(exit_code);
+  std::vector<CopySlot> slots(o.copies);
+  for (int i = 0; i < o.copies; ++i) {
+    std::memcpy(&slots[i], copies->slot(i), sizeof(CopySlot));
+  }
+  if (!waited.ok()) {
+    // The copy that failed said why; the others were stopped.
+    for (const CopySlot& s : slots) {
+      if (s.exit_code != 0) {
+        *exit_code = s.exit_code;
+        return absl::UnknownError(s.error);
+      }
+    }
+    return waited;
+  }
+  const DeviceInfo dev{slots[0].backend, slots[0].host_buffers, slots[0].cuda,
+                       slots[0].parameters};
+  PrintHeader(o, dev);
+  std::vector<std::string> results;
+  for (size_t b = 0; b < o.batch_sizes.size(); ++b) {
+    std::vector<Row> rows;
+    for (const CopySlot& s : slots) rows.push_back(s.row[b]);
+    results.push_back(PrintRow(o, rows));
+  }
+  return PrintJson(o, dev, results);
+}
+
+absl::Status Run(const Options& o, int* exit_code) {
+  if (o.copies > 1) return RunCopies(o, exit_code);
+  DP_ASSIGN_OR_RETURN(BenchDevice dev, OpenDevice(o, exit_code));
+  DP_ASSIGN_OR_RETURN(const int64_t parameters,
+                      Parameters(o, dev, exit_code));
+  const DeviceInfo info = InfoOf(dev, parameters);
+  PrintHeader(o, info);
+  std::vector<std::string> results;
+  for (int batch : o.batch_sizes) {
+    DP_ASSIGN_OR_RETURN(Row r, MeasureBatchSize(o, dev, batch, StepGate()));
+    results.push_back(PrintRow(o, {r}));
+  }
+  return PrintJson(o, info, results);
 }
 
 }  // namespace

@@ -9,7 +9,10 @@
 # copies of the same compute run at once (no servers, no exchange): what W
 # workers' compute alone gets from the machine's shared caches, memory and
 # clocks. The job's ratio to that is what the exchange and the servers
-# cost. During each job, tests/bench/cpu_split.py reads from /proc where the
+# cost. After each sync job, W copies again, each step begun together
+# (compute_bench --copies=W --lockstep): what W sync workers' compute alone
+# gets, the barrier's wait for the slowest and all computes at the same
+# moments included, with no exchange: sync's own ceiling. During each job, tests/bench/cpu_split.py reads from /proc where the
 # CPU goes (the workers' training threads, the servers, the workers' other
 # threads, idle) over 10 s of it: the exchange's CPU per training-thread CPU
 # second is a figure the machine's changing speed moves less than the
@@ -62,6 +65,17 @@ single_core() {
   /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["results"][0]["compute_examples_per_sec"])' "$line"
 }
 
+# W copies of it, each step begun together, about 3 s of steps (arg: the
+# single-core rate): the sum of their examples per wall-clock second.
+w_lockstep() {
+  local steps line
+  steps=$(/usr/bin/python3 -c 'import sys; print(max(20, int(3 * float(sys.argv[1]) / int(sys.argv[2]))))' "$1" "$BATCH")
+  line="$("$BENCH" --device=cpu --cpu_backend=onednn --cpu_threads=1 \
+    --model="$MODEL" --batch_sizes="$BATCH" --copies="$WORKERS" --lockstep \
+    --steps="$steps" 2>/dev/null | tail -1)"
+  /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["results"][0]["compute_examples_per_sec"])' "$line"
+}
+
 # W of those at once: the sum of their examples per wall-clock second.
 w_at_once() {
   local i pids=()
@@ -75,7 +89,7 @@ w_at_once() {
 
 echo "compute_limit: model $MODEL, $SERVERS servers, $WORKERS workers, $EPOCHS epochs, batch $BATCH; load: $(uptime | sed 's/.*load average: //')" >&2
 rows=()
-ratios=()  # "mode ratio ratio_at_once" per job, for the medians.
+ratios=()  # "mode ratio ratio_at_once [lockstep_ratio job_vs_lockstep]" per job.
 for round in $(seq "$ROUNDS"); do
 for mode in $MODES; do
   before="$(single_core)"
@@ -95,24 +109,35 @@ for mode in $MODES; do
   cpu="$(tail -1 "$OUT_DIR/cpu.$mode.$round")"
   after="$(single_core)"
   at_once="$(w_at_once)"
+  lockstep=-
+  [[ $mode == sync ]] && lockstep="$(w_lockstep "$after")"
   summary="$(grep '^SUMMARY ' "$log" | tail -1 | cut -d' ' -f2-)"
   job="$(json_field examples_per_sec "$summary")"
   acc="$(json_field test_accuracy "$summary")"
   split="$(grep -o 'time \[[^]]*\]' "$log" | head -1)"
   rows+=("$(/usr/bin/python3 -c '
 import sys
-mode, before, after, job, w, acc, split, at_once, cpu = sys.argv[1:10]
+mode, before, after, job, w, acc, split, at_once, cpu, lock = sys.argv[1:11]
 core = (float(before) + float(after)) / 2
-print("| %s | %.0f | %.0f | %.3f | %.0f | %.3f | %.4f | %s | %s |" % (
+if lock == "-":
+    lockstep = "- | -"
+else:
+    lockstep = "%.0f (%.3f) | %.3f" % (
+        float(lock), float(lock) / (int(w) * core), float(job) / float(lock))
+print("| %s | %.0f | %.0f | %.3f | %.0f | %.3f | %s | %.4f | %s | %s |" % (
     mode, core, float(job), float(job) / (int(w) * core), float(at_once),
-    float(job) / float(at_once), float(acc), split, cpu))
-' "$mode" "$before" "$after" "$job" "$WORKERS" "$acc" "$split" "$at_once" "$cpu")")
-  ratios+=("$mode $(cut -d'|' -f5 <<<"${rows[-1]}") $(cut -d'|' -f7 <<<"${rows[-1]}")")
+    float(job) / float(at_once), lockstep, float(acc), split, cpu))
+' "$mode" "$before" "$after" "$job" "$WORKERS" "$acc" "$split" "$at_once" "$cpu" "$lockstep")")
+  lock_ratios=""
+  if [[ $lockstep != - ]]; then
+    lock_ratios="$(cut -d'|' -f8 <<<"${rows[-1]}" | grep -o '([0-9.]*)' | tr -d '()') $(cut -d'|' -f9 <<<"${rows[-1]}")"
+  fi
+  ratios+=("$mode $(cut -d'|' -f5 <<<"${rows[-1]}") $(cut -d'|' -f7 <<<"${rows[-1]}") $lock_ratios")
 done
 done
 echo
-echo "| mode | single-core compute ex/s | job ex/s | job / (W x single-core) | W at once ex/s | job / W at once | test accuracy | worker 0's step split | where the CPU went (10 s of the job) |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| mode | single-core compute ex/s | job ex/s | job / (W x single-core) | W at once ex/s | job / W at once | W in lockstep ex/s (/ W x single-core) | job / W in lockstep | test accuracy | worker 0's step split | where the CPU went (10 s of the job) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 if ((ROUNDS > 1)); then
   echo
@@ -120,17 +145,19 @@ if ((ROUNDS > 1)); then
 import statistics, sys
 by = {}
 for line in sys.stdin:
-    mode, r, a = line.split()
-    by.setdefault(mode, []).append((float(r), float(a)))
+    f = [float(x) for x in line.split()[1:]]
+    by.setdefault(line.split()[0], []).append(f)
+def span(xs):
+    return "%.3f (%.3f to %.3f)" % (statistics.median(xs), min(xs), max(xs))
 for mode, rs in by.items():
-    single = [r for r, _ in rs]
-    at_once = [a for _, a in rs]
-    print("%s: median job / (W x single-core) %.3f over %d rounds (%.3f to %.3f); "
-          "job / W at once %.3f (%.3f to %.3f)"
-          % (mode, statistics.median(single), len(rs), min(single), max(single),
-             statistics.median(at_once), min(at_once), max(at_once)))
+    line = ("%s: median job / (W x single-core) %s over %d rounds; job / W at once %s"
+            % (mode, span([r[0] for r in rs]), len(rs), span([r[1] for r in rs])))
+    if all(len(r) == 4 for r in rs):
+        line += ("; W in lockstep / (W x single-core) %s; job / W in lockstep %s"
+                 % (span([r[2] for r in rs]), span([r[3] for r in rs])))
+    print(line)
 '
 fi
 echo
-echo "single-core compute: mean of the measurements just before and after each job; W at once: right after it; logs in $OUT_DIR"
+echo "single-core compute: mean of the measurements just before and after each job; W at once, then W in lockstep (sync): right after it; logs in $OUT_DIR"
 echo "load at the end: $(uptime | sed 's/.*load average: //')"
