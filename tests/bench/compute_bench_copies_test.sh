@@ -29,11 +29,21 @@ for r in j["results"]:
     assert 0 <= r["lockstep_wait_ms"] < r["compute_ms"], r
 PY
 
+# Lockstep puts each copy on a CPU of its own when there are enough.
+json="$(run --copies=2 --lockstep --steps=2)"
+want=false; (( $(nproc) >= 2 )) && want=true
+$PY -c 'import json,sys; assert json.loads(sys.argv[1])["pinned"] is (sys.argv[2] == "true")' "$json" "$want" ||
+  fail "2 copies in lockstep on $(nproc) CPUs: $json"
+json="$(taskset -c 0 "$BENCH" --device=cpu --cpu_threads=1 --batch_sizes=8 \
+  --warmup_steps=1 --copies=2 --lockstep --steps=2 2>/dev/null | tail -1)"
+$PY -c 'import json,sys; assert json.loads(sys.argv[1])["pinned"] is False' "$json" ||
+  fail "2 copies in lockstep on one CPU: $json"
+
 json="$(run --copies=2 --steps=4)"
 $PY - "$json" <<'PY' || fail "copies JSON: $json"
 import json, sys
 j = json.loads(sys.argv[1])
-assert j["copies"] == 2 and j["lockstep"] is False, j
+assert j["copies"] == 2 and j["lockstep"] is False and j["pinned"] is False, j
 for r in j["results"]:
     assert r["lockstep_wait_ms"] == 0, r
     assert len(r["compute_examples_per_sec_per_copy"]) == 2, r

@@ -39,7 +39,11 @@
 // same moments. That is the most W sync workers' compute can give on this
 // machine, with no exchange at all (tests/bench/compute_limit.sh compares
 // the sync job with it). --lockstep needs --steps, so that every copy
-// takes as many steps.
+// takes as many steps, and puts copy i on the i-th CPU this process may
+// use (when there are at least W): unpinned, a copy woken by the barrier
+// is often placed on the CPU of the copy that woke it, and the two share
+// that CPU until the scheduler moves one (on the 2-core machine, 10% of
+// the lockstep rate, docs/results.md).
 //
 // Prints a table, then one JSON line (last line of stdout, also written to
 // --json_out):
@@ -52,7 +56,8 @@
 //                "compute_ms":..,"compute_examples_per_sec":..,
 //                "compute_cpu_ms":..,"compute_examples_per_cpu_sec":..,
 //                "steps":..,"compute_steps":..,"loss":..},...]}
-// With --copies > 1 the top level also has "copies":W,"lockstep":..; each
+// With --copies > 1 the top level also has "copies":W,"lockstep":..,
+// "pinned":.. (each copy on a CPU of its own); each
 // result "compute_examples_per_sec_per_copy":[..] and "lockstep_wait_ms"
 // (per step, the mean over the copies, of the compute figure: time spent
 // waiting for the others, included in compute_ms); the "per CPU-second"
@@ -61,6 +66,7 @@
 // Exit status: 0 ok; 2 a bad flag value (abseil itself exits 1 for an
 // unknown flag or a --device it cannot parse); 3 the device is not available
 // (no GPU or no driver); 1 anything else.
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -139,6 +145,7 @@ struct Options {
   std::string json_out;
   int copies = 1;
   bool lockstep = false;
+  bool pinned = false;  // Set by RunCopies: each copy on a CPU of its own.
 };
 
 struct Measurement {
@@ -400,7 +407,8 @@ void PrintHeader(const Options& o, const DeviceInfo& dev) {
       o.copies == 1
           ? ""
           : absl::StrCat(", ", o.copies, " copies at once",
-                         o.lockstep ? ", each step begun together" : "");
+                         o.lockstep ? ", each step begun together" : "",
+                         o.pinned ? ", each on a CPU of its own" : "");
   std::printf(
       "compute_bench: %s on %s%s%s, host buffers: %s, %lld parameters, "
       "synthetic input, fp32\n"
@@ -485,8 +493,10 @@ absl::Status PrintJson(const Options& o, const DeviceInfo& dev,
                                  o.device.cpu_threads);
   const std::string copies_fields =
       o.copies == 1 ? ""
-                    : absl::StrFormat(",\"copies\":%d,\"lockstep\":%s",
-                                      o.copies, o.lockstep ? "true" : "false");
+                    : absl::StrFormat(
+                          ",\"copies\":%d,\"lockstep\":%s,\"pinned\":%s",
+                          o.copies, o.lockstep ? "true" : "false",
+                          o.pinned ? "true" : "false");
   const std::string json = absl::StrFormat(
       "{\"bench\":\"%s_worker_step\",\"impl\":\"downpour\",\"model\":\"%s\","
       "\"device\":\"%s\",\"host_buffers\":\"%s\",\"tf32\":%s,"
@@ -550,11 +560,27 @@ absl::Status MeasureCopy(const Options& o, ProcessCopies* copies,
 
 // --copies > 1: forks the copies (before any device opens), then prints
 // what they measured.
-absl::Status RunCopies(const Options& o, int* exit_code) {
+absl::Status RunCopies(Options o, int* exit_code) {
+  // The CPUs the copies may use, in order (for --lockstep's placement).
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+  }
+  o.pinned = o.lockstep && static_cast<int>(cpus.size()) >= o.copies;
   DP_ASSIGN_OR_RETURN(std::unique_ptr<ProcessCopies> copies,
                       ProcessCopies::Fork(o.copies, sizeof(CopySlot)));
   if (copies->index() >= 0) {
     CopySlot* slot = new (copies->slot(copies->index())) CopySlot();
+    if (o.pinned) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[copies->index()], &one);
+      sched_setaffinity(0, sizeof(one), &one);  // Before any thread starts.
+    }
     int code = 1;
     const absl::Status s = MeasureCopy(o, copies.get(), slot, &code);
     if (s.ok()) copies->ExitCopy(0);
