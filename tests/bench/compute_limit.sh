@@ -57,23 +57,26 @@ json_field() {  # json_field FIELD JSON
   /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[2])[sys.argv[1]])' "$1" "$2"
 }
 
-# One worker's compute alone, examples per wall-clock second at one thread.
-single_core() {
+# compute_bench at one thread on MODEL and BATCH, with ARGS: its examples
+# per wall-clock second (summed over copies with --copies).
+compute_rate() {
   local line
   line="$("$BENCH" --device=cpu --cpu_backend=onednn --cpu_threads=1 \
-    --model="$MODEL" --batch_sizes="$BATCH" --min_seconds=3 2>/dev/null | tail -1)"
+    --model="$MODEL" --batch_sizes="$BATCH" "$@" 2>/dev/null | tail -1)"
   /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["results"][0]["compute_examples_per_sec"])' "$line"
+}
+
+# One worker's compute alone, examples per wall-clock second at one thread.
+single_core() {
+  compute_rate --min_seconds=3
 }
 
 # W copies of it, each step begun together, about 3 s of steps (arg: the
 # single-core rate): the sum of their examples per wall-clock second.
 w_lockstep() {
-  local steps line
+  local steps
   steps=$(/usr/bin/python3 -c 'import sys; print(max(20, int(3 * float(sys.argv[1]) / int(sys.argv[2]))))' "$1" "$BATCH")
-  line="$("$BENCH" --device=cpu --cpu_backend=onednn --cpu_threads=1 \
-    --model="$MODEL" --batch_sizes="$BATCH" --copies="$WORKERS" --lockstep \
-    --steps="$steps" 2>/dev/null | tail -1)"
-  /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["results"][0]["compute_examples_per_sec"])' "$line"
+  compute_rate --copies="$WORKERS" --lockstep --steps="$steps"
 }
 
 # W of those at once: the sum of their examples per wall-clock second.

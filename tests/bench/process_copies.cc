@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
