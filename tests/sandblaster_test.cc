@@ -264,6 +264,10 @@ TEST(SandblasterTest, PortionAccountingIsExactWithASlowWorker) {
   for (const JsonNumbers& d : out.done) used += static_cast<int64_t>(d.at("portions"));
   // Every evaluation's 8 portions were used exactly once.
   EXPECT_EQ(used, out.evaluations * (kExamples / 250)) << out.output;
+  // The chief began once the whole job had asked for work, so the fast
+  // worker has its share even when its process came up last.
+  EXPECT_TRUE(absl::StrContains(out.output, "all 3 workers joined"))
+      << out.output;
   const double slow = out.done[2].at("portions");
   EXPECT_LT(slow, out.done[0].at("portions")) << out.output;
   EXPECT_LT(slow, out.done[1].at("portions")) << out.output;

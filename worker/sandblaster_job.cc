@@ -307,6 +307,17 @@ absl::StatusOr<SandblasterJobResult> RunSandblaster(
   LbfgsDriver driver(lo, shards.get(), &objective);
   absl::StatusOr<LbfgsResult> driven = absl::UnknownError("not run");
   std::thread driver_thread([&] {
+    const absl::Time asked = absl::Now();
+    const int32_t joined = table.WaitForWorkers(o.coordinator_wait);
+    if (joined < o.num_workers) {
+      Log(o, absl::StrFormat("%d of %d workers joined in %.1f s; starting "
+                             "without the others (they join as they come)",
+                             joined, o.num_workers,
+                             absl::ToDoubleSeconds(absl::Now() - asked)));
+    } else if (o.num_workers > 1) {
+      Log(o, absl::StrFormat("all %d workers joined in %.1f s", o.num_workers,
+                             absl::ToDoubleSeconds(absl::Now() - asked)));
+    }
     driven = driver.Run();
     table.Finish(driven.ok() ? "training finished"
                              : std::string(driven.status().message()));

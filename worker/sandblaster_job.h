@@ -19,7 +19,10 @@
 // over gRPC (registered on the shards, where the other workers find it) and
 // the L-BFGS driver (worker/sandblaster_lbfgs.h) on its own thread, whose
 // objective is an evaluation through the portions followed by a gather of
-// the pushed gradients on the shards. The job ends when the evaluations
+// the pushed gradients on the shards. The driver begins once every worker
+// has asked for work (or after coordinator_wait, with those that have), so
+// that the first evaluations are shared among the whole job. The job ends
+// when the evaluations
 // processed epochs x the training set's examples; x is then what the
 // servers serve.
 //
@@ -57,8 +60,11 @@ struct SandblasterJobOptions {
   // Where the chief's coordinator listens ("host:port"; port 0: any).
   std::string coordinator_listen = "127.0.0.1:0";
   // How long a worker waits for the chief's coordinator to register, and
-  // for a coordinator that stopped answering before it gives up.
+  // the chief for every worker to ask for work before the first
+  // evaluation (it starts with those that did).
   absl::Duration coordinator_wait = absl::Seconds(120);
+  // How long a worker waits for a coordinator that stopped answering
+  // before it gives up.
   absl::Duration coordinator_patience = absl::Seconds(10);
   // A worker that holds used results and has not pushed this long after
   // the evaluation's last result is given up on (its portions reissued).

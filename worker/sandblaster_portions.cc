@@ -64,6 +64,7 @@ absl::StatusOr<WorkOrder> PortionTable::GetWork(const WorkReport& r) {
     o.eval_open = open_ && r.eval == eval_ && !AllResultsIn();
     return o;
   }
+  if (workers_.count(r.worker) == 0) changed_.SignalAll();  // Joined.
   WorkerState& w = workers_[r.worker];
   if (w.incarnation != r.incarnation) {
     // A new process of this worker. What the old one won and pushed is on
@@ -237,6 +238,16 @@ absl::StatusOr<EvalOutcome> PortionTable::Evaluate(
 int32_t PortionTable::WorkersToldDone() const {
   absl::MutexLock l(&mu_);
   return static_cast<int32_t>(told_done_.size());
+}
+
+int32_t PortionTable::WaitForWorkers(absl::Duration max_wait) {
+  const absl::Time deadline = absl::Now() + max_wait;
+  absl::MutexLock l(&mu_);
+  while (!finished_ &&
+         static_cast<int32_t>(workers_.size()) < options_.num_workers &&
+         !changed_.WaitWithDeadline(&mu_, deadline)) {
+  }
+  return static_cast<int32_t>(workers_.size());
 }
 
 void PortionTable::Finish(const std::string& why) {

@@ -143,6 +143,13 @@ class PortionTable {
   void Finish(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Distinct workers answered kDone so far.
   int32_t WorkersToldDone() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until every worker in [0, num_workers) asked for work at least
+  // once (a poll does not count), Finish, or `max_wait`; returns how many
+  // have asked. The chief calls it before the first evaluation, so that
+  // the portions are shared among the whole job rather than taken by
+  // whoever is up first; a worker that comes later joins where it finds
+  // the job.
+  int32_t WaitForWorkers(absl::Duration max_wait) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Slot {
@@ -175,7 +182,8 @@ class PortionTable {
 
   const PortionTableOptions options_;
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // A result or a push came in, or Finish.
+  absl::CondVar changed_;  // A worker joined, a result or a push came in,
+                          // or Finish.
   int64_t eval_ ABSL_GUARDED_BY(mu_) = 0;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);

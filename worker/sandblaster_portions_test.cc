@@ -284,5 +284,42 @@ TEST(PortionTableTest, BadReportsAreRefusedAndExamplesAreThePortions) {
   EXPECT_DOUBLE_EQ(out->loss_sum, 4.0);
 }
 
+// The chief waits for the whole job before its first evaluation: a worker
+// counts once it asked for work (a poll or a refused request does not), and
+// the wait ends when the last one asks, on Finish, or at its limit.
+TEST(PortionTableTest, WaitForWorkersEndsWhenTheLastOneAsks) {
+  PortionTable table(PortionTableOptions{3});
+  EXPECT_EQ(table.WaitForWorkers(absl::ZeroDuration()), 0);
+  EXPECT_EQ(Work(table, Ask(0)).action, WorkAction::kWait);
+  WorkReport poll = Ask(1);
+  poll.poll = true;
+  Work(table, poll);
+  EXPECT_FALSE(table.GetWork(Ask(3)).ok());
+  EXPECT_EQ(table.WaitForWorkers(absl::Milliseconds(20)), 1);
+
+  int32_t joined = -1;
+  absl::Duration waited;
+  std::thread chief([&] {
+    const absl::Time t0 = absl::Now();
+    joined = table.WaitForWorkers(absl::Seconds(60));
+    waited = absl::Now() - t0;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  Work(table, Ask(1));
+  absl::SleepFor(absl::Milliseconds(50));
+  Work(table, Ask(2));
+  chief.join();
+  EXPECT_EQ(joined, 3);
+  EXPECT_GE(waited, absl::Milliseconds(50));
+  EXPECT_LT(waited, absl::Seconds(30));
+
+  PortionTable alone(PortionTableOptions{2});
+  std::thread waiter([&] { joined = alone.WaitForWorkers(absl::Seconds(60)); });
+  absl::SleepFor(absl::Milliseconds(20));
+  alone.Finish("stopped");
+  waiter.join();
+  EXPECT_EQ(joined, 0);
+}
+
 }  // namespace
 }  // namespace downpour
