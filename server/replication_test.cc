@@ -372,7 +372,10 @@ class LoopbackPeer : public ReplicaPeer {
 };
 
 TEST(ReplicationTest, SlowJoinNeitherLeavesThePrimaryAloneNorPromotes) {
-  const absl::Duration lease = absl::Milliseconds(200);
+  // Longer than the fixture's: the test asserts that nothing happened for
+  // three leases, which a heartbeat thread stalled for one lease (TSan on a
+  // loaded machine) would break.
+  const absl::Duration lease = absl::Milliseconds(500);
   std::atomic<ShardReplica*> primary{nullptr}, standby{nullptr};
   std::atomic<int> standby_applied{0};
   std::atomic<bool> importing{false};

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/test_files.h"
 #include "deploy/fs.h"
@@ -81,7 +82,20 @@ TEST(ShardRecoveryTest, KilledShardComesBackFromItsSnapshot) {
   auto s1 = StartServer(dir, 0, {"--checkpoint_every_s=0.2"}, &port);
   ASSERT_NE(s1, nullptr);
   std::vector<float> before = Train(*Client(port), 1, 20);
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // a snapshot
+  // Wait for a snapshot that holds all 20 pushes (not a fixed sleep: a
+  // write can take long on a loaded machine).
+  ASSERT_TRUE(s1->WaitForLine(
+                    [](const std::string& l) {
+                      const size_t at = l.find("written (step ");
+                      int step = 0;
+                      return at != std::string::npos &&
+                             absl::SimpleAtoi(
+                                 l.substr(at + 14, l.find(',', at) - at - 14),
+                                 &step) &&
+                             step >= 20;
+                    },
+                    absl::Seconds(30), nullptr)
+                  .ok());
   ASSERT_TRUE(s1->Signal(SIGKILL).ok());
   s1->WaitFor(absl::Seconds(10), nullptr);
   int port2 = 0;
