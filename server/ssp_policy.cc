@@ -65,6 +65,7 @@ class SspPolicy final : public WaitingPolicy {
           clock_.size()));
     }
     clock_ = clocks;
+    HeardAllLocked();
     return absl::OkStatus();
   }
   // A push's parts already applied before a restart of the shard: the
@@ -111,6 +112,7 @@ absl::StatusOr<PushResult> SspPolicy::Apply(
   {
     absl::MutexLock l(&mu_);
     if (AbortedLocked()) return AbortedStatusLocked();
+    HeardLocked(id.worker_id);
   }
   PushResult result;
   ApplyOnArrival(ctx_, StalenessRule(), grads, &result);
@@ -196,7 +198,8 @@ std::string SspPolicy::DescribeWaitLocked(const PullSpec& spec) const {
 // A waiter overdue for `sync_timeout` evicts the laggards below its bound
 // only when some active worker is at its clock: the worker pulling (its own
 // pushes are in before it pulls). A pull no active worker stands behind
-// evicts nobody; WaitingPolicy answers it DEADLINE_EXCEEDED.
+// evicts nobody; WaitingPolicy answers it DEADLINE_EXCEEDED. A laggard not
+// heard from yet is evicted only after the join timeout.
 void SspPolicy::OnTickLocked(absl::Time now, Outbox* out) {
   for (const Waiter& w : waiters_) {
     if (AbortedLocked()) return;
@@ -207,14 +210,21 @@ void SspPolicy::OnTickLocked(absl::Time now, Outbox* out) {
     }
     if (!someone_at_clock) continue;
     const int64_t bound = w.spec.worker_clock - options_.staleness;
-    std::vector<int32_t> laggards;
+    std::vector<int32_t> laggards, late;
     for (int32_t id = 0; id < static_cast<int32_t>(clock_.size()); ++id) {
-      if (active_[id] && clock_[id] < bound) laggards.push_back(id);
+      if (!active_[id] || clock_[id] >= bound) continue;
+      if (OverdueLocked(id, w.since, now)) {
+        laggards.push_back(id);
+      } else if (!IsHeardLocked(id)) {
+        late.push_back(id);
+      }
     }
+    NoteLateJoinersLocked(late, out);
     if (!laggards.empty()) {
       EvictLocked(laggards,
                   absl::StrCat("clock behind ", bound, " for ",
-                               absl::FormatDuration(options_.sync_timeout)),
+                               absl::FormatDuration(options_.sync_timeout),
+                               " or more"),
                   out);
     }
   }

@@ -43,6 +43,22 @@ TEST(SspModeTest, StalledWorkerIsEvictedAfterTimeout) {
   EXPECT_EQ(f->store->Stats().evicted_workers, std::vector<int32_t>{1});
 }
 
+// A laggard not heard from yet may still be starting: it holds the worker
+// ahead of it up to the join timeout, not the sync timeout.
+TEST(SspModeTest, ALaggardNotHeardFromYetIsWaitedForUpToTheJoinTimeout) {
+  auto f = NewModeStore(TrainMode::kSsp, 2, 0, 1, absl::Milliseconds(100), 0,
+                        /*join_timeout=*/absl::Seconds(60));
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  auto waiting = StartPull(*f->store, 0, 1);
+  absl::SleepFor(absl::Milliseconds(600));  // Six sync timeouts.
+  EXPECT_FALSE(waiting->done.HasBeenNotified()) << waiting->status;
+  EXPECT_TRUE(f->store->Stats().evicted_workers.empty());
+  ASSERT_TRUE(PushConst(*f->store, 1, 1, 1.0f, 0).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
+  EXPECT_TRUE(f->store->Stats().evicted_workers.empty());
+}
+
 // A pull for a clock no active worker has reached (here on a fresh job) is
 // answered DEADLINE_EXCEEDED after the timeout; it evicts nobody (it used to
 // evict every worker and abort the job). A clock absurdly ahead is refused

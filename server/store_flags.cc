@@ -61,7 +61,8 @@ ABSL_FLAG(int64_t, drop_stale_threshold, 0,
           "async: drop updates staler than this (0: never).");
 ABSL_FLAG(double, sync_timeout_s, 30,
           "sync/ssp: seconds to wait for a missing worker before going on "
-          "without it.");
+          "without it; ten times this for a worker not heard from yet (its "
+          "process may still be starting).");
 ABSL_FLAG(int, min_replicas, 1,
           "sync/ssp: fewest workers to go on with; below it the job aborts.");
 ABSL_FLAG(double, checkpoint_every_s, 2,
@@ -72,6 +73,10 @@ ABSL_FLAG(double, checkpoint_every_s, 2,
 
 namespace downpour {
 namespace {
+
+// A worker not heard from yet is waited for this many sync timeouts
+// (ParameterStoreOptions::join_timeout).
+constexpr int kJoinTimeoutFactor = 10;
 
 // Every flag of this file, for GivenStoreFlagArgs and StoreFlags::given.
 const char* const kStoreFlagNames[] = {
@@ -149,6 +154,7 @@ absl::Status ApplyStoreFlags(const StoreFlags& flags,
   out->staleness_aware = s.staleness_aware;
   out->drop_stale_threshold = s.drop_stale_threshold;
   out->sync_timeout = s.sync_timeout;
+  out->join_timeout = kJoinTimeoutFactor * s.sync_timeout;
   out->min_replicas = s.min_replicas;
   OptimizerOptions& o = out->optimizer;
   if (o.learning_rate == 0) {

@@ -136,7 +136,8 @@ struct ModeFixture {
 inline std::unique_ptr<ModeFixture> NewModeStore(TrainMode mode, int workers,
                                           int k = 0, int min_replicas = 1,
                                           absl::Duration timeout = absl::Seconds(30),
-                                          int staleness = 0) {
+                                          int staleness = 0,
+                                          absl::Duration join_timeout = absl::ZeroDuration()) {
   auto f = std::make_unique<ModeFixture>();
   ParameterStoreOptions o;
   o.optimizer.name = "sgd";
@@ -146,6 +147,7 @@ inline std::unique_ptr<ModeFixture> NewModeStore(TrainMode mode, int workers,
   o.replicas_to_aggregate = k;
   o.min_replicas = min_replicas;
   o.sync_timeout = timeout;
+  o.join_timeout = join_timeout;
   o.staleness = staleness;
   ModeFixture* raw = f.get();
   o.log = [raw](const std::string& m) {

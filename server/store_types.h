@@ -47,6 +47,12 @@ struct ParameterStoreOptions {
   // Sync/ssp: longest wait for missing workers before evicting them, and
   // the longest any pull waits.
   absl::Duration sync_timeout = absl::Seconds(30);
+  // Sync/ssp: the same for a worker that has not pushed to this shard
+  // process yet (its process may still be starting); the waits it holds up
+  // last this long. At most sync_timeout (the default, zero) gives no
+  // grace. ps_server sets 10 x sync_timeout. A restored shard has heard
+  // from every worker.
+  absl::Duration join_timeout = absl::ZeroDuration();
   // Sync/ssp: fewest workers the job may go on with.
   int32_t min_replicas = 1;
   // Where eviction and abort messages go (stderr when unset).

@@ -110,6 +110,7 @@ class SyncPolicy final : public WaitingPolicy {
     }
     step_ = clocks[0];
     restored_ = true;
+    HeardAllLocked();
     return absl::OkStatus();
   }
   // After a restore (see "Snapshots and restore" in sync_policy.h): until the
@@ -212,6 +213,7 @@ absl::StatusOr<PushResult> SyncPolicy::Apply(
   {
     absl::MutexLock l(&mu_);
     if (AbortedLocked()) return AbortedStatusLocked();
+    HeardLocked(worker_id);
     int64_t base = std::numeric_limits<int64_t>::max();
     for (const ChunkBytes& g : grads) base = std::min(base, g.base_version);
     if (restored_ && !grads.empty() && base > step_) {
@@ -380,14 +382,23 @@ void SyncPolicy::AdoptStepLocked(int64_t step, const std::string& why) {
 }
 
 void SyncPolicy::OnTickLocked(absl::Time now, Outbox* out) {
-  if (pending_.empty() || now - pending_since_ <= options_.sync_timeout) {
-    return;
-  }
-  std::vector<int32_t> missing;
+  const absl::Duration waited = now - pending_since_;
+  if (pending_.empty() || waited <= options_.sync_timeout) return;
+  // Missing: evicted now (joining: never heard from). Late: not heard from
+  // yet, still waited for; waiting: heard from only lately.
+  std::vector<int32_t> missing, joining, late;
+  bool waiting = false;
   for (int32_t w = 0; w < static_cast<int32_t>(active_.size()); ++w) {
     auto it = pending_.find(w);
-    if (active_[w] && (it == pending_.end() || !it->second.complete())) {
-      missing.push_back(w);
+    if (!active_[w] || (it != pending_.end() && it->second.complete())) {
+      continue;
+    }
+    const bool heard = IsHeardLocked(w);
+    if (!OverdueLocked(w, pending_since_, now)) {
+      if (heard) waiting = true;
+      else late.push_back(w);
+    } else {
+      (heard ? missing : joining).push_back(w);
     }
   }
   if (!missing.empty()) {
@@ -396,6 +407,14 @@ void SyncPolicy::OnTickLocked(absl::Time now, Outbox* out) {
                              absl::FormatDuration(options_.sync_timeout)),
                 out);
   }
+  if (!joining.empty() && !AbortedLocked()) {
+    EvictLocked(joining,
+                absl::StrCat("not heard from within the join timeout of ",
+                             absl::FormatDuration(JoinPatience())),
+                out);
+  }
+  NoteLateJoinersLocked(late, out);
+  if (!late.empty() || waiting) return;
   if (!AbortedLocked() && CompleteCountLocked() >= options_.min_replicas) {
     CompleteStepLocked();
   }

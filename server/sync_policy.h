@@ -15,7 +15,8 @@
 // eviction and abort: server/waiting_policy.h; once a gradient for the step
 // has waited sync_timeout for the others, the missing workers are evicted
 // and the step completes with the gradients already in if at least
-// min_replicas are. A pull for a step nobody has pushed for evicts nobody:
+// min_replicas are (a worker not heard from yet is waited for up to
+// join_timeout: see "Late joiners" in server/waiting_policy.h). A pull for a step nobody has pushed for evicts nobody:
 // it ends DEADLINE_EXCEEDED after sync_timeout.
 //
 // Snapshots and restore. The step survives a snapshot, the step's partial

@@ -74,6 +74,61 @@ TEST(SyncModeTest, MissingWorkerIsEvictedAfterTimeoutNotAHang) {
   EXPECT_EQ(f->store->Stats().steps, 2);
 }
 
+bool Logged(ModeFixture& f, const std::string& text) {
+  absl::MutexLock l(&f.mu);
+  for (const std::string& m : f.logs) {
+    if (m.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A worker not heard from yet may still be starting: the step waits for it
+// up to the join timeout, not the sync timeout, and so does the pull the
+// step holds up; the step then averages every worker's gradient. Once
+// heard from, a silent worker is evicted after the sync timeout as usual.
+TEST(SyncModeTest, AWorkerNotHeardFromYetIsWaitedForUpToTheJoinTimeout) {
+  auto f = NewModeStore(TrainMode::kSync, 2, 0, 1, absl::Milliseconds(100), 0,
+                        /*join_timeout=*/absl::Seconds(60));
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  auto waiting = StartPull(*f->store, 1, -1);
+  absl::SleepFor(absl::Milliseconds(600));  // Six sync timeouts.
+  EXPECT_FALSE(waiting->done.HasBeenNotified()) << waiting->status;
+  EXPECT_TRUE(f->store->Stats().evicted_workers.empty());
+  EXPECT_TRUE(Logged(*f, "waiting for worker 1, not heard from yet"));
+  // Its gradient comes in two parts; from the first one on it has the sync
+  // timeout, counted from then, for the rest.
+  TinyPart b0 = PartOf(0, 3.0f, 0), b1 = PartOf(1, 3.0f, 0);
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 0, 2}, b0.chunks).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(waiting->done.HasBeenNotified()) << waiting->status;
+  EXPECT_TRUE(f->store->Stats().evicted_workers.empty());
+  ASSERT_TRUE(f->store->Push(PushId{1, 1, 1, 2}, b1.chunks).ok());
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -2.0f));
+  // Step 1 without worker 1, now heard from: evicted after the sync timeout.
+  ASSERT_TRUE(PushConst(*f->store, 0, 2, 1.0f, 1).ok());
+  auto next = StartPull(*f->store, 2, -1);
+  ASSERT_TRUE(next->done.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "a worker heard from before was given the join timeout";
+  EXPECT_TRUE(next->status.ok()) << next->status;
+  EXPECT_EQ(f->store->Stats().evicted_workers, std::vector<int32_t>{1});
+}
+
+TEST(SyncModeTest, AWorkerNeverHeardFromIsEvictedAfterTheJoinTimeout) {
+  auto f = NewModeStore(TrainMode::kSync, 2, 0, 1, absl::Milliseconds(100), 0,
+                        /*join_timeout=*/absl::Milliseconds(500));
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(PushConst(*f->store, 0, 1, 1.0f, 0).ok());
+  auto waiting = StartPull(*f->store, 1, -1);
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status;
+  EXPECT_EQ(Values(*f->store), std::vector<float>(6, -1.0f));
+  EXPECT_EQ(f->store->Stats().evicted_workers, std::vector<int32_t>{1});
+  EXPECT_TRUE(Logged(*f, "not heard from within the join timeout of 500ms"));
+}
+
 TEST(SyncModeTest, TooFewWorkersAbortsNamingTheMissingOne) {
   auto f = NewModeStore(TrainMode::kSync, 3, 0, /*min_replicas=*/3,
                         absl::Milliseconds(150));

@@ -37,6 +37,7 @@ WaitingPolicy::WaitingPolicy(StepContext ctx)
     : ctx_(std::move(ctx)), options_(*ctx_.options) {
   absl::MutexLock l(&mu_);
   active_.assign(std::max(options_.num_workers, 0), true);
+  heard_at_.assign(active_.size(), absl::InfiniteFuture());
 }
 
 absl::Status WaitingPolicy::CheckPush(const PushId& id, size_t) {
@@ -117,15 +118,16 @@ void WaitingPolicy::OnTick() {
 
 void WaitingPolicy::ExpireWaitersLocked(absl::Time now, Outbox* out) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (now - it->since <= options_.sync_timeout) {
+    if (!WaiterOverdueLocked(it->since, now)) {
       ++it;
       continue;
     }
     absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-        "pull on shard ", options_.shard_index,
-        " waited the whole sync timeout (",
-        absl::FormatDuration(options_.sync_timeout), ") for ",
-        DescribeWaitLocked(it->spec)));
+        "pull on shard ", options_.shard_index, " waited ",
+        absl::FormatDuration(absl::Trunc(now - it->since,
+                                         absl::Milliseconds(1))),
+        ", past the sync timeout (", absl::FormatDuration(options_.sync_timeout),
+        "), for ", DescribeWaitLocked(it->spec)));
     out->expired.emplace_back(std::move(*it), std::move(status));
     it = waiters_.erase(it);  // Moved from: nothing is destroyed under mu_.
   }
@@ -146,6 +148,42 @@ void WaitingPolicy::FillStats(ShardStats* s) const {
   s->evicted_workers = evicted_;
   s->aborted = aborted_;
   FillStatsLocked(s);
+}
+
+void WaitingPolicy::HeardLocked(int32_t worker_id) {
+  if (!IsHeardLocked(worker_id)) heard_at_[worker_id] = absl::Now();
+}
+
+void WaitingPolicy::HeardAllLocked() {
+  for (absl::Time& t : heard_at_) {
+    if (t == absl::InfiniteFuture()) t = absl::InfinitePast();
+  }
+}
+
+bool WaitingPolicy::OverdueLocked(int32_t worker_id, absl::Time since,
+                                  absl::Time now) const {
+  if (!IsHeardLocked(worker_id)) return now - since > JoinPatience();
+  return now - std::max(since, heard_at_[worker_id]) > options_.sync_timeout;
+}
+
+bool WaitingPolicy::WaiterOverdueLocked(absl::Time since,
+                                        absl::Time now) const {
+  if (now - since <= options_.sync_timeout) return false;
+  for (int32_t w = 0; w < static_cast<int32_t>(active_.size()); ++w) {
+    if (active_[w] && !OverdueLocked(w, since, now)) return false;
+  }
+  return true;
+}
+
+void WaitingPolicy::NoteLateJoinersLocked(const std::vector<int32_t>& workers,
+                                          Outbox* out) {
+  if (late_joiners_noted_ || workers.empty()) return;
+  late_joiners_noted_ = true;
+  out->logs.push_back(absl::StrCat(
+      "waiting for worker", workers.size() > 1 ? "s " : " ",
+      absl::StrJoin(workers, ", "),
+      ", not heard from yet (still starting?), beyond the sync timeout: up "
+      "to the join timeout of ", absl::FormatDuration(JoinPatience())));
 }
 
 int WaitingPolicy::ActiveCountLocked() const {

@@ -14,6 +14,13 @@
 // steps or clocks beyond the shard's furthest is refused at once
 // (InvalidArgument): no worker of the job asks that.
 //
+// Late joiners. A worker that has not pushed to this shard process yet may
+// still be starting (workers of one job can come up minutes apart): it is
+// waited for up to `join_timeout` instead (when that is longer), the pulls
+// waiting meanwhile too, and the shard logs once that it waits for it.
+// Evicting it after sync_timeout would make the first steps average fewer
+// gradients and the run differ from one whose workers started together.
+//
 // A subclass (SyncPolicy, SspPolicy) says when a pull is ready and what a
 // timeout or a leave does, in hooks called with mu_ held. Messages for the
 // log and pulls made ready are collected in an Outbox while mu_ is held and
@@ -24,6 +31,7 @@
 #ifndef DOWNPOUR_SERVER_WAITING_POLICY_H_
 #define DOWNPOUR_SERVER_WAITING_POLICY_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <string>
@@ -127,6 +135,26 @@ class WaitingPolicy : public StepPolicy {
     return absl::AbortedError(aborted_);
   }
   int ActiveCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `worker_id` (checked) pushed to this shard process; every worker, for a
+  // shard restored from a snapshot (heard from by its previous process).
+  void HeardLocked(int32_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HeardAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsHeardLocked(int32_t worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return heard_at_[worker_id] != absl::InfiniteFuture();
+  }
+  // Whether a wait for `worker_id` that began at `since` is over at `now`:
+  // sync_timeout from `since`, or from when the worker was first heard
+  // from if that is later; before that, the join timeout (when longer).
+  bool OverdueLocked(int32_t worker_id, absl::Time since, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration JoinPatience() const {
+    return std::max(options_.sync_timeout, options_.join_timeout);
+  }
+  // Logs, once per shard process, that it waits for `workers` (not heard
+  // from yet) beyond sync_timeout.
+  void NoteLateJoinersLocked(const std::vector<int32_t>& workers, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks `worker_id` active again after an eviction, with a log line
   // "worker N is back at <where>".
   void ReactivateLocked(int32_t worker_id, const std::string& where,
@@ -159,7 +187,16 @@ class WaitingPolicy : public StepPolicy {
   void ExpireWaitersLocked(absl::Time now, Outbox* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Whether a pull waiting since `since` has waited long enough at `now`:
+  // as long as for any active worker (OverdueLocked).
+  bool WaiterOverdueLocked(absl::Time since, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // By worker id: when it first pushed to this shard process
+  // (InfiniteFuture: not yet; InfinitePast: before a restore).
+  std::vector<absl::Time> heard_at_ ABSL_GUARDED_BY(mu_);
+  bool late_joiners_noted_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int32_t> evicted_ ABSL_GUARDED_BY(mu_);
   std::string aborted_ ABSL_GUARDED_BY(mu_);
 };

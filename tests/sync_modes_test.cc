@@ -115,10 +115,7 @@ TEST(SyncModesTest, KilledWorkerInSyncModeTakesTheTimeoutPath) {
   if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed";
   TestClusterOptions o;
   o.num_shards = 2;
-  // The timeout is well above the workers' start-up skew on a slow machine
-  // (a worker that joins later than it is evicted at step 0 and comes back,
-  // which would add it to evicted_workers).
-  o.server_flags = {"--mode=sync", "--num_workers=3", "--sync_timeout_s=6",
+  o.server_flags = {"--mode=sync", "--num_workers=3", "--sync_timeout_s=2",
                     "--min_replicas=2"};
   auto c = TestCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -149,9 +146,7 @@ TEST(SyncModesTest, TooFewWorkersLeftStopsTheJobNamingTheMissingOne) {
   if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed";
   TestClusterOptions o;
   o.num_shards = 1;
-  // Above the workers' start-up skew: a worker that joins later than the
-  // timeout would abort the job at step 0, before the kill.
-  o.server_flags = {"--mode=sync", "--num_workers=2", "--sync_timeout_s=5",
+  o.server_flags = {"--mode=sync", "--num_workers=2", "--sync_timeout_s=1",
                     "--min_replicas=2"};
   auto c = TestCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();

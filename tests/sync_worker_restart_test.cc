@@ -1,6 +1,6 @@
 // A sync-mode worker SIGKILLed mid-run and started
 // again with the same index. Two real ps_server shards (--mode=sync,
-// --sync_timeout_s=6) and two real ps_worker processes train on
+// --sync_timeout_s=3) and two real ps_worker processes train on
 // Fashion-MNIST; once worker 1 is at step 20 it is SIGKILLed and the same
 // command is run again at once. Checked: every process exits 0 (the servers
 // keep running), the job ends within a bound that allows one sync timeout
@@ -42,7 +42,7 @@ TEST(SyncWorkerRestartTest, KilledSyncWorkerRestartedWithItsIndex) {
   }
   TestClusterOptions co;
   co.num_shards = 2;
-  co.server_flags = {"--mode=sync", "--num_workers=2", "--sync_timeout_s=6"};
+  co.server_flags = {"--mode=sync", "--num_workers=2", "--sync_timeout_s=3"};
   auto cluster = TestCluster::Start(co);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string hosts =
@@ -78,9 +78,8 @@ TEST(SyncWorkerRestartTest, KilledSyncWorkerRestartedWithItsIndex) {
   }
   // Undisturbed, the restarted worker's 60 steps take a few seconds (about
   // 5 s on the 2-core dev box); worker 0 waits for the dead worker at most
-  // one sync timeout (6 s, above the workers' start-up skew on a slow
-  // machine) per shard, in parallel. 40 s leaves room for a loaded machine
-  // while a wait per step (60 x 6 s) would not fit.
+  // one sync timeout (3 s) per shard, in parallel. 40 s leaves room for a
+  // loaded machine while a wait per step (60 x 3 s) would not fit.
   const absl::Duration took = absl::Now() - killed;
   std::printf("kill to both workers done: %s\n",
               absl::FormatDuration(took).c_str());
