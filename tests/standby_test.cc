@@ -79,6 +79,9 @@ ModelLayout Layout() {
 
 // Clients 0..kClients-1 push kPushes each, paced, on their own threads;
 // acked counts the acknowledged pushes and last_ack the time of the latest.
+// With HoldLastPush, each client waits before its last push until
+// ReleaseLastPush, so that a kill made meanwhile lands before the job ends
+// however slow the machine.
 class Pushers {
  public:
   explicit Pushers(const StandbyJob& job) {
@@ -108,7 +111,23 @@ class Pushers {
 
   void Join() {
     for (auto& t : threads_) t.join();
+    threads_.clear();
     for (const absl::Status& e : errors_) EXPECT_TRUE(e.ok()) << e;
+  }
+  // A test that stopped early (a failed ASSERT) does not leave the clients
+  // held or their threads unjoined.
+  ~Pushers() {
+    ReleaseLastPush();
+    for (auto& t : threads_) t.join();
+  }
+
+  void HoldLastPush() {
+    absl::MutexLock l(&mu_);
+    hold_last_ = true;
+  }
+  void ReleaseLastPush() {
+    absl::MutexLock l(&mu_);
+    hold_last_ = false;
   }
 
   int acked() const { return acked_.load(); }
@@ -146,6 +165,11 @@ class Pushers {
     std::vector<int64_t> versions;
     std::vector<float> params(n_), grad(n_);
     for (int p = 1; p <= kPushes && errors_[c].ok(); ++p) {
+      if (p == kPushes) {
+        absl::MutexLock l(&mu_);
+        mu_.Await(absl::Condition(
+            +[](bool* hold) { return !*hold; }, &hold_last_));
+      }
       errors_[c] = clients_[c]->Pull(absl::MakeSpan(params), &versions);
       if (!errors_[c].ok()) break;
       // Integers: float32 sums stay exact.
@@ -169,6 +193,7 @@ class Pushers {
   std::atomic<int> acked_{0};
   absl::Mutex mu_;
   std::vector<absl::Time> acks_ ABSL_GUARDED_BY(mu_);
+  bool hold_last_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 void WaitForAcked(const Pushers& p, int n) {
@@ -195,6 +220,7 @@ TEST(StandbyTest, PrimaryKilledStandbyTakesOverAndTheOldOneRejoins) {
   EXPECT_EQ(Health(job.ps[0]), grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_EQ(Health(job.standby[0]),
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  pushers.HoldLastPush();  // The second kill below lands before the end.
   pushers.Start();
 
   // Kill the primary a third of the way in.
@@ -222,13 +248,17 @@ TEST(StandbyTest, PrimaryKilledStandbyTakesOverAndTheOldOneRejoins) {
                           &again_log))
       << absl::StrJoin(again_log, "\n");
 
-  // Two thirds in, the new primary is killed: the rejoined one takes over.
+  // Two thirds in (or later, but before every client's last push), the new
+  // primary is killed: the rejoined one takes over and takes the rest.
   WaitForAcked(pushers, 2 * kClients * kPushes / 3);
   ASSERT_TRUE(standby->Signal(SIGKILL).ok());
   standby->WaitFor(absl::Seconds(5), nullptr);
+  const int at_second_kill = pushers.acked();
+  EXPECT_LT(at_second_kill, kClients * kPushes);
   EXPECT_TRUE(WaitForText(again.get(), "promoted to primary (epoch 3)",
                           absl::Seconds(10), &again_log))
       << absl::StrJoin(again_log, "\n");
+  pushers.ReleaseLastPush();
   pushers.Join();
   pushers.CheckExact();
 }
