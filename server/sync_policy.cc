@@ -382,8 +382,9 @@ void SyncPolicy::AdoptStepLocked(int64_t step, const std::string& why) {
 }
 
 void SyncPolicy::OnTickLocked(absl::Time now, Outbox* out) {
-  const absl::Duration waited = now - pending_since_;
-  if (pending_.empty() || waited <= options_.sync_timeout) return;
+  if (pending_.empty() || now - pending_since_ <= options_.sync_timeout) {
+    return;
+  }
   // Missing: evicted now (joining: never heard from). Late: not heard from
   // yet, still waited for; waiting: heard from only lately.
   std::vector<int32_t> missing, joining, late;

@@ -8,7 +8,8 @@
 // replaces what its old process sent for the step, whole or in part.
 // Gradients from older steps, a second gradient for a step, and gradients
 // still missing parts when the step completes are dropped and counted. A
-// pull may wait for a step (PullSpec::min_version), at most sync_timeout; a
+// pull may wait for a step (PullSpec::min_version), at most sync_timeout
+// (join_timeout while a worker has not been heard from, below); a
 // min_version more than 16 steps ahead is refused at once. The parts of a
 // push together carry every chunk of the shard exactly once (a push missing
 // chunks is refused: a step averages whole gradients). Waiting, leaving,
@@ -16,8 +17,9 @@
 // has waited sync_timeout for the others, the missing workers are evicted
 // and the step completes with the gradients already in if at least
 // min_replicas are (a worker not heard from yet is waited for up to
-// join_timeout: see "Late joiners" in server/waiting_policy.h). A pull for a step nobody has pushed for evicts nobody:
-// it ends DEADLINE_EXCEEDED after sync_timeout.
+// join_timeout: see "Late joiners" in server/waiting_policy.h). A pull for
+// a step nobody has pushed for evicts nobody: it ends DEADLINE_EXCEEDED
+// when its wait is over.
 //
 // Snapshots and restore. The step survives a snapshot, the step's partial
 // gradients do not. A shard restored from a snapshot resumes at the workers'

@@ -126,8 +126,9 @@ void WaitingPolicy::ExpireWaitersLocked(absl::Time now, Outbox* out) {
         "pull on shard ", options_.shard_index, " waited ",
         absl::FormatDuration(absl::Trunc(now - it->since,
                                          absl::Milliseconds(1))),
-        ", past the sync timeout (", absl::FormatDuration(options_.sync_timeout),
-        "), for ", DescribeWaitLocked(it->spec)));
+        ", past the sync timeout (",
+        absl::FormatDuration(options_.sync_timeout), "), for ",
+        DescribeWaitLocked(it->spec)));
     out->expired.emplace_back(std::move(*it), std::move(status));
     it = waiters_.erase(it);  // Moved from: nothing is destroyed under mu_.
   }

@@ -2,10 +2,12 @@
 //
 // The part the sync and ssp modes share: a job of `num_workers` workers of
 // which some are active, pulls that wait until the mode lets them through,
-// and no wait longer than `sync_timeout` (plus one tick), whatever a pull
-// asks for: a worker that leaves is no longer waited for, and after
-// `sync_timeout` the workers being waited for are evicted (named in the log
-// and the stats) and the job goes on with the rest, or, when fewer than
+// and no wait longer than `sync_timeout` (plus one tick; `join_timeout`
+// while a worker has not been heard from, see "Late joiners" below),
+// whatever a pull asks for: a worker that leaves is no longer waited for,
+// and after `sync_timeout` the workers being waited for are evicted (named
+// in the log and the stats) and the job goes on with the rest, or, when
+// fewer than
 // `min_replicas` remain, is aborted: every later push and waiting pull then
 // fails with ABORTED naming the missing workers. The subclass evicts only on
 // behalf of a worker that is ahead (see OnTickLocked); a pull still waiting

@@ -22,9 +22,8 @@
 // the pushed gradients on the shards. The driver begins once every worker
 // has asked for work (or after coordinator_wait, with those that have), so
 // that the first evaluations are shared among the whole job. The job ends
-// when the evaluations
-// processed epochs x the training set's examples; x is then what the
-// servers serve.
+// when the evaluations processed epochs x the training set's examples; x is
+// then what the servers serve.
 //
 // Thread-compatible: one call per process; the chief starts and joins the
 // driver thread.
