@@ -11,6 +11,7 @@
 // layers_graph.cc.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,18 @@ absl::StatusOr<const float*> FusedReluGradient(Backend* backend,
   DP_RETURN_IF_ERROR(backend->Discard(mask->data(), mask->size()));
   DP_RETURN_IF_ERROR(backend->ReluBackward(n, y, dy, mask->data()));
   return mask->data();
+}
+
+absl::Status Layer::BackwardInput(int, const std::vector<const float*>&,
+                                  const float*, const float*,
+                                  const std::vector<float*>&) {
+  return absl::UnimplementedError(
+      absl::StrCat("layer ", name(), " does not split its backward pass"));
+}
+
+absl::Status Layer::BackwardParams() {
+  return absl::UnimplementedError(
+      absl::StrCat("layer ", name(), " does not split its backward pass"));
 }
 
 absl::Status Layer::BindState(const std::vector<float*>& state) {
@@ -253,18 +266,43 @@ class Conv2dLayer : public WeightBiasLayer {
                            const float* dy, float* dx) override {
     const ConvDesc d = Desc(batch);
     if (relu_) {
-      // What an unfused Relu layer wrote into the model's gradient buffer.
-      const int64_t per_example = int64_t{out_channels_} * d.OutH() * d.OutW();
-      DP_ASSIGN_OR_RETURN(dy, FusedReluGradient(backend_,
-                                                max_batch_ * per_example,
-                                                batch * per_example, y, dy,
-                                                &mask_));
+      DP_ASSIGN_OR_RETURN(dy, MaskedGradient(d, y, dy));
     }
     DP_RETURN_IF_ERROR(backend_->Conv2dBackwardFilter(d, x, dy, dw_, db_));
     if (dx != nullptr) {
       DP_RETURN_IF_ERROR(backend_->Conv2dBackwardData(d, w_, dy, dx));
     }
     return absl::OkStatus();
+  }
+
+  // Only the fused form splits: its masked gradient stays in mask_ until the
+  // parameter gradients are computed; an unfused convolution's dy is the
+  // model's buffer, which later layers' backward passes reuse.
+  bool SplitsBackward() const override { return relu_; }
+
+  absl::Status BackwardInput(int batch, const std::vector<const float*>& x,
+                             const float* y, const float* dy,
+                             const std::vector<float*>& dx) override {
+    if (!relu_) return Layer::BackwardInput(batch, x, y, dy, dx);
+    DP_RETURN_IF_ERROR(CheckRun(batch));
+    DP_RETURN_IF_ERROR(CheckArity(1, x, &dx));
+    const ConvDesc d = Desc(batch);
+    DP_ASSIGN_OR_RETURN(const float* masked, MaskedGradient(d, y, dy));
+    if (dx[0] != nullptr) {
+      DP_RETURN_IF_ERROR(backend_->Conv2dBackwardData(d, w_, masked, dx[0]));
+    }
+    deferred_ = Deferred{d, x[0], masked};
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardParams() override {
+    if (!deferred_.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "layer ", name_, ": BackwardParams without BackwardInput"));
+    }
+    const Deferred d = *deferred_;
+    deferred_.reset();
+    return backend_->Conv2dBackwardFilter(d.desc, d.x, d.dy, dw_, db_);
   }
 
  private:
@@ -281,9 +319,27 @@ class Conv2dLayer : public WeightBiasLayer {
     return d;
   }
 
+  // What an unfused Relu layer would have written into the model's gradient
+  // buffer: dy masked by y > 0, in mask_.
+  absl::StatusOr<const float*> MaskedGradient(const ConvDesc& d,
+                                              const float* y,
+                                              const float* dy) {
+    const int64_t per_example = int64_t{out_channels_} * d.OutH() * d.OutW();
+    return FusedReluGradient(backend_, max_batch_ * per_example,
+                             d.batch * per_example, y, dy, &mask_);
+  }
+
+  // Between BackwardInput and BackwardParams.
+  struct Deferred {
+    ConvDesc desc;
+    const float* x;
+    const float* dy;  // mask_.
+  };
+
   const int out_channels_, kernel_, pad_, stride_;
   const bool relu_;
   DeviceBuffer mask_;  // With relu_: dy masked by y > 0, max_batch rows.
+  std::optional<Deferred> deferred_;
 };
 
 class ReluLayer : public ParameterlessLayer {

@@ -116,6 +116,7 @@ class ModelImpl : public Model {
     classes_ = static_cast<int>(out_dims_.back().Size());
     first_param.push_back(specs_.size());
     first_state.push_back(state_specs_.size());
+    PlanDeferral(first_param);
 
     // Buffers.
     DP_ASSIGN_OR_RETURN(params_, DeviceBuffer::Create(backend_, num_params_));
@@ -158,15 +159,83 @@ class ModelImpl : public Model {
       DP_RETURN_IF_ERROR(layer->Bind(backend_, p, g, max_batch_));
       DP_RETURN_IF_ERROR(layer->BindState(st));
       has_params_.push_back(first_param[i + 1] > first_param[i]);
-      node_params_.push_back(first_param[i] < specs_.size()
+      // A node's tensors are adjacent in the flat vector, deferred or not.
+      node_params_.push_back(first_param[i + 1] > first_param[i]
                                  ? offsets_[first_param[i]]
                                  : num_params_);
+      node_params_end_.push_back(
+          first_param[i + 1] > first_param[i]
+              ? offsets_[first_param[i + 1] - 1] +
+                    specs_[first_param[i + 1] - 1].NumElements()
+              : num_params_);
     }
-    node_params_.push_back(num_params_);
     return PlanBackward();
   }
 
-  const std::vector<TensorSpec>& param_specs() const override { return specs_; }
+  // With options_.defer_weight_gradients: picks the deferred nodes and puts
+  // their tensors first in the flat vector (offsets_, flat_specs_).
+  // first_param[i] is node i's first tensor (index into specs_), with one
+  // more entry at the end.
+  void PlanDeferral(const std::vector<size_t>& first_param) {
+    const int n = static_cast<int>(nodes_.size());
+    const auto params_of = [&](int i) {
+      return first_param[i + 1] > first_param[i];
+    };
+    deferred_.assign(n, false);
+    int first = -1;
+    for (int i = 0; i < n && first < 0; ++i) {
+      if (params_of(i)) first = i;
+    }
+    if (first >= 0) {
+      first_layer_tensors_ =
+          static_cast<int>(first_param[first + 1] - first_param[first]);
+    }
+    if (options_.defer_weight_gradients && first >= 0) {
+      for (int i = first + 1; i < n; ++i) {
+        if (!params_of(i) || !nodes_[i].layer->SplitsBackward()) continue;
+        // Does node i's gradient reach `first` through parameterless nodes?
+        std::vector<int> todo = nodes_[i].inputs;
+        std::vector<bool> seen(n, false);
+        while (!todo.empty() && !deferred_[i]) {
+          const int j = todo.back();
+          todo.pop_back();
+          if (j < 0 || seen[j]) continue;
+          seen[j] = true;
+          if (j == first) {
+            deferred_[i] = true;
+          } else if (!params_of(j)) {
+            todo.insert(todo.end(), nodes_[j].inputs.begin(),
+                        nodes_[j].inputs.end());
+          }
+        }
+      }
+    }
+    std::vector<size_t> order;  // Tensors (indices into specs_), flat order.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int i = 0; i < n; ++i) {
+        if (deferred_[i] != (pass == 0)) continue;
+        for (size_t t = first_param[i]; t < first_param[i + 1]; ++t) {
+          order.push_back(t);
+        }
+        if (pass == 0) leading_deferred_tensors_ += static_cast<int>(
+                           first_param[i + 1] - first_param[i]);
+      }
+    }
+    int64_t offset = 0;
+    for (size_t t : order) {
+      offsets_[t] = offset;
+      offset += specs_[t].NumElements();
+      flat_specs_.push_back(specs_[t]);
+    }
+  }
+
+  const std::vector<TensorSpec>& param_specs() const override {
+    return flat_specs_;
+  }
+  int leading_deferred_tensors() const override {
+    return leading_deferred_tensors_;
+  }
+  int first_layer_tensors() const override { return first_layer_tensors_; }
   int64_t num_parameters() const override { return num_params_; }
   Dims input_dims() const override { return input_; }
   int num_classes() const override { return classes_; }
@@ -444,7 +513,7 @@ class ModelImpl : public Model {
                        const RangeHook& before = nullptr) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (before && has_params_[i]) {
-        DP_RETURN_IF_ERROR(before(node_params_[i], node_params_[i + 1]));
+        DP_RETURN_IF_ERROR(before(node_params_[i], node_params_end_[i]));
       }
       // Last step's activation (of a possibly larger batch) is dead.
       DP_RETURN_IF_ERROR(backend_->Discard(acts_[i].data(), acts_[i].size()));
@@ -473,8 +542,13 @@ class ModelImpl : public Model {
         DP_RETURN_IF_ERROR(backend_->Discard(buf.data(), buf.size()));
         dx.push_back(buf.data());
       }
-      DP_RETURN_IF_ERROR(
-          nodes_[i].layer->Backward(batch, Inputs(i), acts_[i].data(), dy, dx));
+      if (deferred_[i]) {
+        DP_RETURN_IF_ERROR(nodes_[i].layer->BackwardInput(
+            batch, Inputs(i), acts_[i].data(), dy, dx));
+      } else {
+        DP_RETURN_IF_ERROR(nodes_[i].layer->Backward(batch, Inputs(i),
+                                                     acts_[i].data(), dy, dx));
+      }
       for (size_t k = 0; k < p.slots.size(); ++k) {
         const SlotPlan& s = p.slots[k];
         if (!s.accumulate) continue;
@@ -483,10 +557,15 @@ class ModelImpl : public Model {
             batch * out_dims_[s.input].Size(), 1.f, dx[k],
             grad_pool_[target].data()));
       }
-      // Node i's parameter gradients, and every later node's, are final.
-      if (ready && has_params_[i] && node_params_[i] > 0) {
+      // Node i's parameter gradients, and those of every node after it in
+      // the flat vector, are final (a deferred node's are not yet).
+      if (ready && has_params_[i] && !deferred_[i] && node_params_[i] > 0) {
         DP_RETURN_IF_ERROR(ready(node_params_[i]));
       }
+    }
+    // The deferred nodes' parameter gradients: the front of the flat vector.
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (deferred_[i]) DP_RETURN_IF_ERROR(nodes_[i].layer->BackwardParams());
     }
     return ready ? ready(0) : absl::OkStatus();
   }
@@ -499,13 +578,19 @@ class ModelImpl : public Model {
 
   std::vector<Dims> out_dims_;     // Per node.
   std::vector<bool> has_params_;   // Per node.
-  // Per node, the flat offset of its first parameter (its parameters are
-  // [node_params_[i], node_params_[i + 1]) when it has any); one more entry,
-  // num_params_.
+  // Per node, its parameters' flat range [node_params_[i],
+  // node_params_end_[i]) (num_params_ for both without parameters).
   std::vector<int64_t> node_params_;
-  std::vector<TensorSpec> specs_;  // Flat order.
+  std::vector<int64_t> node_params_end_;
+  // Per node: its parameter gradients are computed at the end of the
+  // backward pass (ModelOptions::defer_weight_gradients).
+  std::vector<bool> deferred_;
+  int leading_deferred_tensors_ = 0;
+  int first_layer_tensors_ = 0;
+  std::vector<TensorSpec> flat_specs_;  // param_specs(): flat order.
+  std::vector<TensorSpec> specs_;  // Graph order (flat order w/o deferral).
   std::vector<ParamSpec> inits_;   // Parallel to specs_.
-  std::vector<int64_t> offsets_;   // Parallel to specs_, in floats.
+  std::vector<int64_t> offsets_;   // Parallel to specs_: flat, in floats.
   int64_t num_params_ = 0;
   std::vector<TensorSpec> state_specs_;
   std::vector<ParamSpec> state_inits_;

@@ -96,6 +96,20 @@ class Layer {
                                 const float* y, const float* dy,
                                 const std::vector<float*>& dx) = 0;
 
+  // Deferred parameter gradients (ModelOptions::defer_weight_gradients): a
+  // layer that can compute the gradient with respect to its input apart
+  // from its parameter gradients says so here. BackwardInput then writes
+  // only dx, as Backward would, and keeps what BackwardParams needs;
+  // BackwardParams writes the parameter gradients Backward would have
+  // written, bit for bit, provided the layer's inputs and output are still
+  // those of the last training Forward.
+  virtual bool SplitsBackward() const { return false; }
+  virtual absl::Status BackwardInput(int batch,
+                                     const std::vector<const float*>& x,
+                                     const float* y, const float* dy,
+                                     const std::vector<float*>& dx);
+  virtual absl::Status BackwardParams();
+
   // One-input conveniences (a training pass with seed 0).
   absl::StatusOr<Dims> Configure(const Dims& in) {
     return Configure(std::vector<Dims>{in});
@@ -181,7 +195,8 @@ struct StepResult {
 struct StepHooks {
   // Before the forward of a node with parameters, which are the flat range
   // [begin, end): the hook may wait for them and write them
-  // (Model::SetParameterRange). Called in increasing order of begin.
+  // (Model::SetParameterRange). Called in the graph's order (which is
+  // increasing order of begin unless weight gradients are deferred).
   std::function<absl::Status(int64_t begin, int64_t end)> before_forward;
   // After the backward of a node with parameters: the gradients from flat
   // offset `ready_from` to the end are final for this step
@@ -191,6 +206,16 @@ struct StepHooks {
 };
 
 struct ModelOptions {
+  // The parameter gradients of the layers right above the first layer with
+  // parameters (those whose gradient reaches it through parameterless
+  // layers only, and which split their backward: Layer::SplitsBackward) are
+  // computed after the first layer's backward, at the end of the pass, so
+  // the first layer's gradient, which the next step's forward needs first,
+  // is final that much earlier. Their tensors go first in the flat vector
+  // (param_specs(), leading_deferred_tensors()), so gradients still become
+  // final as suffixes of it (StepHooks::gradients_ready). The gradients are
+  // the same bits either way.
+  bool defer_weight_gradients = false;
   // Label smoothing of the training loss, in [0, 1)
   // (Backend::SoftmaxCrossEntropy).
   float label_smoothing = 0.0f;
@@ -212,8 +237,14 @@ class Model {
       Dims input, int max_batch, float label_smoothing = 0.0f);
   virtual ~Model() = default;
 
-  // Parameter tensors in flat order, named "<layer>.<suffix>".
+  // Parameter tensors in flat order, named "<layer>.<suffix>": the layers'
+  // in graph order, except that with ModelOptions::defer_weight_gradients
+  // the deferred layers' tensors come first.
   virtual const std::vector<TensorSpec>& param_specs() const = 0;
+  // How many of param_specs() lead as deferred (0 without deferral).
+  virtual int leading_deferred_tensors() const { return 0; }
+  // How many tensors the first layer with parameters has.
+  virtual int first_layer_tensors() const { return 0; }
   virtual int64_t num_parameters() const = 0;
   virtual Dims input_dims() const = 0;
   virtual int num_classes() const = 0;

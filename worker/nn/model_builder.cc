@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(
   ModelOptions mo;
   mo.label_smoothing = options.label_smoothing;
   mo.dropout_seed = options.dropout_seed;
+  mo.defer_weight_gradients = options.defer_weight_gradients;
   absl::StatusOr<std::unique_ptr<Model>> model =
       Model::Create(backend, std::move(nodes), spec.input, max_batch, mo);
   if (!model.ok()) {

@@ -30,6 +30,8 @@ struct BuildModelOptions {
   float label_smoothing = 0.0f;
   // Seeds the dropout masks (ModelOptions).
   uint64_t dropout_seed = 0;
+  // ModelOptions::defer_weight_gradients.
+  bool defer_weight_gradients = false;
 };
 
 // The built-in models (models/README.md) include:
