@@ -63,15 +63,23 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 // How many chunks a tensor of n elements is cut into (see the file comment).
 // n <= max_total_elements and max_chunk_bytes are validated: no overflow.
-int64_t PiecesOf(int64_t n, const ModelLayout& layout) {
+// A pinned tensor (ModelLayout::pinned_blocks) is not spread.
+int64_t PiecesOf(int64_t n, const ModelLayout& layout, bool pinned) {
   const int64_t max_chunk_elems = layout.max_chunk_bytes / 4;
   // Ceiling division without n + max_chunk_elems - 1, which overflows when
   // max_chunk_bytes is near INT64_MAX (found by layout_fuzzer).
   int64_t pieces = n / max_chunk_elems + (n % max_chunk_elems != 0 ? 1 : 0);
-  if (n * 4 > layout.spread_min_bytes) {
+  if (!pinned && n * 4 > layout.spread_min_bytes) {
     pieces = std::max<int64_t>(pieces, layout.num_shards);
   }
   return std::max<int64_t>(1, std::min<int64_t>(pieces, std::max<int64_t>(n, 1)));
+}
+
+// How many leading tensors the pinned blocks cover (validated: at most all).
+int64_t PinnedTensors(const ModelLayout& layout) {
+  int64_t n = 0;
+  for (const int32_t b : layout.pinned_blocks) n += b;
+  return n;
 }
 
 }  // namespace
@@ -107,6 +115,21 @@ absl::Status ValidateLayout(const ModelLayout& layout,
   if (layout.tensors.empty()) {
     return absl::InvalidArgumentError("layout has no tensors");
   }
+  {
+    int64_t pinned = 0;
+    for (const int32_t b : layout.pinned_blocks) {
+      if (b < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pinned_blocks: a block has ", b, " tensors, not at least 1"));
+      }
+      pinned += b;
+      if (pinned > static_cast<int64_t>(layout.tensors.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pinned_blocks cover more than the layout's ",
+            layout.tensors.size(), " tensors"));
+      }
+    }
+  }
   if (static_cast<int64_t>(layout.tensors.size()) > limits.max_tensors) {
     return absl::InvalidArgumentError(
         absl::StrCat("layout has ", layout.tensors.size(),
@@ -117,6 +140,8 @@ absl::Status ValidateLayout(const ModelLayout& layout,
   // overflow before it is compared with the limit.
   const int64_t max_elems = limits.max_total_elements;
   int64_t total = 0, chunks = 0;
+  const int64_t pinned_tensors = PinnedTensors(layout);
+  int64_t tensor_index = 0;
   for (const TensorSpec& t : layout.tensors) {
     if (t.name.empty()) {
       return absl::InvalidArgumentError("layout has a tensor with no name");
@@ -161,7 +186,8 @@ absl::Status ValidateLayout(const ModelLayout& layout,
           " float32 elements (reached at tensor ", Quoted(t.name), " of shape ",
           ShapeString(t.shape), ")"));
     }
-    chunks += PiecesOf(n, layout);
+    chunks += PiecesOf(n, layout, tensor_index < pinned_tensors);
+    ++tensor_index;
     if (chunks > limits.max_chunks) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layout cuts into more than max_chunks = ", limits.max_chunks,
@@ -193,6 +219,11 @@ std::string LayoutDifference(const ModelLayout& a, const ModelLayout& b) {
     return absl::StrCat("spread_min_bytes ", a.spread_min_bytes, " vs ",
                         b.spread_min_bytes);
   }
+  if (a.pinned_blocks != b.pinned_blocks) {
+    return absl::StrCat("pinned_blocks [",
+                        absl::StrJoin(a.pinned_blocks, ","), "] vs [",
+                        absl::StrJoin(b.pinned_blocks, ","), "]");
+  }
   const size_t n = std::min(a.tensors.size(), b.tensors.size());
   for (size_t i = 0; i < n; ++i) {
     const TensorSpec& x = a.tensors[i];
@@ -219,15 +250,23 @@ absl::StatusOr<ShardMap> ComputeShardMap(const ModelLayout& layout,
   const int num_shards = layout.num_shards;
 
   ShardMap map;
+  const int64_t pinned_tensors = PinnedTensors(layout);
+  // The pinned block of each pinned tensor.
+  std::vector<int32_t> block_of;
+  for (int32_t b = 0; b < static_cast<int32_t>(layout.pinned_blocks.size());
+       ++b) {
+    block_of.insert(block_of.end(), layout.pinned_blocks[b], b);
+  }
   int64_t num_chunks = 0;
-  for (const TensorSpec& t : layout.tensors) {
-    num_chunks += PiecesOf(t.NumElements(), layout);
+  for (int32_t t = 0; t < static_cast<int32_t>(layout.tensors.size()); ++t) {
+    num_chunks +=
+        PiecesOf(layout.tensors[t].NumElements(), layout, t < pinned_tensors);
   }
   map.chunks.reserve(num_chunks);
   int64_t offset = 0;
   for (int32_t t = 0; t < static_cast<int32_t>(layout.tensors.size()); ++t) {
     const int64_t n = layout.tensors[t].NumElements();
-    const int64_t pieces = PiecesOf(n, layout);
+    const int64_t pieces = PiecesOf(n, layout, t < pinned_tensors);
     // Near-equal pieces: the first (n % pieces) get one extra element.
     const int64_t base = n / pieces, extra = n % pieces;
     for (int64_t p = 0; p < pieces; ++p) {
@@ -252,12 +291,25 @@ absl::StatusOr<ShardMap> ComputeShardMap(const ModelLayout& layout,
   });
   map.shard_elements.assign(num_shards, 0);
   map.shard_chunks.assign(num_shards, {});
+  const auto place = [&map](int32_t id, int shard) {
+    map.chunks[id].shard = shard;
+    map.shard_elements[shard] += map.chunks[id].num_elements;
+    map.shard_chunks[shard].push_back(id);
+  };
+  for (const Chunk& c : map.chunks) {
+    if (c.tensor_index < pinned_tensors) {
+      place(c.id, block_of[c.tensor_index] % num_shards);
+    }
+  }
   // The lightest shard, lowest index first among equals: a heap of
   // (elements, shard) keeps this O(chunks * log(shards)).
   using Load = std::pair<int64_t, int>;
   std::priority_queue<Load, std::vector<Load>, std::greater<Load>> lightest;
-  for (int k = 0; k < num_shards; ++k) lightest.push({0, k});
+  for (int k = 0; k < num_shards; ++k) {
+    lightest.push({map.shard_elements[k], k});
+  }
   for (int32_t id : order) {
+    if (map.chunks[id].tensor_index < pinned_tensors) continue;
     const int shard = lightest.top().second;
     lightest.pop();
     map.chunks[id].shard = shard;

@@ -13,6 +13,9 @@
 //    max_chunk_bytes.
 //  * Chunks are assigned largest first to the shard holding the fewest bytes
 //    (ties: lower chunk id, then lower shard index): balanced and deterministic.
+//  * Except the tensors of ModelLayout::pinned_blocks, placed first: whole
+//    (cut only at max_chunk_bytes), each block on a shard of its own when
+//    there are enough.
 //  * Every chunk covers a contiguous range of the flat parameter vector, which
 //    is the concatenation of the tensors in layout order.
 //
@@ -57,13 +60,20 @@ struct ModelLayout {
   int64_t max_chunk_bytes = 1 << 20;
   // Tensors above this size are split over all shards.
   int64_t spread_min_bytes = 64 << 10;
+  // Leading blocks of tensors placed before the others: block k (the next
+  // pinned_blocks[k] tensors in flat order) goes whole, never spread, to
+  // shard k mod num_shards; the rest are then placed as usual around them.
+  // A worker that defers a layer's weight gradients pins that layer and the
+  // first layer apart (worker/nn/model.h, ModelOptions). Empty: none.
+  std::vector<int32_t> pinned_blocks;
 
   // The sum over tensors; exact for a validated layout, saturating else.
   int64_t NumElements() const;
   bool operator==(const ModelLayout& o) const {
     return tensors == o.tensors && num_shards == o.num_shards &&
            max_chunk_bytes == o.max_chunk_bytes &&
-           spread_min_bytes == o.spread_min_bytes;
+           spread_min_bytes == o.spread_min_bytes &&
+           pinned_blocks == o.pinned_blocks;
   }
   bool operator!=(const ModelLayout& o) const { return !(*this == o); }
 };

@@ -253,6 +253,76 @@ TEST(ShardingTest, LimitsAreOptionsAndAreThemselvesChecked) {
   EXPECT_TRUE(ValidateLayoutLimits(LayoutLimits()).ok());
 }
 
+// fashion_cnn with conv2's weight gradient deferred: conv2 leads, then
+// conv1; the two blocks are pinned to shards 0 and 1, whole.
+TEST(ShardingTest, PinnedBlocksGoWholeToTheirShards) {
+  ModelLayout l;
+  l.tensors = {{"conv2.weight", {64, 32, 3, 3}}, {"conv2.bias", {64}},
+               {"conv1.weight", {32, 1, 3, 3}},  {"conv1.bias", {32}},
+               {"fc1.weight", {128, 1600}},      {"fc1.bias", {128}},
+               {"fc2.weight", {10, 128}},        {"fc2.bias", {10}}};
+  l.num_shards = 2;
+  auto plain = ComputeShardMap(l);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // Unpinned, conv2's 72 KiB of weights are spread over both shards.
+  int conv2_chunks = 0;
+  for (const Chunk& c : plain->chunks) conv2_chunks += c.tensor_index == 0;
+  EXPECT_EQ(conv2_chunks, 2);
+
+  l.pinned_blocks = {2, 2};
+  auto map = ComputeShardMap(l);
+  ASSERT_TRUE(map.ok()) << map.status();
+  std::vector<std::vector<int>> shards_of(l.tensors.size());
+  for (const Chunk& c : map->chunks) {
+    shards_of[c.tensor_index].push_back(c.shard);
+  }
+  EXPECT_EQ(shards_of[0], std::vector<int>{0});  // conv2, whole.
+  EXPECT_EQ(shards_of[1], std::vector<int>{0});
+  EXPECT_EQ(shards_of[2], std::vector<int>{1});  // conv1.
+  EXPECT_EQ(shards_of[3], std::vector<int>{1});
+  EXPECT_EQ(shards_of[4], (std::vector<int>{1, 0}));  // fc1, spread.
+  // Every chunk on exactly one shard, the loads summing to the model.
+  int64_t placed = 0;
+  for (int s = 0; s < 2; ++s) {
+    for (int id : map->shard_chunks[s]) {
+      EXPECT_EQ(map->chunks[id].shard, s);
+      placed += map->chunks[id].num_elements;
+    }
+  }
+  EXPECT_EQ(placed, l.NumElements());
+  EXPECT_EQ(map->shard_elements[0] + map->shard_elements[1], l.NumElements());
+
+  // Three blocks on two shards: the third goes to shard 0 again; one shard
+  // takes every block.
+  l.pinned_blocks = {1, 1, 2};
+  map = ComputeShardMap(l);
+  ASSERT_TRUE(map.ok()) << map.status();
+  for (const Chunk& c : map->chunks) {
+    if (c.tensor_index == 2 || c.tensor_index == 3) EXPECT_EQ(c.shard, 0);
+    if (c.tensor_index == 1) EXPECT_EQ(c.shard, 1);
+  }
+  l.num_shards = 1;
+  EXPECT_TRUE(ComputeShardMap(l).ok());
+}
+
+TEST(ShardingTest, RefusesPinnedBlocksBeyondTheTensors) {
+  ModelLayout l = CnnLayout(2);
+  l.pinned_blocks = {1, 0};
+  EXPECT_EQ(ComputeShardMap(l).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  l.pinned_blocks = {static_cast<int32_t>(l.tensors.size()), 1};
+  absl::Status s = ComputeShardMap(l).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("pinned_blocks"), std::string::npos) << s;
+  l.pinned_blocks = {-3};
+  EXPECT_EQ(ComputeShardMap(l).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ModelLayout a = CnnLayout(2), b = CnnLayout(2);
+  b.pinned_blocks = {2};
+  EXPECT_NE(a, b);
+  EXPECT_EQ(LayoutDifference(a, b), "pinned_blocks [] vs [2]");
+}
+
 TEST(ShardingTest, LayoutDifferenceNamesTheFirstDifference) {
   ModelLayout a;
   a.tensors = {{"b", {3}}, {"w", {4, 8}}};

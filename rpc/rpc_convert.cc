@@ -29,6 +29,7 @@ void LayoutToProto(const ModelLayout& layout, proto::ModelLayout* out) {
   out->set_max_chunk_bytes(layout.max_chunk_bytes);
   out->set_num_shards(layout.num_shards);
   out->set_spread_min_bytes(layout.spread_min_bytes);
+  for (const int32_t b : layout.pinned_blocks) out->add_pinned_blocks(b);
 }
 
 ModelLayout LayoutFromProto(const proto::ModelLayout& p) {
@@ -39,6 +40,7 @@ ModelLayout LayoutFromProto(const proto::ModelLayout& p) {
   l.max_chunk_bytes = p.max_chunk_bytes();
   l.num_shards = p.num_shards();
   l.spread_min_bytes = p.spread_min_bytes();
+  l.pinned_blocks.assign(p.pinned_blocks().begin(), p.pinned_blocks().end());
   return l;
 }
 

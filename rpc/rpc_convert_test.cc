@@ -35,6 +35,10 @@ TEST(RpcConvertTest, LayoutRoundTrips) {
   EXPECT_EQ(back.max_chunk_bytes, 1024);
   EXPECT_EQ(back.num_shards, 3);
   EXPECT_EQ(back.spread_min_bytes, 64);
+  EXPECT_TRUE(back.pinned_blocks.empty());
+  l.pinned_blocks = {1, 1};
+  LayoutToProto(l, &p);
+  EXPECT_EQ(LayoutFromProto(p), l);
 }
 
 TEST(RpcConvertTest, StatsRoundTripEveryField) {

@@ -46,10 +46,12 @@ json LayoutJson(const ModelLayout& l) {
   for (const TensorSpec& t : l.tensors) {
     tensors.push_back({{"name", t.name}, {"shape", t.shape}});
   }
-  return {{"tensors", tensors},
-          {"num_shards", l.num_shards},
-          {"max_chunk_bytes", l.max_chunk_bytes},
-          {"spread_min_bytes", l.spread_min_bytes}};
+  json j = {{"tensors", tensors},
+            {"num_shards", l.num_shards},
+            {"max_chunk_bytes", l.max_chunk_bytes},
+            {"spread_min_bytes", l.spread_min_bytes}};
+  if (!l.pinned_blocks.empty()) j["pinned_blocks"] = l.pinned_blocks;
+  return j;
 }
 
 ModelLayout LayoutFromJson(const json& j) {
@@ -61,6 +63,9 @@ ModelLayout LayoutFromJson(const json& j) {
   l.num_shards = j.at("num_shards").get<int32_t>();
   l.max_chunk_bytes = j.at("max_chunk_bytes").get<int64_t>();
   l.spread_min_bytes = j.at("spread_min_bytes").get<int64_t>();
+  if (j.contains("pinned_blocks")) {
+    l.pinned_blocks = j.at("pinned_blocks").get<std::vector<int32_t>>();
+  }
   return l;
 }
 

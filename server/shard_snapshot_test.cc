@@ -110,6 +110,26 @@ TEST(ShardSnapshotTest, RestoredStoreContinuesExactlyLikeTheOriginal) {
   }
 }
 
+// A layout with pinned blocks comes back with them (and one without has
+// none: older snapshots have no such key).
+TEST(ShardSnapshotTest, PinnedBlocksComeBackWithTheLayout) {
+  store_test::Fixture f = MakeFixture(2);
+  f.layout.pinned_blocks = {1, 1};
+  f.map = *ComputeShardMap(f.layout);
+  auto a = Store(TrainMode::kSync, 1, 2);
+  ASSERT_TRUE(a->Declare(f.layout, ChunksOf(f, 1, f.flat)).ok());
+  absl::StatusOr<ShardSnapshot> s = a->Save();
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string dir = FreshDir("pinned");
+  ASSERT_TRUE(WriteShardSnapshot(dir, *s, {}).ok());
+  absl::StatusOr<LoadedSnapshot> loaded = LoadLatestShardSnapshot(dir, 1, 2);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->snapshot.layout, f.layout);
+  auto b = Store(TrainMode::kSync, 1, 2);
+  ASSERT_TRUE(b->Restore(loaded->snapshot).ok());
+  EXPECT_EQ(b->shard_map()->shard_chunks, f.map.shard_chunks);
+}
+
 TEST(ShardSnapshotTest, CorruptOrTruncatedFallsBackToThePreviousOne) {
   store_test::Fixture f = MakeFixture(1);
   auto a = Store(TrainMode::kAsync, 0, 1);
