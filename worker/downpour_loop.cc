@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<DownpourLoop>> DownpourLoop::Create(
   eo.overlap = options.overlap;
   eo.wait_free = options.wait_free;
   eo.bucket_bytes = options.bucket_bytes;
+  eo.early_pulls = options.early_pulls;
   eo.fresh_wait_fraction = options.fresh_wait_fraction;
   DP_ASSIGN_OR_RETURN(std::unique_ptr<Exchange> exchange,
                       Exchange::Create(eo, client, group.get(), alloc));

@@ -69,6 +69,7 @@ struct TrainerOptions {
   // (ExchangeOptions::wait_free).
   bool wait_free = ExchangeOptions{}.wait_free;
   int64_t bucket_bytes = ExchangeOptions{}.bucket_bytes;
+  bool early_pulls = ExchangeOptions{}.early_pulls;
   // Wait-free async: ExchangeOptions::fresh_wait_fraction.
   double fresh_wait_fraction = ExchangeOptions{}.fresh_wait_fraction;
   // Host staging for pulled parameters and pushed gradients (pinned memory

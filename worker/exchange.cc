@@ -420,6 +420,10 @@ class WaitFreeExchange final : public BackgroundExchange {
         s = client_->PushRestThenPull(seq, grads, sending_base_, pulled.params,
                                       pulled.versions, wait);
         pulled_all = true;
+      } else if (sync && options_.early_pulls) {
+        s = client_->PushFromCarryingPulls(seq, grads, sending_base_, from,
+                                           pulled.params, pulled.versions,
+                                           wait);
       } else {
         s = client_->PushFrom(seq, grads, sending_base_, from,
                               async ? &pulled : nullptr);

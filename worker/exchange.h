@@ -74,6 +74,12 @@ struct ExchangeOptions {
   // a bucket holds at least this many bytes; each bucket is pushed as soon
   // as the backward pass has produced all of it.
   int64_t bucket_bytes = 256 << 10;
+  // Wait-free, sync: a shard's last part carries its pull as soon as it
+  // goes, not only at the end of the push
+  // (ParameterClient::PushFromCarryingPulls); for a model whose first
+  // layer's gradient is final before the end of the backward pass
+  // (ModelOptions::defer_weight_gradients).
+  bool early_pulls = false;
   // Wait-free, async: a step that begins while the last step's exchange
   // is still in flight (its buckets have all left, and the reply to the
   // last one, the model's first layers, is on its way) waits for it up to

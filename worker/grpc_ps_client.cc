@@ -79,6 +79,12 @@ class GrpcParameterClient final : public ParameterClient {
                                 absl::Span<float> params,
                                 std::vector<int64_t>* versions,
                                 const PullOptions& options) override;
+  absl::Status PushFromCarryingPulls(int64_t seq,
+                                     absl::Span<const float> grads,
+                                     absl::Span<const int64_t> base_versions,
+                                     int64_t from, absl::Span<float> params,
+                                     std::vector<int64_t>* versions,
+                                     const PullOptions& options) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   const ShardMap& shard_map() const override { return map_; }
 
@@ -150,6 +156,9 @@ class GrpcParameterClient final : public ParameterClient {
   int64_t piece_seq_ = 0;
   std::vector<bool> piece_sent_;
   std::vector<uint64_t> piece_inc_;
+  // Per shard: its values for the step came with its last part
+  // (PushFromCarryingPulls), so PushRestThenPull does not pull it.
+  std::vector<bool> piece_pulled_;
   bool servers_answered_ = false;  // WaitForServers succeeded once.
   // Its buffers are reused across pushes.
   PushEncoder push_encoder_;
@@ -465,6 +474,85 @@ absl::Status GrpcParameterClient::BeginPiece(
   piece_seq_ = seq;
   piece_sent_.assign(parts_.size(), false);
   piece_inc_.assign(parts_.size(), 0);
+  piece_pulled_.assign(transport_.num_shards(), false);
+  return absl::OkStatus();
+}
+
+// As PushFrom, but a shard whose only part left is among these, and which
+// PushRestThenPull would carry its pull on, gets it now (PlanPushEnd). Its
+// reply counts only from the process that acknowledged the shard's earlier
+// parts and at the step asked for; else PushRestThenPull pulls the shard.
+absl::Status GrpcParameterClient::PushFromCarryingPulls(
+    int64_t seq, absl::Span<const float> grads,
+    absl::Span<const int64_t> base_versions, int64_t from,
+    absl::Span<float> params, std::vector<int64_t>* versions,
+    const PullOptions& options) {
+  DP_RETURN_IF_ERROR(BeginPiece(seq, grads, base_versions, nullptr));
+  DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
+  DP_RETURN_IF_ERROR(CheckApart(grads, params, "PushFromCarryingPulls"));
+  const int n = static_cast<int>(parts_.size());
+  const int shards = transport_.num_shards();
+  std::vector<uint64_t> inc(shards);
+  for (int sh = 0; sh < shards; ++sh) inc[sh] = incarnations_.current(sh);
+  const PushEnd end = PlanPushEnd(parts_, pull_parts_, piece_sent_, piece_inc_,
+                                  inc, /*waits_for_step=*/options.min_version >
+                                               0 && options.worker_clock < 0);
+  std::vector<int> plain, carried;
+  for (int i = 0; i < n; ++i) {
+    if (piece_sent_[i] || part_begin_[i] < from) continue;
+    (end.how[parts_[i].shard] == PushEndPull::kCarried ? carried : plain)
+        .push_back(i);
+  }
+  if (!plain.empty()) {
+    std::vector<grpc::ByteBuffer> resp(n);
+    DP_RETURN_IF_ERROR(SendPieces(seq, grads, base_versions, plain,
+                                  /*push_pull=*/false, &resp,
+                                  ReadAcks(&resp, &piece_inc_)));
+  }
+  if (carried.empty()) return absl::OkStatus();
+  std::vector<Part> carry;
+  for (int i : carried) carry.push_back(parts_[i]);
+  wire::PushHead head;
+  head.worker_id = options_.worker_id;
+  head.seq = seq;
+  head.incarnation = options_.incarnation;
+  head.pull_encoding = options_.pull_encoding;
+  head.pull_min_version = options.min_version;
+  std::vector<grpc::ByteBuffer> carry_req = push_encoder_.Encode(
+      map_, carry, head, options_.push_encoding, grads, base_versions);
+  std::vector<grpc::ByteBuffer> req(n), resp(n);
+  std::vector<Part> read_as(n);
+  for (size_t k = 0; k < carried.size(); ++k) {
+    const int i = carried[k];
+    read_as[i] = pull_parts_[end.pull_part[parts_[i].shard]];
+    req[i] = std::move(carry_req[k]);
+  }
+  if (versions->size() != map_.chunks.size()) {
+    versions->assign(map_.chunks.size(), -1);
+  }
+  std::vector<uint64_t> got_inc(n, 0);
+  const auto good = [&](int i) {
+    if (got_inc[i] != inc[parts_[i].shard]) return false;
+    for (int32_t id : read_as[i].chunk_ids) {
+      if ((*versions)[id] < options.min_version) return false;
+    }
+    return true;
+  };
+  const OnReply read = ReadInto(params, versions, &resp, &got_inc,
+                                /*options=*/nullptr, &read_as);
+  DP_RETURN_IF_ERROR(transport_.CallParts(
+      "Push", kPushPullMethod, parts_, carried, req, &resp, [&](int i) {
+        DP_RETURN_IF_ERROR(read(i));
+        if (good(i) && options.on_chunks) {
+          options.on_chunks(read_as[i].chunk_ids);
+        }
+        return absl::OkStatus();
+      }));
+  for (int i : carried) {
+    piece_sent_[i] = true;
+    piece_inc_[i] = got_inc[i];
+    if (good(i)) piece_pulled_[parts_[i].shard] = true;
+  }
   return absl::OkStatus();
 }
 
@@ -535,6 +623,7 @@ absl::Status GrpcParameterClient::PushRestThenPull(
       pull_parts_, options_.worker_id, options, options_.pull_encoding);
   for (int j = 0; j < np; ++j) {
     if (end.how[pull_parts_[j].shard] != PushEndPull::kNow) continue;
+    if (piece_pulled_[pull_parts_[j].shard]) continue;
     which.push_back(n + j);
     methods[n + j] = kPullMethod;
     read_as[n + j] = pull_parts_[j];
@@ -549,7 +638,13 @@ absl::Status GrpcParameterClient::PushRestThenPull(
     }
     return true;
   };
-  versions->assign(map_.chunks.size(), -1);
+  // The shards pulled with their last part keep what came.
+  if (versions->size() != map_.chunks.size()) {
+    versions->assign(map_.chunks.size(), -1);
+  }
+  for (const Chunk& c : map_.chunks) {
+    if (!piece_pulled_[c.shard]) (*versions)[c.id] = -1;
+  }
   const OnReply read = ReadInto(params, versions, &resp, &got_inc,
                                 /*options=*/nullptr, &read_as);
   DP_RETURN_IF_ERROR(transport_.CallParts(

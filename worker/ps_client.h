@@ -124,6 +124,25 @@ class ParameterClient {
     return Pull(params, versions, options);
   }
 
+  // A sync push's parts at or after `from`, as PushFrom(seq, grads,
+  // base_versions, from, nullptr) sends them, except that a shard whose
+  // last part this is may get it as a PushPull whose reply waits for the
+  // step (options.min_version) and brings the shard's new values into
+  // params/versions (options.on_chunks is called for them): the pull
+  // leaves with the gradient instead of at the push's end. The
+  // PushRestThenPull that ends this push (seq) then does not pull that
+  // shard again. `grads` and `params` must not overlap. Default: PushFrom.
+  virtual absl::Status PushFromCarryingPulls(
+      int64_t seq, absl::Span<const float> grads,
+      absl::Span<const int64_t> base_versions, int64_t from,
+      absl::Span<float> params, std::vector<int64_t>* versions,
+      const PullOptions& options) {
+    (void)params;
+    (void)versions;
+    (void)options;
+    return PushFrom(seq, grads, base_versions, from, nullptr);
+  }
+
   // Tells every shard this worker has finished (sync/ssp stop waiting).
   virtual absl::Status Leave() = 0;
 

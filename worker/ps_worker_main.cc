@@ -126,6 +126,7 @@ absl::StatusOr<ReplicaSet> BuildReplicas(const WorkerOptions& f) {
   for (int r = 0; r < R; ++r) {
     BuildModelOptions model_options;
     model_options.label_smoothing = f.label_smoothing;
+    model_options.defer_weight_gradients = f.defer_weight_gradients;
     model_options.dropout_seed =
         f.seed * 0x9E3779B97F4A7C15ull + f.client.worker_id * R + r;
     DP_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,

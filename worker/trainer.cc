@@ -17,6 +17,11 @@ absl::Status DeclareModel(ParameterClient* client, const Model& model,
   layout.tensors = model.param_specs();
   layout.num_shards = num_shards;
   layout.max_chunk_bytes = max_chunk_bytes;
+  // The deferred layers and the first layer on different shards, whole.
+  if (model.leading_deferred_tensors() > 0) {
+    layout.pinned_blocks = {model.leading_deferred_tensors(),
+                            model.first_layer_tensors()};
+  }
   if (initial != nullptr) return client->Declare(layout, *initial);
   return client->Declare(layout, model.InitialParameters(seed));
 }

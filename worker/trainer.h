@@ -49,7 +49,9 @@
 namespace downpour {
 
 // Declares the model's layout on the servers, initialized with `initial`
-// (num_parameters() values) or, when it is null, from `seed`. The first
+// (num_parameters() values) or, when it is null, from `seed`; a model that
+// defers weight gradients pins them and the first layer apart
+// (ModelLayout::pinned_blocks). The first
 // declaration of a job sets the servers' values; later ones only check the
 // layout.
 absl::Status DeclareModel(ParameterClient* client, const Model& model,

@@ -55,6 +55,16 @@ ABSL_FLAG(int64_t, bucket_kb, downpour::TrainingFlags{}.bucket_kb,
           "(--part_kb), as each call costs both ends CPU and no step waits "
           "for the push; sync and ssp, 256, so that most of the gradient is "
           "at the servers when the backward pass ends.");
+ABSL_FLAG(bool, defer_weight_gradients,
+          downpour::TrainingFlags{}.defer_weight_gradients,
+          "Sync: the layers right above the first one (fused convolutions) "
+          "compute their weight gradients after the first layer's backward, "
+          "so the first layer's gradient, whose new values the next step "
+          "needs first, leaves that much earlier; the two are kept whole on "
+          "different shards, each shard's gradient goes in parts of "
+          "--part_kb (unless --bucket_kb is given), and a shard's pull leaves "
+          "with its last part. The same bits as without. No effect in other "
+          "modes.");
 ABSL_FLAG(int, log_every, downpour::TrainingFlags{}.log_every,
           "Print progress every N steps.");
 ABSL_FLAG(int64_t, max_steps, downpour::TrainingFlags{}.max_steps,
@@ -88,6 +98,7 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--bucket_kb must be in [0, 2^30], got ", t.bucket_kb));
   }
+  t.defer_weight_gradients = absl::GetFlag(FLAGS_defer_weight_gradients);
   t.log_every = absl::GetFlag(FLAGS_log_every);
   t.max_steps = absl::GetFlag(FLAGS_max_steps);
   t.max_test_examples = absl::GetFlag(FLAGS_max_test_examples);
@@ -116,9 +127,11 @@ absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags() {
 }
 
 int64_t WaitFreeBucketBytes(int64_t bucket_kb, TrainMode mode,
-                            int64_t part_bytes) {
+                            int64_t part_bytes, bool deferred) {
   if (bucket_kb > 0) return bucket_kb << 10;
-  if (mode == TrainMode::kAsync) return std::max<int64_t>(1, part_bytes);
+  if (mode == TrainMode::kAsync || (mode == TrainMode::kSync && deferred)) {
+    return std::max<int64_t>(1, part_bytes);
+  }
   return TrainingFlags::kSyncBucketKb << 10;
 }
 
@@ -128,7 +141,7 @@ std::vector<std::string> GivenTrainingFlagArgs() {
   return GivenFlagArgs({"model", "seed", "n_fetch", "local_lr", "augment",
                         "augment_crop_padding", "label_smoothing",
                         "data_threads", "prefetch", "overlap", "wait_free",
-                        "bucket_kb", "log_every",
+                        "bucket_kb", "defer_weight_gradients", "log_every",
                         "max_steps", "init_from", "bn_stats_examples"});
 }
 

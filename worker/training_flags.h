@@ -41,6 +41,10 @@ struct TrainingFlags {
   // docs/results.md say why).
   int64_t bucket_kb = 0;
   static constexpr int64_t kSyncBucketKb = 256;
+  // Sync: ModelOptions::defer_weight_gradients, with its placement
+  // (ModelLayout::pinned_blocks) and early pulls
+  // (ExchangeOptions::early_pulls); docs/results.md measures it.
+  bool defer_weight_gradients = true;
   int log_every = 50;
   int64_t max_steps = 0;
   int64_t max_test_examples = 0;
@@ -58,9 +62,10 @@ struct TrainingFlags {
 absl::StatusOr<TrainingFlags> TrainingFlagsFromFlags();
 
 // The wait-free bucket size in bytes for --bucket_kb (0: by mode) in `mode`
-// with parts of `part_bytes`.
+// with parts of `part_bytes`, for a sync model whose weight gradients are
+// deferred or not (`deferred`).
 int64_t WaitFreeBucketBytes(int64_t bucket_kb, TrainMode mode,
-                            int64_t part_bytes);
+                            int64_t part_bytes, bool deferred = false);
 
 // "--name=value" for each training flag given on the command line, except
 // the outputs (--save_params, --summary_json), which the launcher places
