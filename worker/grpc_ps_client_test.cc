@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <set>
 #include <vector>
 
 #include "common/metrics_scrape.h"
@@ -244,6 +245,80 @@ TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
                   .ok());
   EXPECT_EQ(Calls(hosts, "PushPull"), push_pulls);
   EXPECT_EQ(Calls(hosts, "Pull") - pulls, 2);
+}
+
+// Sync with early pulls: a shard whose last part goes before the push's
+// end gets it as a PushPull then, its values come back with it, and the
+// end of the push does not pull it again.
+TEST(GrpcParameterClientTest, SyncPushFromCarryingPullsPullsAShardEarly) {
+  auto hosts = StartShards(2, /*drop_reply_every=*/0, /*sync=*/true);
+  ASSERT_EQ(hosts.size(), 2u);
+  std::vector<float> init;
+  std::unique_ptr<ParameterClient> client =
+      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init);
+  ASSERT_NE(client, nullptr);
+  const int64_t n = static_cast<int64_t>(init.size());
+  const ShardMap& map = client->shard_map();
+  // The break at the first chunk of the shard holding the model's end: that
+  // shard is all above it, the other has chunks below.
+  int early = 0;
+  int64_t last = -1;
+  for (const Chunk& c : map.chunks) {
+    if (c.flat_offset > last) {
+      last = c.flat_offset;
+      early = c.shard;
+    }
+  }
+  int64_t brk = n;
+  bool other_below = false;
+  for (const Chunk& c : map.chunks) {
+    if (c.shard == early) brk = std::min(brk, c.flat_offset);
+  }
+  for (const Chunk& c : map.chunks) {
+    if (c.shard != early && c.flat_offset < brk) other_below = true;
+  }
+  ASSERT_TRUE(other_below) << "the test layout puts every shard above";
+  ASSERT_TRUE(client->SetPushBreaks({brk}).ok());
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(client->Pull(absl::MakeSpan(params), &versions).ok());
+
+  const std::vector<float> g = Ramp(n, 0.25f);
+  const double pulls = Calls(hosts, "Pull");
+  const double push_pulls = Calls(hosts, "PushPull");
+  std::vector<float> after(n, -1.f);
+  std::vector<int64_t> after_versions;
+  std::set<int32_t> arrived;
+  PullOptions wait;
+  wait.min_version = 1;
+  wait.on_chunks = [&arrived](absl::Span<const int32_t> ids) {
+    arrived.insert(ids.begin(), ids.end());
+  };
+  ASSERT_TRUE(client
+                  ->PushFromCarryingPulls(1, g, versions, brk,
+                                          absl::MakeSpan(after),
+                                          &after_versions, wait)
+                  .ok());
+  EXPECT_EQ(Calls(hosts, "PushPull") - push_pulls, 1);
+  // The early shard's values and versions are in; the other's are not.
+  for (const Chunk& c : map.chunks) {
+    EXPECT_EQ(arrived.count(c.id), c.shard == early ? 1u : 0u) << c.id;
+    if (c.shard != early) continue;
+    EXPECT_EQ(after_versions[c.id], 1);
+    for (int64_t i = c.flat_offset; i < c.flat_offset + c.num_elements; ++i) {
+      ASSERT_EQ(after[i], init[i] - g[i]) << i;
+    }
+  }
+  ASSERT_TRUE(client
+                  ->PushRestThenPull(1, g, versions, absl::MakeSpan(after),
+                                     &after_versions, wait)
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i]) << i;
+  for (int64_t v : after_versions) EXPECT_EQ(v, 1);
+  EXPECT_EQ(arrived.size(), map.chunks.size());
+  // The other shard's last part carried its pull; nobody was pulled again.
+  EXPECT_EQ(Calls(hosts, "PushPull") - push_pulls, 2);
+  EXPECT_EQ(Calls(hosts, "Pull") - pulls, 0);
 }
 
 TEST(GrpcParameterClientTest, OptionsAreChecked) {

@@ -22,5 +22,15 @@ TEST(WaitFreeBucketBytesTest, ZeroPicksByMode) {
             TrainingFlags::kSyncBucketKb << 10);
 }
 
+// Sync with deferred weight gradients sends a shard's gradient in parts, as
+// async does: its first layer's shard is done early, the rest at the end.
+TEST(WaitFreeBucketBytesTest, DeferredSyncTakesParts) {
+  EXPECT_EQ(WaitFreeBucketBytes(0, TrainMode::kSync, 1 << 20, true), 1 << 20);
+  EXPECT_EQ(WaitFreeBucketBytes(64, TrainMode::kSync, 1 << 20, true),
+            64 << 10);
+  EXPECT_EQ(WaitFreeBucketBytes(0, TrainMode::kSsp, 1 << 20, true),
+            TrainingFlags::kSyncBucketKb << 10);
+}
+
 }  // namespace
 }  // namespace downpour
