@@ -125,9 +125,6 @@ class GrpcParameterClient final : public ParameterClient {
                                        std::vector<grpc::ByteBuffer>* resp,
                                        std::vector<uint64_t>* part_inc,
                                        const OnReply& on_ok);
-  // Waits until every shard answers GetStats, up to connect_timeout, and
-  // checks that shard s is the s-th address with the right shard count.
-  absl::Status WaitForServers();
   absl::Status CheckPush(absl::Span<const float> grads,
                          absl::Span<const int64_t> base_versions) const;
   // The on_ok of Push replies: part i's server incarnation into
@@ -159,76 +156,10 @@ class GrpcParameterClient final : public ParameterClient {
   // Per shard: its values for the step came with its last part
   // (PushFromCarryingPulls), so PushRestThenPull does not pull it.
   std::vector<bool> piece_pulled_;
-  bool servers_answered_ = false;  // WaitForServers succeeded once.
+  bool servers_answered_ = false;  // WaitUntilAnswering succeeded once.
   // Its buffers are reused across pushes.
   PushEncoder push_encoder_;
 };
-
-absl::Status GrpcParameterClient::WaitForServers() {
-  constexpr absl::Duration kReportEvery = absl::Seconds(3);
-  constexpr absl::Duration kPoll = absl::Milliseconds(250);
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + options_.connect_timeout;
-  absl::Time next_report = start + absl::Seconds(1);
-  const int n = transport_.num_shards();
-  for (int s = 0; s < n; ++s) {
-    const std::string where = absl::StrCat("shard ", s, " at ", options_.hosts[s]);
-    std::string last_error = "no answer";
-    while (true) {
-      if (options_.stop_requested != nullptr &&
-          options_.stop_requested->load()) {
-        return absl::CancelledError(
-            absl::StrCat("stopped while waiting for ", where));
-      }
-      const absl::Time now = absl::Now();
-      if (now >= deadline) {
-        return absl::UnavailableError(absl::StrCat(
-            where, " did not answer within ",
-            absl::FormatDuration(options_.connect_timeout),
-            " (--connect_timeout_s); is it running, at that address? ",
-            last_error));
-      }
-      if (now >= next_report) {
-        if (options_.on_wait) {
-          options_.on_wait(absl::StrFormat(
-              "waiting for %s (%.0f s)", where,
-              absl::ToDoubleSeconds(now - start)));
-        }
-        next_report += kReportEvery;
-      }
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(
-                           std::min(absl::Seconds(1), deadline - now)));
-      proto::StatsRequest req;
-      proto::StatsResponse resp;
-      const int at = transport_.Active(s);
-      const grpc::Status st = transport_.stub(s)->GetStats(&ctx, req, &resp);
-      transport_.Track(s, at, [](grpc::Status) {})(st);
-      if (st.ok()) {
-        if (resp.shard_index() != s || resp.num_shards() != n) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the server at ", options_.hosts[s], " is shard ",
-              resp.shard_index(), " of ", resp.num_shards(),
-              ", but --ps_hosts lists it as shard ", s, " of ", n,
-              ": list every server, in the order of their --shard_index"));
-        }
-        break;
-      }
-      if (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
-          st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-        return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                            absl::StrCat("GetStats to ", where, ": ",
-                                         st.error_message()));
-      }
-      if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        last_error = st.error_message();
-      }
-      absl::SleepFor(std::min(kPoll, deadline - absl::Now()));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
                                           absl::Span<const float> initial) {
@@ -247,7 +178,8 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
   LayoutToProto(layout, &layout_proto);
   DP_RETURN_IF_ERROR(CheckChunksFitMessages(layout, layout_proto, map));
   if (!servers_answered_) {
-    DP_RETURN_IF_ERROR(WaitForServers());
+    DP_RETURN_IF_ERROR(transport_.WaitUntilAnswering(
+        options_.connect_timeout, options_.stop_requested, options_.on_wait));
     servers_answered_ = true;
   }
   std::vector<Part> parts =

@@ -127,8 +127,25 @@ absl::Status RecomputeStatistics(Model* model, const Dataset& train,
 absl::Status SaveModel(const std::string& path, const Model& model,
                        absl::Span<const float> parameters,
                        const std::map<std::string, std::string>& metadata) {
-  std::vector<TensorSpec> specs = model.param_specs();
-  std::vector<float> flat(parameters.begin(), parameters.end());
+  // The graph's order (the flat vector's may lead with deferred layers).
+  const std::vector<TensorSpec>& in_flat = model.param_specs();
+  std::vector<int64_t> offset(in_flat.size() + 1, 0);
+  for (size_t t = 0; t < in_flat.size(); ++t) {
+    offset[t + 1] = offset[t] + in_flat[t].NumElements();
+  }
+  if (static_cast<int64_t>(parameters.size()) != offset.back()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "saving ", path, ": ", parameters.size(), " values for a model of ",
+        offset.back()));
+  }
+  std::vector<TensorSpec> specs;
+  std::vector<float> flat;
+  flat.reserve(parameters.size());
+  for (const int t : model.graph_order()) {
+    specs.push_back(in_flat[t]);
+    flat.insert(flat.end(), parameters.begin() + offset[t],
+                parameters.begin() + offset[t + 1]);
+  }
   if (model.state_size() > 0) {
     std::vector<float> state(model.state_size());
     DP_RETURN_IF_ERROR(model.GetState(absl::MakeSpan(state)));

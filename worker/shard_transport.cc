@@ -1,10 +1,14 @@
 #include "worker/shard_transport.h"
 
 #include <atomic>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_config.h"
@@ -86,6 +90,74 @@ absl::Status ShardTransport::Run(const FanOutCalls& calls,
                                   : options_.max_calls_in_flight_per_connection;
   o.retry = options_.retry;
   return FanOut(calls, o);
+}
+
+absl::Status ShardTransport::WaitUntilAnswering(
+    absl::Duration connect_timeout, const std::atomic<bool>* stop_requested,
+    const std::function<void(const std::string&)>& on_wait) const {
+  constexpr absl::Duration kReportEvery = absl::Seconds(3);
+  constexpr absl::Duration kPoll = absl::Milliseconds(250);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + connect_timeout;
+  absl::Time next_report = start + absl::Seconds(1);
+  const int n = num_shards();
+  for (int s = 0; s < n; ++s) {
+    const std::string where = absl::StrCat("shard ", s, " at ", options_.hosts[s]);
+    std::string last_error = "no answer";
+    while (true) {
+      if (stop_requested != nullptr &&
+          stop_requested->load()) {
+        return absl::CancelledError(
+            absl::StrCat("stopped while waiting for ", where));
+      }
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            where, " did not answer within ",
+            absl::FormatDuration(connect_timeout),
+            " (--connect_timeout_s); is it running, at that address? ",
+            last_error));
+      }
+      if (now >= next_report) {
+        if (on_wait) {
+          on_wait(absl::StrFormat(
+              "waiting for %s (%.0f s)", where,
+              absl::ToDoubleSeconds(now - start)));
+        }
+        next_report += kReportEvery;
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(
+                           std::min(absl::Seconds(1), deadline - now)));
+      proto::StatsRequest req;
+      proto::StatsResponse resp;
+      const int at = Active(s);
+      const grpc::Status st = stub(s)->GetStats(&ctx, req, &resp);
+      Track(s, at, [](grpc::Status) {})(st);
+      if (st.ok()) {
+        if (resp.shard_index() != s || resp.num_shards() != n) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the server at ", options_.hosts[s], " is shard ",
+              resp.shard_index(), " of ", resp.num_shards(),
+              ", but --ps_hosts lists it as shard ", s, " of ", n,
+              ": list every server, in the order of their --shard_index"));
+        }
+        break;
+      }
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
+          st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+        return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                            absl::StrCat("GetStats to ", where, ": ",
+                                         st.error_message()));
+      }
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        last_error = st.error_message();
+      }
+      absl::SleepFor(std::min(kPoll, deadline - absl::Now()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 FanOutCalls ShardTransport::PartCalls(const char* what,

@@ -92,6 +92,14 @@ class ShardTransport {
   // attempt with `timeout`; wait_for_ready waits for servers still starting.
   absl::Status Run(const FanOutCalls& calls, absl::Duration timeout,
                    bool wait_for_ready) const;
+  // Waits until every shard answers GetStats, up to connect_timeout (or
+  // until *stop_requested, when set), telling on_wait (when set) every few
+  // seconds, and checks that shard s is the s-th address with the right
+  // shard count.
+  absl::Status WaitUntilAnswering(
+      absl::Duration connect_timeout, const std::atomic<bool>* stop_requested,
+      const std::function<void(const std::string&)>& on_wait) const;
+
   // FanOutCalls for parts[which[k]], k = 0 .. which.size() - 1: what,
   // count, peer_of and lane_of set; `which` must outlive them.
   FanOutCalls PartCalls(const char* what, absl::Span<const Part> parts,

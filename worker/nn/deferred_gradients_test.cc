@@ -66,6 +66,8 @@ TEST_P(DeferredGradientsTest, TheLayerAboveTheFirstLeadsTheFlatVector) {
       {"fc2.weight", {10, 128}},        {"fc2.bias", {10}},
   };
   EXPECT_EQ(deferred->param_specs(), want);
+  EXPECT_EQ(deferred->graph_order(), (std::vector<int>{2, 3, 0, 1, 4, 5, 6, 7}));
+  EXPECT_EQ(plain->graph_order(), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(deferred->leading_deferred_tensors(), 2);
   EXPECT_EQ(deferred->first_layer_tensors(), 2);
   EXPECT_EQ(plain->leading_deferred_tensors(), 0);

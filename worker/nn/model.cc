@@ -222,7 +222,9 @@ class ModelImpl : public Model {
       }
     }
     int64_t offset = 0;
+    graph_order_.assign(order.size(), 0);
     for (size_t t : order) {
+      graph_order_[t] = static_cast<int>(flat_specs_.size());
       offsets_[t] = offset;
       offset += specs_[t].NumElements();
       flat_specs_.push_back(specs_[t]);
@@ -236,6 +238,7 @@ class ModelImpl : public Model {
     return leading_deferred_tensors_;
   }
   int first_layer_tensors() const override { return first_layer_tensors_; }
+  std::vector<int> graph_order() const override { return graph_order_; }
   int64_t num_parameters() const override { return num_params_; }
   Dims input_dims() const override { return input_; }
   int num_classes() const override { return classes_; }
@@ -588,6 +591,7 @@ class ModelImpl : public Model {
   int leading_deferred_tensors_ = 0;
   int first_layer_tensors_ = 0;
   std::vector<TensorSpec> flat_specs_;  // param_specs(): flat order.
+  std::vector<int> graph_order_;        // Indices into flat_specs_.
   std::vector<TensorSpec> specs_;  // Graph order (flat order w/o deferral).
   std::vector<ParamSpec> inits_;   // Parallel to specs_.
   std::vector<int64_t> offsets_;   // Parallel to specs_: flat, in floats.

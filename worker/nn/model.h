@@ -245,6 +245,9 @@ class Model {
   virtual int leading_deferred_tensors() const { return 0; }
   // How many tensors the first layer with parameters has.
   virtual int first_layer_tensors() const { return 0; }
+  // The indices into param_specs() in the graph's order (the identity
+  // without deferral): files list the tensors this way.
+  virtual std::vector<int> graph_order() const = 0;
   virtual int64_t num_parameters() const = 0;
   virtual Dims input_dims() const = 0;
   virtual int num_classes() const = 0;
