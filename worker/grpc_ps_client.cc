@@ -131,12 +131,13 @@ class GrpcParameterClient final : public ParameterClient {
   // (*part_inc)[i].
   OnReply ReadAcks(std::vector<grpc::ByteBuffer>* resp,
                    std::vector<uint64_t>* part_inc);
-  // push_pull: PushPull requests (with the pull encoding). One request per
-  // part of `parts` (default: parts_).
+  // push_pull: PushPull requests (with the pull encoding; their replies
+  // wait for step pull_min_version when it is > 0). One request per part
+  // of `parts` (default: parts_).
   std::vector<grpc::ByteBuffer> PushRequests(
       int64_t seq, absl::Span<const float> grads,
       absl::Span<const int64_t> base_versions, bool push_pull,
-      const std::vector<Part>* parts = nullptr);
+      const std::vector<Part>* parts = nullptr, int64_t pull_min_version = 0);
 
   const GrpcClientOptions options_;
   ShardTransport transport_;
@@ -153,8 +154,7 @@ class GrpcParameterClient final : public ParameterClient {
   int64_t piece_seq_ = 0;
   std::vector<bool> piece_sent_;
   std::vector<uint64_t> piece_inc_;
-  // Per shard: its values for the step came with its last part
-  // (PushFromCarryingPulls), so PushRestThenPull does not pull it.
+  // Per shard: its values came with its last part (PushFromCarryingPulls).
   std::vector<bool> piece_pulled_;
   bool servers_answered_ = false;  // WaitUntilAnswering succeeded once.
   // Its buffers are reused across pushes.
@@ -288,11 +288,12 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
 std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, bool push_pull,
-    const std::vector<Part>* parts) {
+    const std::vector<Part>* parts, int64_t pull_min_version) {
   wire::PushHead head;
   head.worker_id = options_.worker_id;
   head.seq = seq;
   if (push_pull) head.pull_encoding = options_.pull_encoding;
+  head.pull_min_version = pull_min_version;
   head.incarnation = options_.incarnation;
   return push_encoder_.Encode(map_, parts != nullptr ? *parts : parts_, head,
                               options_.push_encoding, grads, base_versions);
@@ -410,10 +411,8 @@ absl::Status GrpcParameterClient::BeginPiece(
   return absl::OkStatus();
 }
 
-// As PushFrom, but a shard whose only part left is among these, and which
-// PushRestThenPull would carry its pull on, gets it now (PlanPushEnd). Its
-// reply counts only from the process that acknowledged the shard's earlier
-// parts and at the step asked for; else PushRestThenPull pulls the shard.
+// A shard's part carries the pull as in PushRestThenPull (PlanPushEnd), and
+// its reply counts likewise; else PushRestThenPull pulls the shard.
 absl::Status GrpcParameterClient::PushFromCarryingPulls(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, int64_t from,
@@ -423,12 +422,11 @@ absl::Status GrpcParameterClient::PushFromCarryingPulls(
   DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
   DP_RETURN_IF_ERROR(CheckApart(grads, params, "PushFromCarryingPulls"));
   const int n = static_cast<int>(parts_.size());
-  const int shards = transport_.num_shards();
-  std::vector<uint64_t> inc(shards);
-  for (int sh = 0; sh < shards; ++sh) inc[sh] = incarnations_.current(sh);
-  const PushEnd end = PlanPushEnd(parts_, pull_parts_, piece_sent_, piece_inc_,
-                                  inc, /*waits_for_step=*/options.min_version >
-                                               0 && options.worker_clock < 0);
+  std::vector<uint64_t> inc(transport_.num_shards());
+  for (size_t sh = 0; sh < inc.size(); ++sh) inc[sh] = incarnations_.current(sh);
+  const PushEnd end = PlanPushEnd(
+      parts_, pull_parts_, piece_sent_, piece_inc_, inc,
+      /*waits_for_step=*/options.min_version > 0 && options.worker_clock < 0);
   std::vector<int> plain, carried;
   for (int i = 0; i < n; ++i) {
     if (piece_sent_[i] || part_begin_[i] < from) continue;
@@ -442,26 +440,17 @@ absl::Status GrpcParameterClient::PushFromCarryingPulls(
                                   ReadAcks(&resp, &piece_inc_)));
   }
   if (carried.empty()) return absl::OkStatus();
-  std::vector<Part> carry;
+  std::vector<Part> carry, read_as(n);
   for (int i : carried) carry.push_back(parts_[i]);
-  wire::PushHead head;
-  head.worker_id = options_.worker_id;
-  head.seq = seq;
-  head.incarnation = options_.incarnation;
-  head.pull_encoding = options_.pull_encoding;
-  head.pull_min_version = options.min_version;
-  std::vector<grpc::ByteBuffer> carry_req = push_encoder_.Encode(
-      map_, carry, head, options_.push_encoding, grads, base_versions);
+  std::vector<grpc::ByteBuffer> carry_req =
+      PushRequests(seq, grads, base_versions, /*push_pull=*/true, &carry,
+                   options.min_version);
   std::vector<grpc::ByteBuffer> req(n), resp(n);
-  std::vector<Part> read_as(n);
   for (size_t k = 0; k < carried.size(); ++k) {
-    const int i = carried[k];
-    read_as[i] = pull_parts_[end.pull_part[parts_[i].shard]];
-    req[i] = std::move(carry_req[k]);
+    read_as[carried[k]] = pull_parts_[end.pull_part[carry[k].shard]];
+    req[carried[k]] = std::move(carry_req[k]);
   }
-  if (versions->size() != map_.chunks.size()) {
-    versions->assign(map_.chunks.size(), -1);
-  }
+  versions->resize(map_.chunks.size(), -1);
   std::vector<uint64_t> got_inc(n, 0);
   const auto good = [&](int i) {
     if (got_inc[i] != inc[parts_[i].shard]) return false;
@@ -533,14 +522,9 @@ absl::Status GrpcParameterClient::PushRestThenPull(
     which.push_back(i);
     carry.push_back(parts_[i]);
   }
-  wire::PushHead head;
-  head.worker_id = options_.worker_id;
-  head.seq = seq;
-  head.incarnation = options_.incarnation;
-  head.pull_encoding = options_.pull_encoding;
-  head.pull_min_version = options.min_version;
-  std::vector<grpc::ByteBuffer> carry_req = push_encoder_.Encode(
-      map_, carry, head, options_.push_encoding, grads, base_versions);
+  std::vector<grpc::ByteBuffer> carry_req =
+      PushRequests(seq, grads, base_versions, /*push_pull=*/true, &carry,
+                   options.min_version);
   std::vector<grpc::ByteBuffer> req(n + np), resp(n + np);
   std::vector<const char*> methods(n + np, kPushPullMethod);
   // Call k's reply is read as the pull part read_as[k].
@@ -570,11 +554,8 @@ absl::Status GrpcParameterClient::PushRestThenPull(
     }
     return true;
   };
-  // The shards pulled with their last part keep what came.
-  if (versions->size() != map_.chunks.size()) {
-    versions->assign(map_.chunks.size(), -1);
-  }
-  for (const Chunk& c : map_.chunks) {
+  versions->resize(map_.chunks.size(), -1);
+  for (const Chunk& c : map_.chunks) {  // Keeps what came early.
     if (!piece_pulled_[c.shard]) (*versions)[c.id] = -1;
   }
   const OnReply read = ReadInto(params, versions, &resp, &got_inc,
