@@ -101,6 +101,20 @@ void OnStop(int signal) {
   _exit(kExitRetryable);
 }
 
+// An evaluation lays the model out as its servers' job does: deferred
+// weight gradients (--defer_weight_gradients) only for a sync job. Servers
+// that do not answer leave it as it is (the declaration then says why).
+void FollowServersMode(WorkerOptions* f) {
+  if (f->task != WorkerTask::kEval || !f->defer_weight_gradients) return;
+  absl::StatusOr<std::unique_ptr<ParameterClient>> client =
+      NewGrpcParameterClient(f->client);
+  if (!client.ok()) return;
+  absl::StatusOr<std::vector<ShardStats>> stats = (*client)->Stats();
+  if (stats.ok() && !stats->empty()) {
+    f->defer_weight_gradients = stats->front().mode == "sync";
+  }
+}
+
 // The replicas of this process on the devices chosen here, in main's call
 // tree, and passed down (worker/nn/backend_select.h; --device=auto falls back
 // to the CPU when the CUDA backend fails to start).
@@ -229,6 +243,7 @@ absl::Status Run() {
         }));
   }
   g_phase.store(Phase::kLoading);
+  FollowServersMode(&f);
   DP_ASSIGN_OR_RETURN(ReplicaSet set, BuildReplicas(f));
   std::unique_ptr<ExampleSource> train;
   if (f.task == WorkerTask::kTrain) {

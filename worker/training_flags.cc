@@ -57,17 +57,16 @@ ABSL_FLAG(int64_t, bucket_kb, downpour::TrainingFlags{}.bucket_kb,
           "at the servers when the backward pass ends.");
 ABSL_FLAG(bool, defer_weight_gradients,
           downpour::TrainingFlags{}.defer_weight_gradients,
-          "The layers right above the first one (fused convolutions) "
+          "Sync: the layers right above the first one (fused convolutions) "
           "compute their weight gradients after the first layer's backward, "
           "so the first layer's gradient, whose new values the next step "
           "needs first, is final that much earlier; their tensors lead the "
-          "flat vector, and the two are kept whole on different shards. In "
-          "sync mode each shard's gradient then goes in parts of --part_kb "
-          "(unless --bucket_kb is given) and a shard's pull leaves with its "
-          "last part. The same bits as without. Every worker of a job needs "
-          "the same setting (it changes the declared layout): "
-          "--nodefer_weight_gradients for servers and snapshots of a job "
-          "laid out without it.");
+          "flat vector, the two are kept whole on different shards, each "
+          "shard's gradient goes in parts of --part_kb (unless --bucket_kb "
+          "is given) and a shard's pull leaves with its last part. The same "
+          "bits as without. It changes the declared layout: every worker of "
+          "a job needs the same setting (an evaluation follows its servers' "
+          "mode). No effect in other modes.");
 ABSL_FLAG(int, log_every, downpour::TrainingFlags{}.log_every,
           "Print progress every N steps.");
 ABSL_FLAG(int64_t, max_steps, downpour::TrainingFlags{}.max_steps,

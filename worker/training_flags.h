@@ -41,8 +41,8 @@ struct TrainingFlags {
   // docs/results.md say why).
   int64_t bucket_kb = 0;
   static constexpr int64_t kSyncBucketKb = 256;
-  // ModelOptions::defer_weight_gradients and its placement
-  // (ModelLayout::pinned_blocks), in every mode; in sync with early pulls
+  // Sync: ModelOptions::defer_weight_gradients, its placement
+  // (ModelLayout::pinned_blocks) and early pulls
   // (ExchangeOptions::early_pulls). docs/results.md measures it.
   bool defer_weight_gradients = true;
   int log_every = 50;

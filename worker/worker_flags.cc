@@ -104,15 +104,15 @@ absl::Status ReadJob(WorkerOptions* f) {
   f->prefetch = t.prefetch;
   f->trainer.overlap = t.overlap;
   f->trainer.wait_free = t.wait_free;
-  // Every task and mode lays the model out alike, so that any worker of a
-  // job (its evaluation too) declares the same layout; sync also sends the
-  // gradient as the order allows.
-  f->defer_weight_gradients = t.defer_weight_gradients;
+  // Sync only; an evaluation follows its servers' mode (FollowServersMode).
+  f->defer_weight_gradients =
+      t.defer_weight_gradients &&
+      (job.mode == TrainMode::kSync || f->task == WorkerTask::kEval);
   f->trainer.early_pulls =
-      t.defer_weight_gradients && job.mode == TrainMode::kSync;
+      f->defer_weight_gradients && job.mode == TrainMode::kSync;
   f->trainer.bucket_bytes =
       WaitFreeBucketBytes(t.bucket_kb, job.mode, f->client.part_bytes,
-                          t.defer_weight_gradients);
+                          f->trainer.early_pulls);
   f->trainer.log_every = t.log_every;
   f->trainer.max_steps = t.max_steps;
   f->max_test_examples = t.max_test_examples;

@@ -90,7 +90,7 @@ struct WorkerOptions {
   int replicas = 1, data_threads = 2, augment_crop_padding = 4;
   AugmentPolicy augment = AugmentPolicy::kFlip;
   float label_smoothing = 0.0f;  // Of the training loss.
-  // --defer_weight_gradients (ModelOptions).
+  // --defer_weight_gradients, in sync mode (ModelOptions).
   bool defer_weight_gradients = false;
   bool local_sum = true;
   int batch_size = 64, epochs = 3, cpu_threads = 1, prefetch = 4;
