@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -109,13 +110,29 @@ absl::StatusOr<std::unique_ptr<StopSignal>> StopSignal::Install(
   // From here on the destructor undoes what was done, on error too.
   std::unique_ptr<StopSignal> stop(
       new StopSignal(std::move(options), fds[0], fds[1]));
-  stop->watcher_ = std::thread([s = stop.get()] { s->Watch(); });
+  // Blocked here and in the threads started from here on; the watcher
+  // unblocks them for itself, so that it alone runs the handler.
+  sigset_t stop_set;
+  sigemptyset(&stop_set);
+  for (const int sig : kStopSignals) sigaddset(&stop_set, sig);
+  sigset_t before;
+  pthread_sigmask(SIG_BLOCK, &stop_set, &before);
+  stop->installer_ = pthread_self();
+  sigemptyset(&stop->unblock_);
+  for (const int sig : kStopSignals) {
+    if (sigismember(&before, sig) == 0) sigaddset(&stop->unblock_, sig);
+  }
+  stop->watcher_ = std::thread([s = stop.get(), stop_set] {
+    pthread_sigmask(SIG_UNBLOCK, &stop_set, nullptr);
+    s->Watch();
+  });
   g_write_fd.store(fds[1]);
   struct sigaction action = {};
   action.sa_handler = HandleStopSignal;
   sigemptyset(&action.sa_mask);
-  // Interrupted reads and writes go on; waits with a timeout (poll, sleeps)
-  // return early as always, and their loops see the stop when they look.
+  // The watcher's poll returns on EINTR and reads the pipe; a thread that
+  // still takes the signal (one started before Install) goes on with its
+  // interrupted reads and writes.
   action.sa_flags = SA_RESTART;
   for (const int sig : kStopSignals) {
     if (sigaction(sig, &action, &stop->previous_[stop->replaced_]) != 0) {
@@ -138,6 +155,11 @@ StopSignal::~StopSignal() {
       if (errno == EAGAIN) absl::SleepFor(absl::Milliseconds(1));
     }
     watcher_.join();
+  }
+  // A signal that came since the watcher left is handled now, by the
+  // dispositions restored above.
+  if (pthread_equal(pthread_self(), installer_) != 0) {
+    pthread_sigmask(SIG_UNBLOCK, &unblock_, nullptr);
   }
   absl::MutexLock l(&g_install_mu);
   g_installed = false;

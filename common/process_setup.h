@@ -18,6 +18,7 @@
 #ifndef DOWNPOUR_COMMON_PROCESS_SETUP_H_
 #define DOWNPOUR_COMMON_PROCESS_SETUP_H_
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
@@ -50,6 +51,17 @@ std::string SelfExePath();
 // notifies stopped(), so a waiter blocks without polling. A second signal
 // updates signal_number() and nothing else; the process is not killed.
 //
+// The signals go to that thread: Install blocks SIGINT and SIGTERM in the
+// calling thread, so that every thread it starts from then on (gRPC's, the
+// trainer's) inherits the block, and the watcher unblocks them for itself
+// alone. A thread blocked in a library's wait is then never the one picked
+// to run the handler; under ThreadSanitizer, which runs a handler only when
+// its thread next enters an intercepted call, a signal picked by a thread
+// waiting inside uninstrumented gRPC was never handled at all. A signal sent
+// to a blocking thread itself (raise, pthread_kill) waits until the thread
+// unblocks it; kill(2) and the shell's kill reach the watcher. Children
+// started through deploy/subprocess.cc clear their mask before exec.
+//
 // A signal's disposition belongs to the process, so at most one StopSignal
 // is installed at a time (Install refuses a second), and only a main
 // installs one. Destroying it restores the dispositions it replaced. The
@@ -58,7 +70,8 @@ std::string SelfExePath();
 // object is destroyed.
 //
 // Thread-safety: the accessors may be called from any thread; Install and
-// the destructor from main.
+// the destructor from main (the destructor unblocks the signals again when
+// it runs on the thread that installed).
 class StopSignal {
  public:
   struct Options {
@@ -100,6 +113,10 @@ class StopSignal {
   // `replaced_` of them.
   struct sigaction previous_[2] = {};
   int replaced_ = 0;
+  // The thread that installed, and the stop signals it had not blocked
+  // before (the destructor unblocks those on it).
+  pthread_t installer_ = {};
+  sigset_t unblock_ = {};
 };
 
 }  // namespace downpour

@@ -78,9 +78,11 @@ for stage in $stages; do
       else
         excluded=()
         for t in ${SANITIZER_ASAN_EXCLUDE:-}; do excluded+=("-$t"); done
-        run_stage "ASan+UBSan" asan -- //common/... //rpc/... //server/... \
-          //worker/... //deploy/... //tests/... //proto/... //fuzz/... \
-          //tools/... //third_party/... "${excluded[@]}"
+        # --build_tests_only: the benchmarks' own binaries are built by
+        # deploy/test.sh's gcc stage, with the compiler they are run with.
+        run_stage "ASan+UBSan" asan --build_tests_only -- //common/... \
+          //rpc/... //server/... //worker/... //deploy/... //tests/... \
+          //proto/... //fuzz/... //tools/... //third_party/... "${excluded[@]}"
       fi
       ;;
     tsan)

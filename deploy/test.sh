@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs Downpour's whole test suite on a fresh machine (the CI command):
 # installs what is missing (deploy/setup.sh), then
-#   1. with gcc, the optimized build the launcher runs, the tests that cannot
-#      run instrumented (PLAIN_ONLY below);
+#   1. with gcc, the optimized build the launcher runs: the benchmarks' build
+#      and the tests that cannot run instrumented (PLAIN_ONLY below);
 #   2. through deploy/sanitizer_checks.sh: every other test of the tree once,
 #      under ASan+UBSan in a clang-14 build that also checks every lock
 #      annotation (-Werror=thread-safety); the concurrency-heavy tests under
@@ -35,7 +35,9 @@ if [[ "${DOWNPOUR_CI_SUITE:-asan}" == plain ]]; then
   bazel test //... "$@"
 else
   export SANITIZER_ASAN_EXCLUDE="${PLAIN_ONLY[*]}"
-  bazel test "${PLAIN_ONLY[@]}" "$@"
+  # The benchmarks are built here, as they are run (gcc, optimized); the
+  # ASan stage builds tests only.
+  bazel build //tests/bench/... && bazel test "${PLAIN_ONLY[@]}" "$@"
 fi
 rc=$?
 echo "test: plain (gcc) stage took $((SECONDS - start)) s" >&2
