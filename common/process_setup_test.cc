@@ -24,8 +24,7 @@ namespace {
 void SignalProcess(int sig) { ASSERT_EQ(kill(getpid(), sig), 0); }
 
 // Waits until `flag` reads `want`; false after 10 s.
-template <typename T>
-bool Eventually(const std::atomic<T>* flag, T want) {
+bool Eventually(const std::atomic<int>* flag, int want) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (flag->load() != want) {
     if (absl::Now() > deadline) return false;
