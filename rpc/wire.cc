@@ -191,6 +191,42 @@ absl::StatusOr<WireChunk> ParseChunk(Cursor c, absl::string_view what) {
   return out;
 }
 
+// A SharedMemory submessage: varint fields 1 to 6.
+absl::StatusOr<SharedRef> ParseSharedRef(Cursor c, absl::string_view what) {
+  SharedRef r;
+  while (c.left() > 0) {
+    uint64_t v;
+    int field, type;
+    DP_RETURN_IF_ERROR(ReadTag(&c, what, &field, &type));
+    if (type == kVarint && field >= 1 && field <= 6) {
+      if (!c.ReadVarint(&v)) return Malformed(what, "truncated shared field");
+      switch (field) {
+        case 1:
+          r.pid = static_cast<uint32_t>(v);
+          break;
+        case 2:
+          r.fd = static_cast<int32_t>(v);
+          break;
+        case 3:
+          r.key = v;
+          break;
+        case 4:
+          r.size = v;
+          break;
+        case 5:
+          r.push_offset = v;
+          break;
+        case 6:
+          r.reply_offset = v;
+          break;
+      }
+    } else if (!SkipField(&c, type)) {
+      return Malformed(what, absl::StrCat("bad shared field ", field, " type ", type));
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<Encoding> ParseEncoding(absl::string_view name) {
@@ -254,6 +290,19 @@ void AppendPushHead(const PushHead& head, std::string* out) {
   if (head.incarnation != 0) PutVarintField(8, head.incarnation, out);
   if (head.pull_min_version != 0) {
     PutVarintField(9, static_cast<uint64_t>(head.pull_min_version), out);
+  }
+  if (head.shared.has_value()) {
+    const SharedRef& r = *head.shared;
+    std::string inner;
+    PutVarintField(1, r.pid, &inner);
+    PutVarintField(2, static_cast<uint64_t>(static_cast<int64_t>(r.fd)), &inner);
+    PutVarintField(3, r.key, &inner);
+    PutVarintField(4, r.size, &inner);
+    PutVarintField(5, r.push_offset, &inner);
+    PutVarintField(6, r.reply_offset, &inner);
+    PutVarint(static_cast<uint64_t>(kPushSharedField) << 3 | 2, out);
+    PutVarint(inner.size(), out);
+    out->append(inner);
   }
 }
 
@@ -332,6 +381,15 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
       absl::StatusOr<WireChunk> chunk = ParseChunk(sub, kWhat);
       if (!chunk.ok()) return chunk.status();
       m.chunks.push_back(*chunk);
+    } else if (field == kPushSharedField && type == kLen) {
+      Cursor sub = c;
+      if (!c.ReadVarint(&v) || v > static_cast<uint64_t>(INT64_MAX) ||
+          !c.Sub(static_cast<int64_t>(v), &sub)) {
+        return Malformed(kWhat, "shared runs past the end of the message");
+      }
+      absl::StatusOr<SharedRef> ref = ParseSharedRef(sub, kWhat);
+      if (!ref.ok()) return ref.status();
+      m.shared = *ref;
     } else if (!SkipField(&c, type)) {
       return Malformed(kWhat, absl::StrCat("bad field ", field, " type ", type));
     }
@@ -339,19 +397,21 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
   return m;
 }
 
-std::string PullResponseHead(uint64_t server_incarnation) {
+std::string PullResponseHead(uint64_t server_incarnation, bool values_shared) {
   std::string out;
   if (server_incarnation != 0) {
     PutVarintField(kPullServerIncarnationField, server_incarnation, &out);
   }
+  if (values_shared) PutVarintField(kPullValuesSharedField, 1, &out);
   return out;
 }
 
 absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(
-    const Pieces& pieces, uint64_t* server_incarnation) {
+    const Pieces& pieces, uint64_t* server_incarnation, bool* values_shared) {
   constexpr absl::string_view kWhat = "PullResponse";
   std::vector<WireChunk> chunks;
   if (server_incarnation != nullptr) *server_incarnation = 0;
+  if (values_shared != nullptr) *values_shared = false;
   Cursor c(pieces, 0, 0, TotalBytes(pieces));
   while (c.left() > 0) {
     uint64_t v;
@@ -371,6 +431,11 @@ absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(
         return Malformed(kWhat, "server_incarnation runs past the end");
       }
       if (server_incarnation != nullptr) *server_incarnation = v;
+    } else if (field == kPullValuesSharedField && type == kVarint) {
+      if (!c.ReadVarint(&v)) {
+        return Malformed(kWhat, "values_in_shared_memory runs past the end");
+      }
+      if (values_shared != nullptr) *values_shared = v != 0;
     } else if (!SkipField(&c, type)) {
       return Malformed(kWhat, absl::StrCat("bad field ", field, " type ", type));
     }

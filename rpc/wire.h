@@ -77,6 +77,17 @@ struct WireChunk {
   DataRef data;
 };
 
+// Where a request's payloads are, when they travel through a worker's
+// shared memory (rpc/shared_memory.h; proto SharedMemory, same fields).
+struct SharedRef {
+  uint32_t pid = 0;
+  int32_t fd = -1;
+  uint64_t key = 0;
+  uint64_t size = 0;
+  uint64_t push_offset = 0;
+  uint64_t reply_offset = 0;
+};
+
 struct PushMessage {
   int32_t worker_id = 0;
   int64_t seq = 0;
@@ -89,6 +100,9 @@ struct PushMessage {
   uint64_t incarnation = 0;
   // PushRequest.pull_min_version (field 9); the caller validates it.
   int64_t pull_min_version = 0;
+  // PushRequest.shared (field 10): the chunks' payloads are in that region
+  // (their data fields are empty).
+  std::optional<SharedRef> shared;
   std::vector<WireChunk> chunks;
 };
 
@@ -105,7 +119,7 @@ void PutVarintField(int field, uint64_t v, std::string* out);
 // The PushRequest fields before its gradients: worker_id (1), seq (2),
 // part (5), num_parts (6), each written even when zero, and pull_encoding
 // (7) only when set (a PushPull), incarnation (8) and pull_min_version (9)
-// when nonzero. A leave
+// when nonzero, and shared (10) when set. A leave
 // (field 4) is not a bulk message: it goes out as a generated
 // proto::PushRequest.
 struct PushHead {
@@ -116,13 +130,18 @@ struct PushHead {
   std::optional<Encoding> pull_encoding;
   uint64_t incarnation = 0;
   int64_t pull_min_version = 0;
+  std::optional<SharedRef> shared;
 };
 void AppendPushHead(const PushHead& head, std::string* out);
 
 // PullResponse.server_incarnation (field 10), the bytes a pull
-// response may start with (empty for 0).
+// response may start with (empty for 0), and values_in_shared_memory (11)
+// when set.
 inline constexpr int kPullServerIncarnationField = 10;
-std::string PullResponseHead(uint64_t server_incarnation);
+inline constexpr int kPullValuesSharedField = 11;
+inline constexpr int kPushSharedField = 10;
+std::string PullResponseHead(uint64_t server_incarnation,
+                             bool values_shared = false);
 
 // Everything of one chunk submessage (field `outer_field` of the enclosing
 // message: kPushGradientsField or kPullChunksField) up to its payload, which
@@ -140,9 +159,11 @@ std::string ChunkHeader(int outer_field, int32_t chunk_id, int64_t version,
 // unknown encoding or a chunk field out of range.
 absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces);
 // `server_incarnation`, when not null, gets PullResponse.server_incarnation
-// (0 when absent; the last one when repeated, as protobuf reads it).
+// (0 when absent; the last one when repeated, as protobuf reads it), and
+// `values_shared` its values_in_shared_memory.
 absl::StatusOr<std::vector<WireChunk>> ParsePullResponse(
-    const Pieces& pieces, uint64_t* server_incarnation = nullptr);
+    const Pieces& pieces, uint64_t* server_incarnation = nullptr,
+    bool* values_shared = nullptr);
 
 // How a copy writes its destination. kStreaming uses non-temporal stores,
 // which skip reading each destination cache line before overwriting it and

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,9 @@
 #include "rpc/grpc_config.h"
 #include "rpc/peer_identity.h"
 #include "rpc/rpc_convert.h"
+#include "rpc/shared_memory.h"
 #include "rpc/wire.h"
+#include "server/shared_payloads.h"
 
 namespace downpour {
 namespace {
@@ -65,11 +68,28 @@ void SerializeSmall(const Message& msg, grpc::ByteBuffer* out) {
 
 // Each gRPC callback thread keeps one buffer for payloads that must be
 // gathered or decoded, reused across requests (no allocation, no page
-// faults in the steady state).
+// faults in the steady state), and one for payloads copied out of shared
+// memory.
 std::vector<float>& ThreadScratch() {
   thread_local std::vector<float> scratch;
   return scratch;
 }
+std::string& ThreadSharedCopy() {
+  thread_local std::string copy;
+  return copy;
+}
+
+wire::SharedRef RefFromProto(const proto::SharedMemory& m) {
+  return wire::SharedRef{m.pid(),  m.fd(),          m.key(),
+                         m.size(), m.push_offset(), m.reply_offset()};
+}
+
+// Where a reply's values go when the request named shared memory.
+struct SharedReply {
+  std::shared_ptr<MappedRegion> region;
+  uint64_t offset = 0;
+  SharedPayloads* payloads = nullptr;  // Not owned.
+};
 
 // Pull, Push and PushPull are served as raw byte buffers
 // (WithRawCallbackMethod_*), so payloads are written from and read into place
@@ -86,7 +106,7 @@ using ServiceBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
 class ParameterServerService final : public ServiceBase {
  public:
   ParameterServerService(ParameterStore* store, const ServiceOptions& options)
-      : store_(store), options_(options) {}
+      : store_(store), options_(options), shared_(store) {}
 
   grpc::ServerUnaryReactor* DeclareModel(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
@@ -153,13 +173,28 @@ class ParameterServerService final : public ServiceBase {
     spec.value_bytes = wire::BytesPerValue(encoding);
     spec.worker_clock =
         req.worker_id() >= 0 && req.worker_clock() > 0 ? req.worker_clock() : -1;
-    return PullLater(ctx, std::move(spec), encoding, response);
+    std::optional<SharedReply> shared;
+    if (req.has_shared()) {
+      if (encoding != wire::Encoding::kRawF32) {
+        return Finish(ctx, absl::InvalidArgumentError(
+                               "pull: shared-memory values are float32 only"));
+      }
+      absl::StatusOr<std::shared_ptr<MappedRegion>> region =
+          shared_.Region(ctx->peer(), RefFromProto(req.shared()),
+                         options_.replica != nullptr);
+      if (!region.ok()) return Finish(ctx, region.status());
+      shared = SharedReply{*std::move(region), req.shared().reply_offset(),
+                           &shared_};
+    }
+    return PullLater(ctx, std::move(spec), encoding, response,
+                     std::move(shared));
   }
 
   // Answers with the pull `spec` once the store has it ready.
   grpc::ServerUnaryReactor* PullLater(grpc::CallbackServerContext* ctx,
                                       PullSpec spec, wire::Encoding encoding,
-                                      grpc::ByteBuffer* response) {
+                                      grpc::ByteBuffer* response,
+                                      std::optional<SharedReply> shared) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     auto pulled = std::make_shared<std::vector<ChunkView>>();
     const bool drop = DropThisReply();
@@ -167,29 +202,43 @@ class ParameterServerService final : public ServiceBase {
         std::move(spec),
         // Under the chunk's lock: only takes a reference to the values.
         [pulled](const ChunkView& c) { pulled->push_back(c); },
-        [pulled, encoding, response, reactor, drop,
+        [pulled, encoding, response, reactor, drop, shared = std::move(shared),
          incarnation = Incarnation()](absl::Status s) {
           if (s.ok() && drop) s = DroppedReply();
-          if (s.ok()) *response = EncodePull(*pulled, encoding, incarnation);
+          if (s.ok()) {
+            s = EncodePull(*pulled, encoding, incarnation,
+                           shared ? &*shared : nullptr, response);
+          }
           pulled->clear();
           reactor->Finish(ToGrpcStatus(s));
         });
     return reactor;
   }
 
-  // The PullResponse bytes: float32 values are sent straight from the
-  // store's buffers (each slice keeps its buffer alive until gRPC has sent
-  // it); fp16/bf16 are encoded into buffers that gRPC frees when sent.
-  static grpc::ByteBuffer EncodePull(const std::vector<ChunkView>& chunks,
-                                     wire::Encoding encoding,
-                                     uint64_t server_incarnation) {
+  // The PullResponse bytes into *out: float32 values are sent straight from
+  // the store's buffers (each slice keeps its buffer alive until gRPC has
+  // sent it); fp16/bf16 are encoded into buffers that gRPC frees when sent.
+  // With `shared`, the values are written into the worker's region instead
+  // and the chunks go with empty data.
+  static absl::Status EncodePull(const std::vector<ChunkView>& chunks,
+                                 wire::Encoding encoding,
+                                 uint64_t server_incarnation,
+                                 const SharedReply* shared,
+                                 grpc::ByteBuffer* out) {
+    if (shared != nullptr) {
+      DP_RETURN_IF_ERROR(
+          shared->payloads->WriteReply(*shared->region, shared->offset, chunks));
+    }
     std::vector<grpc::Slice> slices;
     slices.reserve(2 * chunks.size() + 1);
-    if (server_incarnation != 0) {
-      slices.emplace_back(wire::PullResponseHead(server_incarnation));
+    if (server_incarnation != 0 || shared != nullptr) {
+      slices.emplace_back(
+          wire::PullResponseHead(server_incarnation, shared != nullptr));
     }
     for (const ChunkView& c : chunks) {
-      const int64_t bytes = c.num_elements * wire::BytesPerValue(encoding);
+      const int64_t bytes = shared != nullptr
+                                ? 0
+                                : c.num_elements * wire::BytesPerValue(encoding);
       slices.emplace_back(wire::ChunkHeader(wire::kPullChunksField, c.chunk_id,
                                             c.version, encoding, bytes));
       if (bytes == 0) continue;
@@ -205,7 +254,8 @@ class ParameterServerService final : public ServiceBase {
       wire::EncodeValues(encoding, c.data, c.num_elements, static_cast<char*>(buf));
       slices.emplace_back(buf, static_cast<size_t>(bytes), &std::free);
     }
-    return grpc::ByteBuffer(slices.data(), slices.size());
+    *out = grpc::ByteBuffer(slices.data(), slices.size());
+    return absl::OkStatus();
   }
 
   // float32 payloads are validated and applied by the store straight from
@@ -216,7 +266,7 @@ class ParameterServerService final : public ServiceBase {
     if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
     absl::StatusOr<PushResult> r =
-        ApplyPush(*ctx, *request, /*push_pull=*/false, &msg);
+        ApplyPush(*ctx, *request, /*push_pull=*/false, &msg, nullptr);
     if (r.ok() && DropThisReply()) r = DroppedReply();
     if (r.ok()) {
       proto::PushResponse resp;
@@ -240,8 +290,9 @@ class ParameterServerService final : public ServiceBase {
                                      grpc::ByteBuffer* response) override {
     if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
     wire::PushMessage msg;
+    std::optional<SharedReply> shared;
     absl::StatusOr<PushResult> r =
-        ApplyPush(*ctx, *request, /*push_pull=*/true, &msg);
+        ApplyPush(*ctx, *request, /*push_pull=*/true, &msg, &shared);
     if (!r.ok()) return Finish(ctx, r.status());
     if (msg.pull_min_version != 0) {
       PullSpec spec;
@@ -251,7 +302,8 @@ class ParameterServerService final : public ServiceBase {
       spec.max_response_bytes = kMaxMessageBytes;
       const auto encoding = static_cast<wire::Encoding>(msg.pull_encoding);
       spec.value_bytes = wire::BytesPerValue(encoding);
-      return PullLater(ctx, std::move(spec), encoding, response);
+      return PullLater(ctx, std::move(spec), encoding, response,
+                       std::move(shared));
     }
     std::vector<int32_t> ids;
     ids.reserve(msg.chunks.size());
@@ -265,9 +317,8 @@ class ParameterServerService final : public ServiceBase {
                                    });
     if (s.ok() && DropThisReply()) s = DroppedReply();
     if (s.ok()) {
-      *response =
-          EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding),
-                     Incarnation());
+      s = EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding),
+                     Incarnation(), shared ? &*shared : nullptr, response);
     }
     return Finish(ctx, s);
   }
@@ -282,6 +333,13 @@ class ParameterServerService final : public ServiceBase {
     }
     proto::StatsResponse resp;
     StatsToProto(store_->Stats(), &resp);
+    if (req.has_shared_memory_probe()) {
+      const absl::StatusOr<std::shared_ptr<MappedRegion>> region =
+          shared_.Region(ctx->peer(), RefFromProto(req.shared_memory_probe()),
+                         options_.replica != nullptr);
+      resp.set_shared_memory(region.ok() ? "ok"
+                                         : std::string(region.status().message()));
+    }
     SerializeSmall(resp, response);
     return Finish(ctx, absl::OkStatus());
   }
@@ -297,15 +355,18 @@ class ParameterServerService final : public ServiceBase {
   // Parses a push and hands it to the store; a leave's result is an empty
   // PushResult. For a PushPull (push_pull), a leave or an unknown
   // pull_encoding is refused before anything is applied; so is a push for a
-  // worker the caller's certificate does not name (rpc/peer_identity.h).
+  // worker the caller's certificate does not name (rpc/peer_identity.h). A
+  // push naming shared memory has its payloads copied out of the region
+  // first; a PushPull's reply goes there too (*shared).
   absl::StatusOr<PushResult> ApplyPush(const grpc::ServerContextBase& ctx,
                                        const grpc::ByteBuffer& request,
-                                       bool push_pull, wire::PushMessage* msg) {
+                                       bool push_pull, wire::PushMessage* msg,
+                                       std::optional<SharedReply>* shared) {
     std::vector<grpc::Slice> slices;
     if (!request.Dump(&slices).ok()) {
       return absl::InternalError("push: cannot read the request");
     }
-    const wire::Pieces pieces = PiecesOf(slices);
+    wire::Pieces pieces = PiecesOf(slices);
     absl::StatusOr<wire::PushMessage> parsed = wire::ParsePushRequest(pieces);
     if (!parsed.ok()) return parsed.status();
     *msg = *std::move(parsed);
@@ -326,6 +387,24 @@ class ParameterServerService final : public ServiceBase {
           push_pull ? "push-pull: negative pull_min_version "
                     : "push: pull_min_version is for PushPull only, got ",
           msg->pull_min_version));
+    }
+    if (msg->shared.has_value()) {
+      if (msg->leave) {
+        return absl::InvalidArgumentError("a leave names no shared memory");
+      }
+      if (push_pull && msg->pull_encoding != 0) {
+        return absl::InvalidArgumentError(
+            "push-pull: shared-memory values are float32 only");
+      }
+      DP_ASSIGN_OR_RETURN(std::shared_ptr<MappedRegion> region,
+                          shared_.Region(ctx.peer(), *msg->shared,
+                                         options_.replica != nullptr));
+      DP_RETURN_IF_ERROR(shared_.TakePush(*region, *msg->shared, push_pull,
+                                          msg, &pieces, &ThreadSharedCopy()));
+      if (shared != nullptr) {
+        *shared = SharedReply{std::move(region), msg->shared->reply_offset,
+                              &shared_};
+      }
     }
     if (options_.replica == nullptr) {
       return ApplyParsedPush(store_, options_.observer, pieces, *msg);
@@ -469,6 +548,7 @@ class ParameterServerService final : public ServiceBase {
 
   ParameterStore* const store_;  // Not owned.
   const ServiceOptions options_;
+  SharedPayloads shared_;
   std::atomic<int64_t> replies_{0};
 };
 

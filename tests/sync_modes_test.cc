@@ -77,8 +77,10 @@ std::string ServerLog(TestCluster& c, int shard) {
   return absl::StrJoin(c.server(shard)->tail(), "\n");
 }
 
-// Trains 2 workers in sync mode and saves the servers' parameters.
-std::string TrainSyncAndSave(const std::string& name) {
+// Trains 2 workers in sync mode (with `worker_flag` too) and saves the
+// servers' parameters.
+std::string TrainSyncAndSave(const std::string& name,
+                             const std::string& worker_flag) {
   TestClusterOptions o;
   o.num_shards = 2;
   o.server_flags = {"--mode=sync", "--num_workers=2", "--optimizer=momentum",
@@ -86,8 +88,8 @@ std::string TrainSyncAndSave(const std::string& name) {
   auto c = TestCluster::Start(o);
   EXPECT_TRUE(c.ok()) << c.status();
   if (!c.ok()) return "";
-  auto w0 = StartWorker(**c, 0, 2, "sync", {"--cpu_threads=1"});
-  auto w1 = StartWorker(**c, 1, 2, "sync", {"--cpu_threads=1"});
+  auto w0 = StartWorker(**c, 0, 2, "sync", {"--cpu_threads=1", worker_flag});
+  auto w1 = StartWorker(**c, 1, 2, "sync", {"--cpu_threads=1", worker_flag});
   WaitDone(w0.get(), absl::Minutes(2));
   WaitDone(w1.get(), absl::Minutes(2));
   const std::string path = absl::StrCat(TestTmpDir(), "/", name, ".safetensors");
@@ -103,10 +105,12 @@ std::string TrainSyncAndSave(const std::string& name) {
   return ReadBytes(path);
 }
 
+// Also when one run's payloads go through shared memory (the default on
+// loopback) and the other's over the wire.
 TEST(SyncModesTest, SyncRunsWithTheSameSeedAreBitIdentical) {
   if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed";
-  const std::string a = TrainSyncAndSave("a");
-  const std::string b = TrainSyncAndSave("b");
+  const std::string a = TrainSyncAndSave("a", "--shared_memory");
+  const std::string b = TrainSyncAndSave("b", "--noshared_memory");
   ASSERT_GT(a.size(), 900000u);
   EXPECT_TRUE(a == b) << "sync-mode parameters differ between two runs";
 }

@@ -1,11 +1,45 @@
-// GrpcClientOptions' checks (worker/grpc_ps_client.h), apart from the client.
+// GrpcClientOptions' checks (worker/grpc_ps_client.h) and what the client's
+// pieces take from them, apart from the client.
+#include "worker/grpc_client_options.h"
+
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_config.h"
-#include "worker/grpc_ps_client.h"
 
 namespace downpour {
+
+ShardTransportOptions TransportOptions(const GrpcClientOptions& o) {
+  ShardTransportOptions t;
+  t.hosts = o.hosts;
+  t.standby_hosts = o.standby_hosts;
+  t.connections_per_shard = o.connections_per_shard > 0
+                                ? o.connections_per_shard
+                                : (o.hosts.size() == 1 ? 2 : 1);
+  t.max_calls_in_flight_per_connection = o.max_calls_in_flight_per_connection;
+  t.rpc_timeout = o.rpc_timeout;
+  t.retry.max_attempts = o.max_attempts;
+  t.retry.reconnect_timeout = o.reconnect_timeout;
+  if (!o.standby_hosts.empty()) {
+    // A failover takes a lease at most (server/replication.h): retry often,
+    // and for long enough.
+    t.retry.max_backoff = absl::Milliseconds(50);
+    t.retry.reconnect_timeout =
+        std::max(o.reconnect_timeout, absl::Seconds(30));
+  }
+  return t;
+}
+
+SharedRouteOptions SharedRouteOptionsFor(const GrpcClientOptions& o) {
+  SharedRouteOptions r;
+  r.enabled = o.shared_memory;
+  r.hosts = o.hosts;
+  r.has_standbys = !o.standby_hosts.empty();
+  r.float32 = o.push_encoding == wire::Encoding::kRawF32 &&
+              o.pull_encoding == wire::Encoding::kRawF32;
+  return r;
+}
 
 absl::Status CheckGrpcClientOptions(const GrpcClientOptions& options) {
   if (options.hosts.empty()) {

@@ -22,33 +22,26 @@
 #include "rpc/rpc_convert.h"
 #include "rpc/wire.h"
 #include "worker/chunk_io.h"
+#include "worker/grpc_client_options.h"
 #include "worker/part_messages.h"
 #include "worker/part_plan.h"
 #include "worker/shard_incarnations.h"
 #include "worker/shard_transport.h"
+#include "worker/shared_route.h"
 
 namespace downpour {
 namespace {
 
-ShardTransportOptions TransportOptions(const GrpcClientOptions& o) {
-  ShardTransportOptions t;
-  t.hosts = o.hosts;
-  t.standby_hosts = o.standby_hosts;
-  t.connections_per_shard = o.connections_per_shard > 0
-                                ? o.connections_per_shard
-                                : (o.hosts.size() == 1 ? 2 : 1);
-  t.max_calls_in_flight_per_connection = o.max_calls_in_flight_per_connection;
-  t.rpc_timeout = o.rpc_timeout;
-  t.retry.max_attempts = o.max_attempts;
-  t.retry.reconnect_timeout = o.reconnect_timeout;
-  if (!o.standby_hosts.empty()) {
-    // A failover takes a lease at most (server/replication.h): retry often,
-    // and for long enough.
-    t.retry.max_backoff = absl::Milliseconds(50);
-    t.retry.reconnect_timeout =
-        std::max(o.reconnect_timeout, absl::Seconds(30));
-  }
-  return t;
+// on_ok that reads call k's reply, then tells options->on_chunks of the
+// chunks of (*read_as)[k] when good(k): they came at the step asked for.
+OnReply ReadThenTell(OnReply read, std::function<bool(int)> good,
+                     const std::vector<Part>* read_as,
+                     const PullOptions* options) {
+  return [=](int k) {
+    DP_RETURN_IF_ERROR(read(k));
+    if (good(k) && options->on_chunks) options->on_chunks((*read_as)[k].chunk_ids);
+    return absl::OkStatus();
+  };
 }
 
 class GrpcParameterClient final : public ParameterClient {
@@ -159,6 +152,8 @@ class GrpcParameterClient final : public ParameterClient {
   bool servers_answered_ = false;  // WaitUntilAnswering succeeded once.
   // Its buffers are reused across pushes.
   PushEncoder push_encoder_;
+  // The shards that take payloads through shared memory (Declare).
+  SharedAttachment shared_;
 };
 
 absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
@@ -212,6 +207,8 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
   map_ = std::move(map);
   pull_parts_ = parts;
   parts_ = std::move(parts);
+  shared_ = AttachSharedMemory(transport_, SharedRouteOptionsFor(options_), map_);
+  if (!shared_.note.empty() && options_.on_note) options_.on_note(shared_.note);
   return SetPushBreaks(breaks_);
 }
 
@@ -257,7 +254,7 @@ OnReply GrpcParameterClient::ReadInto(absl::Span<float> params,
     const Part& part = (*parts)[i];
     uint64_t inc = 0;
     absl::Status s = ReadPulledPart(map_, part, (*resp)[i], params, versions,
-                                    store, &inc);
+                                    store, &inc, shared_.route);
     if (s.ok()) {
       incarnations_.Saw(part.shard, inc);
       if (part_inc != nullptr) (*part_inc)[i] = inc;
@@ -277,7 +274,8 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
                                        const PullOptions& options) {
   DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
   const std::vector<grpc::ByteBuffer> req = PullRequests(
-      pull_parts_, options_.worker_id, options, options_.pull_encoding);
+      pull_parts_, options_.worker_id, options, options_.pull_encoding,
+      shared_.route);
   std::vector<grpc::ByteBuffer> resp(pull_parts_.size());
   return transport_.CallAllParts(
       "Pull", kPullMethod, pull_parts_, req, &resp,
@@ -296,7 +294,8 @@ std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
   head.pull_min_version = pull_min_version;
   head.incarnation = options_.incarnation;
   return push_encoder_.Encode(map_, parts != nullptr ? *parts : parts_, head,
-                              options_.push_encoding, grads, base_versions);
+                              options_.push_encoding, grads, base_versions,
+                              shared_.route);
 }
 
 absl::Status GrpcParameterClient::CheckPush(
@@ -462,13 +461,8 @@ absl::Status GrpcParameterClient::PushFromCarryingPulls(
   const OnReply read = ReadInto(params, versions, &resp, &got_inc,
                                 /*options=*/nullptr, &read_as);
   DP_RETURN_IF_ERROR(transport_.CallParts(
-      "Push", kPushPullMethod, parts_, carried, req, &resp, [&](int i) {
-        DP_RETURN_IF_ERROR(read(i));
-        if (good(i) && options.on_chunks) {
-          options.on_chunks(read_as[i].chunk_ids);
-        }
-        return absl::OkStatus();
-      }));
+      "Push", kPushPullMethod, parts_, carried, req, &resp,
+      ReadThenTell(read, good, &read_as, &options)));
   for (int i : carried) {
     piece_sent_[i] = true;
     piece_inc_[i] = got_inc[i];
@@ -536,7 +530,8 @@ absl::Status GrpcParameterClient::PushRestThenPull(
     req[i] = std::move(carry_req[k]);
   }
   const std::vector<grpc::ByteBuffer> pull_req = PullRequests(
-      pull_parts_, options_.worker_id, options, options_.pull_encoding);
+      pull_parts_, options_.worker_id, options, options_.pull_encoding,
+      shared_.route);
   for (int j = 0; j < np; ++j) {
     if (end.how[pull_parts_[j].shard] != PushEndPull::kNow) continue;
     if (piece_pulled_[pull_parts_[j].shard]) continue;
@@ -561,13 +556,8 @@ absl::Status GrpcParameterClient::PushRestThenPull(
   const OnReply read = ReadInto(params, versions, &resp, &got_inc,
                                 /*options=*/nullptr, &read_as);
   DP_RETURN_IF_ERROR(transport_.CallParts(
-      "Push", methods, all, which, req, &resp, [&](int k) {
-        DP_RETURN_IF_ERROR(read(k));
-        if (good(k) && options.on_chunks) {
-          options.on_chunks(read_as[k].chunk_ids);
-        }
-        return absl::OkStatus();
-      }));
+      "Push", methods, all, which, req, &resp,
+      ReadThenTell(read, good, &read_as, &options)));
   std::vector<bool> pull_after(shards, false);
   for (int sh = 0; sh < shards; ++sh) {
     pull_after[sh] = end.how[sh] == PushEndPull::kAfter;

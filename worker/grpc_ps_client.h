@@ -101,6 +101,14 @@ struct GrpcClientOptions {
   // the last-level cache would be evicted before use anyway, and streaming
   // skips reading every destination line first. 0 streams every pull.
   int64_t streaming_pull_min_bytes = int64_t{32} << 20;
+  // Payloads to shards on this host's loopback travel through a
+  // shared-memory region of this process (rpc/shared_memory.h,
+  // worker/shared_route.h) when those shards can map it: float32 only, no
+  // standbys. gRPC then carries only the small fields of each call.
+  bool shared_memory = true;
+  // One-line notes for the worker's log (which shards take shared memory,
+  // or why none does). May be null.
+  std::function<void(const std::string&)> on_note;
 };
 
 // InvalidArgument naming the first option out of range (no addresses, an

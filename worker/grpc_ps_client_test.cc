@@ -62,13 +62,25 @@ std::vector<float> Ramp(int64_t n, float scale) {
   return v;
 }
 
-TEST(GrpcParameterClientTest, EveryCallOverTwoShards) {
+// Every payload test runs twice: payloads in the messages, and through the
+// worker's shared memory (the servers are on loopback, in this process).
+class PayloadsTest : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(OnTheWireAndInSharedMemory, PayloadsTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "SharedMemory" : "Wire";
+                         });
+
+TEST_P(PayloadsTest, EveryCallOverTwoShards) {
   auto hosts = StartShards(2);
   ASSERT_EQ(hosts.size(), 2u);
   GrpcClientOptions o;
   o.hosts = Addresses(hosts);
   o.worker_id = 3;
   o.part_bytes = 4096;
+  o.shared_memory = GetParam();
+  std::string note;
+  o.on_note = [&note](const std::string& m) { note = m; };
   auto client = NewGrpcParameterClient(o);
   ASSERT_TRUE(client.ok()) << client.status();
   const ModelLayout layout = Layout(2);
@@ -80,6 +92,8 @@ TEST(GrpcParameterClientTest, EveryCallOverTwoShards) {
 
   const std::vector<float> init = Ramp(n, 0.5f);
   ASSERT_TRUE((*client)->Declare(layout, init).ok());
+  EXPECT_EQ(note, GetParam() ? "payloads to shards 0, 1 go through shared memory"
+                             : "");
   EXPECT_EQ((*client)->shard_map().total_elements, n);
   ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
   EXPECT_EQ(params, init);
@@ -107,13 +121,14 @@ TEST(GrpcParameterClientTest, EveryCallOverTwoShards) {
 }
 
 // A client of `hosts` (worker 0) with Layout(2) declared, initialized to
-// *init (Ramp(n, 0.5f)).
+// *init (Ramp(n, 0.5f)), with payloads through shared memory or not.
 std::unique_ptr<ParameterClient> DeclaredClient(
     const std::vector<std::unique_ptr<ParameterServerHost>>& hosts,
-    int64_t part_bytes, std::vector<float>* init) {
+    int64_t part_bytes, std::vector<float>* init, bool shared_memory) {
   GrpcClientOptions o;
   o.hosts = Addresses(hosts);
   o.part_bytes = part_bytes;
+  o.shared_memory = shared_memory;
   auto client = NewGrpcParameterClient(o);
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return nullptr;
@@ -127,12 +142,12 @@ std::unique_ptr<ParameterClient> DeclaredClient(
 // A push in pieces (wait-free backpropagation): the parts above a break go
 // first and the push counts once the rest arrived; with PushPull pieces,
 // each brings its own values back.
-TEST(GrpcParameterClientTest, PushInPiecesCountsOnceWhole) {
+TEST_P(PayloadsTest, PushInPiecesCountsOnceWhole) {
   auto hosts = StartShards(2);
   ASSERT_EQ(hosts.size(), 2u);
   std::vector<float> init;
   std::unique_ptr<ParameterClient> client =
-      DeclaredClient(hosts, /*part_bytes=*/4096, &init);
+      DeclaredClient(hosts, /*part_bytes=*/4096, &init, GetParam());
   ASSERT_NE(client, nullptr);
   const int64_t n = static_cast<int64_t>(init.size());
   EXPECT_EQ(client->SetPushBreaks({5, 3}).code(),
@@ -186,13 +201,13 @@ double Calls(const std::vector<std::unique_ptr<ParameterServerHost>>& hosts,
 // a part left in it (one PushPull whose reply waits for the step), pulls
 // each shard that has none at once, and brings the step's values; a pull
 // that waits for no step goes as Pull calls after the push.
-TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
+TEST_P(PayloadsTest, SyncPushRestThenPullCarriesThePull) {
   auto hosts = StartShards(2, /*drop_reply_every=*/0, /*sync=*/true);
   ASSERT_EQ(hosts.size(), 2u);
   std::vector<float> init;
   // A shard's chunks on one side of the break: one part.
   std::unique_ptr<ParameterClient> client =
-      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init);
+      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init, GetParam());
   ASSERT_NE(client, nullptr);
   const int64_t n = static_cast<int64_t>(init.size());
   const int64_t brk = 64 * 33;  // "b" and "scalar" above it.
@@ -250,12 +265,12 @@ TEST(GrpcParameterClientTest, SyncPushRestThenPullCarriesThePull) {
 // Sync with early pulls: a shard whose last part goes before the push's
 // end gets it as a PushPull then, its values come back with it, and the
 // end of the push does not pull it again.
-TEST(GrpcParameterClientTest, SyncPushFromCarryingPullsPullsAShardEarly) {
+TEST_P(PayloadsTest, SyncPushFromCarryingPullsPullsAShardEarly) {
   auto hosts = StartShards(2, /*drop_reply_every=*/0, /*sync=*/true);
   ASSERT_EQ(hosts.size(), 2u);
   std::vector<float> init;
   std::unique_ptr<ParameterClient> client =
-      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init);
+      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init, GetParam());
   ASSERT_NE(client, nullptr);
   const int64_t n = static_cast<int64_t>(init.size());
   const ShardMap& map = client->shard_map();
@@ -360,14 +375,37 @@ TEST(GrpcParameterClientTest, ServersListedInTheWrongOrderAreRefused) {
   EXPECT_NE(s.message().find("shard 1"), std::string::npos) << s;
 }
 
+// fp16/bf16 on the wire keep every payload in the messages, and say why.
+TEST(GrpcParameterClientTest, CompressedPayloadsStayOnTheWire) {
+  auto hosts = StartShards(2);
+  ASSERT_EQ(hosts.size(), 2u);
+  GrpcClientOptions o;
+  o.hosts = Addresses(hosts);
+  o.push_encoding = wire::Encoding::kBf16;
+  std::string note;
+  o.on_note = [&note](const std::string& m) { note = m; };
+  auto client = NewGrpcParameterClient(o);
+  ASSERT_TRUE(client.ok());
+  const ModelLayout layout = Layout(2);
+  const int64_t n = layout.NumElements();
+  ASSERT_TRUE((*client)->Declare(layout, Ramp(n, 0.5f)).ok());
+  EXPECT_EQ(note, "payloads go over gRPC, not shared memory: fp16/bf16 on "
+                  "the wire asked for");
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
+  EXPECT_EQ(params, Ramp(n, 0.5f));
+}
+
 // Every other reply is lost after its request took effect: the client's
 // retries still leave each push applied exactly once.
-TEST(GrpcParameterClientTest, RetriesOfDroppedRepliesApplyOnce) {
+TEST_P(PayloadsTest, RetriesOfDroppedRepliesApplyOnce) {
   auto hosts = StartShards(2, /*drop_reply_every=*/2);
   ASSERT_EQ(hosts.size(), 2u);
   GrpcClientOptions o;
   o.hosts = Addresses(hosts);
   o.part_bytes = 4096;
+  o.shared_memory = GetParam();
   auto client = NewGrpcParameterClient(o);
   ASSERT_TRUE(client.ok());
   const ModelLayout layout = Layout(2);

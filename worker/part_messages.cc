@@ -1,5 +1,7 @@
 #include "worker/part_messages.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/slice.h"
@@ -56,7 +58,8 @@ std::vector<proto::DeclareModelRequest> DeclareRequests(
 std::vector<grpc::ByteBuffer> PullRequests(absl::Span<const Part> parts,
                                            int32_t worker_id,
                                            const PullOptions& options,
-                                           wire::Encoding encoding) {
+                                           wire::Encoding encoding,
+                                           const SharedRoute& shared) {
   std::vector<grpc::ByteBuffer> req(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     proto::PullRequest r;
@@ -65,6 +68,16 @@ std::vector<grpc::ByteBuffer> PullRequests(absl::Span<const Part> parts,
     r.set_worker_clock(options.worker_clock);
     r.set_encoding(static_cast<proto::Encoding>(encoding));
     for (int32_t id : parts[i].chunk_ids) r.add_chunk_ids(id);
+    if (shared.For(parts[i].shard)) {
+      const wire::SharedRef& ref = shared.region->ref();
+      proto::SharedMemory* m = r.mutable_shared();
+      m->set_pid(ref.pid);
+      m->set_fd(ref.fd);
+      m->set_key(ref.key);
+      m->set_size(ref.size);
+      m->set_push_offset(ref.push_offset);
+      m->set_reply_offset(ref.reply_offset);
+    }
     req[i] = Serialized(r);
   }
   return req;
@@ -73,14 +86,19 @@ std::vector<grpc::ByteBuffer> PullRequests(absl::Span<const Part> parts,
 std::vector<grpc::ByteBuffer> PushEncoder::Encode(
     const ShardMap& map, absl::Span<const Part> parts, wire::PushHead head,
     wire::Encoding encoding, absl::Span<const float> grads,
-    absl::Span<const int64_t> base_versions) {
-  const wire::Encoding enc = encoding;
+    absl::Span<const int64_t> base_versions, const SharedRoute& shared) {
   const int n = static_cast<int>(parts.size());
   heads_.resize(n);
   payloads_.resize(n);
   std::vector<grpc::ByteBuffer> req(n);
   for (int i = 0; i < n; ++i) {
     const Part& p = parts[i];
+    // Payloads in the region: copied there now, and the message is its
+    // header bytes alone.
+    const bool in_region = shared.For(p.shard);
+    const wire::Encoding enc = in_region ? wire::Encoding::kRawF32 : encoding;
+    head.shared.reset();
+    if (in_region) head.shared = shared.region->ref();
     // All header bytes first (the string must not move once sliced).
     std::string& heads = heads_[i];
     heads.clear();
@@ -90,7 +108,8 @@ std::vector<grpc::ByteBuffer> PushEncoder::Encode(
     std::vector<size_t> head_end;
     int64_t encoded_total = 0;
     for (int32_t id : p.chunk_ids) {
-      const int64_t bytes = map.chunks[id].num_elements * wire::BytesPerValue(enc);
+      const int64_t bytes =
+          in_region ? 0 : map.chunks[id].num_elements * wire::BytesPerValue(enc);
       wire::AppendChunkHeader(wire::kPushGradientsField, id, base_versions[id],
                               enc, bytes, &heads);
       head_end.push_back(heads.size());
@@ -112,7 +131,10 @@ std::vector<grpc::ByteBuffer> PushEncoder::Encode(
       const Chunk& c = map.chunks[p.chunk_ids[k]];
       const float* src = grads.data() + c.flat_offset;
       if (c.num_elements == 0) continue;
-      if (enc == wire::Encoding::kRawF32) {
+      if (in_region) {
+        std::memcpy(shared.region->push_area() + 4 * c.flat_offset, src,
+                    static_cast<size_t>(c.num_elements) * 4);
+      } else if (enc == wire::Encoding::kRawF32) {
         slices.emplace_back(src, static_cast<size_t>(c.num_elements) * 4,
                             grpc::Slice::STATIC_SLICE);
       } else {
@@ -124,8 +146,9 @@ std::vector<grpc::ByteBuffer> PushEncoder::Encode(
         payload_at += bytes;
       }
     }
-    if (p.chunk_ids.empty()) {
-      slices.emplace_back(heads.data(), heads.size(), grpc::Slice::STATIC_SLICE);
+    if (p.chunk_ids.empty() || head_start < heads.size()) {
+      slices.emplace_back(heads.data() + head_start, heads.size() - head_start,
+                          grpc::Slice::STATIC_SLICE);
     }
     req[i] = grpc::ByteBuffer(slices.data(), slices.size());
   }
@@ -136,7 +159,7 @@ absl::Status ReadPulledPart(const ShardMap& map, const Part& part,
                             const grpc::ByteBuffer& resp,
                             absl::Span<float> params,
                             std::vector<int64_t>* versions, wire::Store store,
-                            uint64_t* incarnation) {
+                            uint64_t* incarnation, const SharedRoute& shared) {
   std::vector<grpc::Slice> slices;
   if (!resp.Dump(&slices).ok()) {
     return absl::InternalError("pull: cannot read the response");
@@ -146,8 +169,9 @@ absl::Status ReadPulledPart(const ShardMap& map, const Part& part,
   for (const grpc::Slice& s : slices) {
     pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
   }
+  bool in_region = false;
   absl::StatusOr<std::vector<wire::WireChunk>> chunks =
-      wire::ParsePullResponse(pieces, incarnation);
+      wire::ParsePullResponse(pieces, incarnation, &in_region);
   if (!chunks.ok()) {
     return absl::InternalError(absl::StrCat("shard ", part.shard, ": ",
                                             chunks.status().message()));
@@ -156,6 +180,11 @@ absl::Status ReadPulledPart(const ShardMap& map, const Part& part,
     return absl::InternalError(absl::StrCat(
         "shard ", part.shard, " returned ", chunks->size(), " chunks, expected ",
         part.chunk_ids.size()));
+  }
+  if (in_region && !shared.For(part.shard)) {
+    return absl::InternalError(absl::StrCat(
+        "shard ", part.shard,
+        " says it wrote its values to shared memory this worker did not offer it"));
   }
   std::string scratch;
   for (const wire::WireChunk& c : *chunks) {
@@ -166,6 +195,18 @@ absl::Status ReadPulledPart(const ShardMap& map, const Part& part,
           " that it does not own"));
     }
     const Chunk& info = map.chunks[c.chunk_id];
+    if (in_region) {
+      if (c.data.size != 0 || c.encoding != wire::Encoding::kRawF32) {
+        return absl::InternalError(absl::StrCat(
+            "shard ", part.shard, " sent chunk ", c.chunk_id,
+            " both on the wire and in shared memory"));
+      }
+      wire::CopyBytes(reinterpret_cast<char*>(params.data() + info.flat_offset),
+                      shared.region->reply_area() + 4 * info.flat_offset,
+                      static_cast<size_t>(info.num_elements) * 4, store);
+      (*versions)[c.chunk_id] = c.version;
+      continue;
+    }
     absl::Status s = wire::DecodeInto(pieces, c, params.data() + info.flat_offset,
                                       info.num_elements, &scratch, store);
     if (!s.ok()) {

@@ -207,6 +207,7 @@ absl::Status Run() {
     std::printf("worker %d: %s\n", w, m.c_str());
     std::fflush(stdout);
   };
+  f.client.on_note = f.client.on_wait;
   // The data position, valid only for this worker of this job
   // shape and data (the key); one loop per file, so not with independent
   // replicas.

@@ -22,6 +22,9 @@ ABSL_FLAG(double, reconnect_timeout_s, 120,
           "Keep retrying an unreachable shard this long (backoff up to 2 s) "
           "before failing, so a restarted shard is picked up again.");
 ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20, "Largest parameter chunk.");
+ABSL_FLAG(bool, shared_memory, downpour::GrpcClientOptions{}.shared_memory,
+          "Payloads to shards on this host's loopback go through shared "
+          "memory (float32, no standbys); gRPC carries the rest of each call.");
 
 namespace downpour {
 
@@ -39,6 +42,7 @@ absl::Status TransportOptionsFromFlags(GrpcClientOptions* client) {
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   client->reconnect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
+  client->shared_memory = absl::GetFlag(FLAGS_shared_memory);
   return absl::OkStatus();
 }
 
@@ -48,7 +52,7 @@ std::vector<std::string> GivenTransportFlagArgs() {
   return GivenFlagArgs({"part_kb", "connections_per_shard", "calls_in_flight",
                         "push_dtype", "pull_dtype", "rpc_timeout_s",
                         "connect_timeout_s", "reconnect_timeout_s",
-                        "max_chunk_bytes"});
+                        "max_chunk_bytes", "shared_memory"});
 }
 
 }  // namespace downpour

@@ -51,6 +51,7 @@ absl::Status ConnectClients(const BenchOptions& o, InProcessCluster& cluster,
     client_options.streaming_pull_min_bytes = o.streaming_pull_min_bytes;
     client_options.push_encoding = o.push_encoding;
     client_options.pull_encoding = o.pull_encoding;
+    client_options.shared_memory = o.shared_memory;
     client_options.security = o.security;
     absl::StatusOr<std::unique_ptr<ParameterClient>> client =
         NewGrpcParameterClient(client_options);
@@ -244,6 +245,7 @@ LatencyResult RunSmallLatency(const BenchOptions& o) {
   GrpcClientOptions client_options;
   client_options.hosts = (*cluster)->HostsForClient(0);
   client_options.max_attempts = 1;
+  client_options.shared_memory = o.shared_memory;
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       NewGrpcParameterClient(client_options);
   constexpr int64_t kFloats = 1024;  // 4 KB.

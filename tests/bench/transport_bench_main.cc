@@ -219,6 +219,7 @@ bool ListsFromFlags(bool quick, BenchOptions* o) {
   o->calls_in_flight = client.max_calls_in_flight_per_connection;
   o->push_encoding = client.push_encoding;
   o->pull_encoding = client.pull_encoding;
+  o->shared_memory = client.shared_memory;
   o->max_chunk_bytes = MaxChunkBytesFromFlags();
   return true;
 }

@@ -43,6 +43,9 @@ struct BenchOptions {
   int64_t streaming_pull_min_bytes = 32 * kMiB;
   wire::Encoding push_encoding = wire::Encoding::kRawF32;
   wire::Encoding pull_encoding = wire::Encoding::kRawF32;
+  // Payloads through the workers' shared memory: --shared_memory, which
+  // main reads (worker/transport_flags.h).
+  bool shared_memory = true;
   bool separate_connections = true;
   int latency_ops = 0;
   int64_t tcp_bytes = 0;

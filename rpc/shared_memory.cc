@@ -1,0 +1,208 @@
+#include "rpc/shared_memory.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace downpour {
+namespace {
+
+// The memfd's name, as /proc/<pid>/fd/<fd> shows it ("/memfd:" + name).
+constexpr char kMemfdName[] = "downpour-payloads";
+constexpr char kMagic[16] = "downpour-shm/1";
+
+struct Header {
+  char magic[16];
+  uint64_t key;
+  uint64_t size;
+};
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+uint64_t RandomKey() {
+  std::random_device rd;
+  uint64_t k = 0;
+  while (k == 0) k = (uint64_t{rd()} << 32) ^ rd();
+  return k;
+}
+
+std::string Errno(const char* what) {
+  return absl::StrCat(what, ": ", std::strerror(errno));
+}
+
+bool ProcessGone(uint32_t pid) {
+  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(
+    int64_t area_bytes) {
+  if (area_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory: area of ", area_bytes, " bytes"));
+  }
+  const uint64_t area = RoundUp(static_cast<uint64_t>(area_bytes), 4096);
+  wire::SharedRef ref;
+  ref.push_offset = kSharedHeaderBytes;
+  ref.reply_offset = kSharedHeaderBytes + area;
+  ref.size = kSharedHeaderBytes + 2 * area;
+  const int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return absl::UnavailableError(Errno("shared memory: memfd_create"));
+  if (ftruncate(fd, static_cast<off_t>(ref.size)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const std::string e = Errno("shared memory: sizing and sealing");
+    close(fd);
+    return absl::UnavailableError(e);
+  }
+  void* p = mmap(nullptr, ref.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const std::string e = Errno("shared memory: mmap");
+    close(fd);
+    return absl::UnavailableError(e);
+  }
+  ref.pid = static_cast<uint32_t>(getpid());
+  ref.fd = fd;  // Kept open (and so reachable by the servers) until ~SharedRegion.
+  ref.key = RandomKey();
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.key = ref.key;
+  h.size = ref.size;
+  std::memcpy(p, &h, sizeof(h));
+  return std::unique_ptr<SharedRegion>(
+      new SharedRegion(static_cast<char*>(p), ref));
+}
+
+SharedRegion::~SharedRegion() {
+  munmap(base_, ref_.size);
+  close(ref_.fd);
+}
+
+absl::StatusOr<std::shared_ptr<MappedRegion>> MappedRegion::Open(
+    const wire::SharedRef& ref) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory: pid ", ref.pid, " fd ", ref.fd, ": ", why));
+  };
+  if (ref.pid == 0 || ref.fd < 0 || ref.size <= kSharedHeaderBytes ||
+      ref.size > (uint64_t{1} << 40)) {
+    return refuse(absl::StrCat("no region of ", ref.size, " bytes there"));
+  }
+  const std::string path = absl::StrCat("/proc/", ref.pid, "/fd/", ref.fd);
+  // The link names what the descriptor is; only our memfds are opened, so
+  // that a request cannot make the server open a device, a pipe or a file.
+  char link[256];
+  const ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  if (n < 0) return refuse(Errno("cannot read the descriptor"));
+  link[n] = '\0';
+  if (!absl::StartsWith(link, absl::StrCat("/memfd:", kMemfdName, " "))) {
+    return refuse(absl::StrCat("not a payload region (", link, ")"));
+  }
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return refuse(Errno("cannot open it"));
+  struct stat st;
+  const int seals = fcntl(fd, F_GET_SEALS);
+  std::string why;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = "not a regular memory file";
+  } else if (static_cast<uint64_t>(st.st_size) != ref.size) {
+    why = absl::StrCat("it has ", st.st_size, " bytes, not ", ref.size);
+  } else if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 ||
+             (seals & F_SEAL_SEAL) == 0) {
+    why = "not sealed against shrinking";
+  }
+  if (!why.empty()) {
+    close(fd);
+    return refuse(why);
+  }
+  void* p = mmap(nullptr, ref.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return refuse(Errno("mmap"));
+  std::shared_ptr<MappedRegion> m(new MappedRegion(static_cast<char*>(p), ref.size));
+  Header h;
+  std::memcpy(&h, p, sizeof(h));
+  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.key != ref.key ||
+      h.size != ref.size) {
+    return refuse("the region's header does not match the request's key");
+  }
+  return m;
+}
+
+MappedRegion::~MappedRegion() { munmap(base_, size_); }
+
+absl::Status MappedRegion::Check(uint64_t area, int64_t offset,
+                                 int64_t bytes) const {
+  if (area < kSharedHeaderBytes || area > size_ || offset < 0 || bytes < 0 ||
+      static_cast<uint64_t>(offset) > size_ - area ||
+      static_cast<uint64_t>(bytes) > size_ - area - static_cast<uint64_t>(offset)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory: ", bytes, " bytes at ", area, " + ", offset,
+        " lie outside the region's ", size_, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::string_view> MappedRegion::Read(uint64_t area,
+                                                     int64_t offset,
+                                                     int64_t bytes) const {
+  if (absl::Status s = Check(area, offset, bytes); !s.ok()) return s;
+  return absl::string_view(base_ + area + offset, static_cast<size_t>(bytes));
+}
+
+absl::StatusOr<char*> MappedRegion::Write(uint64_t area, int64_t offset,
+                                          int64_t bytes) const {
+  if (absl::Status s = Check(area, offset, bytes); !s.ok()) return s;
+  return base_ + area + offset;
+}
+
+absl::StatusOr<std::shared_ptr<MappedRegion>> SharedRegionCache::Get(
+    const wire::SharedRef& ref) {
+  const Key key{ref.pid, ref.fd, ref.key};
+  {
+    absl::MutexLock l(&mu_);
+    auto it = regions_.find(key);
+    if (it != regions_.end()) return it->second.first;
+  }
+  // Opened outside the lock: two requests may both open one; one is kept.
+  absl::StatusOr<std::shared_ptr<MappedRegion>> m = MappedRegion::Open(ref);
+  if (!m.ok()) return m.status();
+  absl::MutexLock l(&mu_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    it = ProcessGone(std::get<0>(it->first)) ? regions_.erase(it) : std::next(it);
+  }
+  while (static_cast<int>(regions_.size()) >= max_ && !regions_.empty()) {
+    auto oldest = regions_.begin();
+    for (auto it = regions_.begin(); it != regions_.end(); ++it) {
+      if (it->second.second < oldest->second.second) oldest = it;
+    }
+    regions_.erase(oldest);
+  }
+  return regions_.emplace(key, std::make_pair(*m, ++clock_)).first->second.first;
+}
+
+bool IsLoopbackPeer(absl::string_view peer) {
+  return absl::StartsWith(peer, "ipv4:127.") ||
+         absl::StartsWith(peer, "ipv6:[::1]:") ||
+         absl::StartsWith(peer, "ipv6:[::ffff:127.") ||
+         absl::StartsWith(peer, "unix:");
+}
+
+bool IsLoopbackTarget(absl::string_view target) {
+  if (absl::StartsWith(target, "dns:///")) target.remove_prefix(7);
+  if (absl::StartsWith(target, "ipv4:")) target.remove_prefix(5);
+  return absl::StartsWith(target, "127.") ||
+         absl::StartsWith(target, "localhost:") ||
+         absl::StartsWith(target, "[::1]:");
+}
+
+}  // namespace downpour

@@ -1,0 +1,81 @@
+// File: server/shared_payloads.h
+//
+// A shard's side of payloads that travel through a worker's shared memory
+// (rpc/shared_memory.h): which requests may use it, copying a push's
+// gradients out of the region, and writing a reply's values into it. The
+// service (server/grpc_service.cc) calls these around the store, as it
+// reads and writes gRPC slices otherwise.
+//
+//   SharedPayloads shared(store);
+//   DP_ASSIGN_OR_RETURN(auto region, shared.Region(ctx.peer(), ref, false));
+//   DP_RETURN_IF_ERROR(shared.TakePush(*region, ref, &msg, &pieces, &copy));
+//   ... store->Push(...) from `pieces` ...
+//   DP_RETURN_IF_ERROR(shared.WriteReply(*region, ref.reply_offset, views));
+//
+// Thread-safety: thread-safe.
+#ifndef DOWNPOUR_SERVER_SHARED_PAYLOADS_H_
+#define DOWNPOUR_SERVER_SHARED_PAYLOADS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "rpc/shared_memory.h"
+#include "rpc/wire.h"
+#include "server/parameter_store.h"
+
+namespace downpour {
+
+class SharedPayloads {
+ public:
+  explicit SharedPayloads(ParameterStore* store) : store_(store) {}
+
+  // The region `ref` names, mapped, for a request from gRPC peer `peer`.
+  // FailedPrecondition when this shard takes no shared memory from it: a
+  // peer off the loopback, a shard with a standby (whose forwarded requests
+  // must carry their payloads), or a region that cannot be mapped.
+  absl::StatusOr<std::shared_ptr<MappedRegion>> Region(
+      absl::string_view peer, const wire::SharedRef& ref, bool has_standby);
+
+  // Copies the payloads of msg's chunks (float32, each at 4 * its flat
+  // offset in the push area) into *copy, appends *copy to *pieces and
+  // points each chunk's data at its bytes there: from then on the push
+  // reads as one that carried its payloads. InvalidArgument for a chunk with
+  // inline data or another encoding; a chunk id the model lacks keeps an
+  // empty payload (the store refuses it). With `reply` (a PushPull), the
+  // chunks' places in the reply area are checked too, so that a reply that
+  // could not be written is refused before the push is applied.
+  // FailedPrecondition before the model is declared.
+  absl::Status TakePush(const MappedRegion& region, const wire::SharedRef& ref,
+                        bool reply, wire::PushMessage* msg,
+                        wire::Pieces* pieces, std::string* copy);
+
+  // Writes each chunk's float32 values at 4 * its flat offset from
+  // reply_offset.
+  absl::Status WriteReply(const MappedRegion& region, uint64_t reply_offset,
+                          const std::vector<ChunkView>& chunks);
+
+ private:
+  // Flat offset and element count of every chunk of the model, by id.
+  struct Place {
+    int64_t flat_offset = 0;
+    int64_t num_elements = 0;
+  };
+  absl::StatusOr<std::shared_ptr<const std::vector<Place>>> Places();
+
+  ParameterStore* const store_;  // Not owned.
+  SharedRegionCache regions_;
+  absl::Mutex mu_;
+  // Set once the model is declared; a declared layout never changes.
+  std::shared_ptr<const std::vector<Place>> places_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_SHARED_PAYLOADS_H_

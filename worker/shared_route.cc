@@ -1,0 +1,77 @@
+#include "worker/shared_route.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "proto/parameter_server.grpc.pb.h"
+
+namespace downpour {
+
+SharedAttachment AttachSharedMemory(const ShardTransport& transport,
+                                    const SharedRouteOptions& options,
+                                    const ShardMap& map) {
+  SharedAttachment a;
+  const int shards = transport.num_shards();
+  std::vector<int> local;
+  for (int s = 0; s < shards; ++s) {
+    if (IsLoopbackTarget(options.hosts[s])) local.push_back(s);
+  }
+  if (!options.enabled || local.empty() || map.total_elements == 0) {
+    return a;
+  }
+  const auto on_wire = [&](absl::string_view why) {
+    a.note = absl::StrCat("payloads go over gRPC, not shared memory: ", why);
+    return std::move(a);
+  };
+  if (options.has_standbys) return on_wire("the shards have standbys");
+  if (!options.float32) return on_wire("fp16/bf16 on the wire asked for");
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+      SharedRegion::Create(map.total_elements * 4);
+  if (!region.ok()) return on_wire(region.status().message());
+  const wire::SharedRef& ref = (*region)->ref();
+  proto::StatsRequest req;
+  proto::SharedMemory* probe = req.mutable_shared_memory_probe();
+  probe->set_pid(ref.pid);
+  probe->set_fd(ref.fd);
+  probe->set_key(ref.key);
+  probe->set_size(ref.size);
+  probe->set_push_offset(ref.push_offset);
+  probe->set_reply_offset(ref.reply_offset);
+  std::vector<proto::StatsResponse> resp(shards);
+  const absl::Status s = transport.CallEachShard(
+      "GetStats",
+      [&](int sh, grpc::ClientContext* ctx, auto done) {
+        transport.stub(sh)->async()->GetStats(ctx, &req, &resp[sh],
+                                              std::move(done));
+      },
+      [&](int sh) { resp[sh].Clear(); });
+  if (!s.ok()) return on_wire(s.message());
+  a.route.shards.assign(shards, false);
+  std::vector<std::string> taken, refused;
+  for (int sh : local) {
+    if (resp[sh].shared_memory() == "ok") {
+      a.route.shards[sh] = true;
+      taken.push_back(absl::StrCat(sh));
+    } else {
+      refused.push_back(absl::StrCat(
+          "shard ", sh, " at ", options.hosts[sh], ": ",
+          resp[sh].shared_memory().empty() ? "it does not know shared memory"
+                                           : resp[sh].shared_memory()));
+    }
+  }
+  if (!taken.empty()) {
+    a.region = *std::move(region);
+    a.route.region = a.region.get();
+    a.note = absl::StrCat("payloads to shard", taken.size() > 1 ? "s " : " ",
+                          absl::StrJoin(taken, ", "),
+                          " go through shared memory");
+  }
+  if (!refused.empty()) {
+    absl::StrAppend(&a.note, a.note.empty() ? "" : "; ",
+                    "payloads go over gRPC to ", absl::StrJoin(refused, "; "));
+  }
+  return a;
+}
+
+}  // namespace downpour
