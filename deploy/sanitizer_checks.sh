@@ -97,7 +97,8 @@ for stage in $stages; do
         //worker/data:batcher_test //worker/data:readers_test \
         //worker:grpc_ps_client_test //tests:exactly_once_test \
         //tests:transport_test //worker:sandblaster_portions_test \
-        //server:replication_test
+        //server:replication_test //server:shared_payloads_test \
+        //rpc:shared_memory_test
       ;;
     fuzz)
       start=$SECONDS
