@@ -1,7 +1,6 @@
 #include "rpc/shared_memory.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,8 +39,8 @@ std::string Errno(const char* what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
 }
 
-bool ProcessGone(uint32_t pid) {
-  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+std::string FdPath(const wire::SharedRef& ref) {
+  return absl::StrCat("/proc/", ref.pid, "/fd/", ref.fd);
 }
 
 }  // namespace
@@ -98,7 +97,7 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> MappedRegion::Open(
       ref.size > (uint64_t{1} << 40)) {
     return refuse(absl::StrCat("no region of ", ref.size, " bytes there"));
   }
-  const std::string path = absl::StrCat("/proc/", ref.pid, "/fd/", ref.fd);
+  const std::string path = FdPath(ref);
   // The link names what the descriptor is; only our memfds are opened, so
   // that a request cannot make the server open a device, a pipe or a file.
   char link[256];
@@ -128,7 +127,8 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> MappedRegion::Open(
   void* p = mmap(nullptr, ref.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return refuse(Errno("mmap"));
-  std::shared_ptr<MappedRegion> m(new MappedRegion(static_cast<char*>(p), ref.size));
+  std::shared_ptr<MappedRegion> m(new MappedRegion(
+      static_cast<char*>(p), ref.size, static_cast<uint64_t>(st.st_ino)));
   Header h;
   std::memcpy(&h, p, sizeof(h));
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.key != ref.key ||
@@ -139,6 +139,12 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> MappedRegion::Open(
 }
 
 MappedRegion::~MappedRegion() { munmap(base_, size_); }
+
+bool MappedRegion::StillHeld(const wire::SharedRef& ref) const {
+  struct stat st;
+  return stat(FdPath(ref).c_str(), &st) == 0 &&
+         static_cast<uint64_t>(st.st_ino) == inode_;
+}
 
 absl::Status MappedRegion::Check(uint64_t area, int64_t offset,
                                  int64_t bytes) const {
@@ -178,7 +184,10 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> SharedRegionCache::Get(
   if (!m.ok()) return m.status();
   absl::MutexLock l(&mu_);
   for (auto it = regions_.begin(); it != regions_.end();) {
-    it = ProcessGone(std::get<0>(it->first)) ? regions_.erase(it) : std::next(it);
+    wire::SharedRef held;
+    held.pid = std::get<0>(it->first);
+    held.fd = std::get<1>(it->first);
+    it = it->second.first->StillHeld(held) ? std::next(it) : regions_.erase(it);
   }
   while (static_cast<int>(regions_.size()) >= max_ && !regions_.empty()) {
     auto oldest = regions_.begin();

@@ -67,6 +67,10 @@ class SharedRegion {
 
   char* push_area() const { return base_ + ref_.push_offset; }
   const char* reply_area() const { return base_ + ref_.reply_offset; }
+  // Bytes in each area (at least what Create was asked for).
+  int64_t area_bytes() const {
+    return static_cast<int64_t>(ref_.reply_offset - ref_.push_offset);
+  }
   // What a request says about the region.
   const wire::SharedRef& ref() const { return ref_; }
 
@@ -96,16 +100,24 @@ class MappedRegion {
   absl::StatusOr<char*> Write(uint64_t area, int64_t offset,
                               int64_t bytes) const;
 
+  // Whether the worker still holds the region under the descriptor it was
+  // opened by (the same memory file): once it closed it (or exited), the
+  // mapping only holds memory.
+  bool StillHeld(const wire::SharedRef& ref) const;
+
  private:
-  MappedRegion(char* base, uint64_t size) : base_(base), size_(size) {}
+  MappedRegion(char* base, uint64_t size, uint64_t inode)
+      : base_(base), size_(size), inode_(inode) {}
   absl::Status Check(uint64_t area, int64_t offset, int64_t bytes) const;
   char* const base_;
   const uint64_t size_;
+  const uint64_t inode_;
 };
 
 // A server's mapped regions, by (pid, fd, key). A region stays mapped
-// while its worker process lives, and at most `max_regions` are kept (the
-// oldest goes first).
+// while its worker holds it (each new region drops those whose workers
+// closed theirs or exited), and at most `max_regions` are kept (the oldest
+// goes first).
 class SharedRegionCache {
  public:
   explicit SharedRegionCache(int max_regions = 256) : max_(max_regions) {}

@@ -152,6 +152,23 @@ TEST(SharedRegionCacheTest, MapsARegionOnceAndRefusesAWrongKey) {
   EXPECT_NE(again->get(), a->get());
 }
 
+TEST(SharedRegionCacheTest, ARegionItsWorkerClosedIsDroppedOnTheNextOpen) {
+  SharedRegionCache cache;
+  auto first = SharedRegion::Create(64);
+  ASSERT_TRUE(first.ok());
+  const wire::SharedRef ref = (*first)->ref();
+  auto mapped = cache.Get(ref);
+  ASSERT_TRUE(mapped.ok());
+  EXPECT_TRUE((*mapped)->StillHeld(ref));
+  std::weak_ptr<MappedRegion> weak = *mapped;
+  mapped->reset();
+  first->reset();  // The worker closes its descriptor.
+  auto second = SharedRegion::Create(64);  // Likely on the same fd number.
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(cache.Get((*second)->ref()).ok());
+  EXPECT_TRUE(weak.expired());  // Unmapped: its memory is given back.
+}
+
 TEST(LoopbackTest, PeersAndTargets) {
   EXPECT_TRUE(IsLoopbackPeer("ipv4:127.0.0.1:41234"));
   EXPECT_TRUE(IsLoopbackPeer("ipv6:[::1]:41234"));

@@ -207,8 +207,11 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
   map_ = std::move(map);
   pull_parts_ = parts;
   parts_ = std::move(parts);
-  shared_ = AttachSharedMemory(transport_, SharedRouteOptionsFor(options_), map_);
-  if (!shared_.note.empty() && options_.on_note) options_.on_note(shared_.note);
+  if (shared_.region == nullptr ||  // Kept while the model fits it.
+      shared_.region->area_bytes() < 4 * map_.total_elements) {
+    shared_ = AttachSharedMemory(transport_, SharedRouteOptionsFor(options_), map_);
+    if (!shared_.note.empty() && options_.on_note) options_.on_note(shared_.note);
+  }
   return SetPushBreaks(breaks_);
 }
 
