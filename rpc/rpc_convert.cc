@@ -83,4 +83,18 @@ ShardStats StatsFromProto(const proto::StatsResponse& p) {
   return s;
 }
 
+void SharedRefToProto(const wire::SharedRef& ref, proto::SharedMemory* out) {
+  out->set_pid(ref.pid);
+  out->set_fd(ref.fd);
+  out->set_key(ref.key);
+  out->set_size(ref.size);
+  out->set_push_offset(ref.push_offset);
+  out->set_reply_offset(ref.reply_offset);
+}
+
+wire::SharedRef SharedRefFromProto(const proto::SharedMemory& m) {
+  return wire::SharedRef{m.pid(),  m.fd(),          m.key(),
+                         m.size(), m.push_offset(), m.reply_offset()};
+}
+
 }  // namespace downpour

@@ -15,6 +15,7 @@
 #include "common/sharding.h"
 #include "grpcpp/support/status.h"
 #include "proto/parameter_server.pb.h"
+#include "rpc/wire.h"
 
 namespace downpour {
 
@@ -23,6 +24,10 @@ grpc::Status ToGrpcStatus(const absl::Status& s);
 absl::Status FromGrpcStatus(const grpc::Status& s, absl::string_view what);
 
 void LayoutToProto(const ModelLayout& layout, proto::ModelLayout* out);
+
+// proto::SharedMemory and the wire's SharedRef (rpc/shared_memory.h).
+void SharedRefToProto(const wire::SharedRef& ref, proto::SharedMemory* out);
+wire::SharedRef SharedRefFromProto(const proto::SharedMemory& m);
 ModelLayout LayoutFromProto(const proto::ModelLayout& p);
 
 void StatsToProto(const ShardStats& s, proto::StatsResponse* out);

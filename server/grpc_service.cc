@@ -79,11 +79,6 @@ std::string& ThreadSharedCopy() {
   return copy;
 }
 
-wire::SharedRef RefFromProto(const proto::SharedMemory& m) {
-  return wire::SharedRef{m.pid(),  m.fd(),          m.key(),
-                         m.size(), m.push_offset(), m.reply_offset()};
-}
-
 // Where a reply's values go when the request named shared memory.
 struct SharedReply {
   std::shared_ptr<MappedRegion> region;
@@ -180,7 +175,7 @@ class ParameterServerService final : public ServiceBase {
                                "pull: shared-memory values are float32 only"));
       }
       absl::StatusOr<std::shared_ptr<MappedRegion>> region =
-          shared_.Region(ctx->peer(), RefFromProto(req.shared()),
+          shared_.Region(ctx->peer(), SharedRefFromProto(req.shared()),
                          options_.replica != nullptr);
       if (!region.ok()) return Finish(ctx, region.status());
       shared = SharedReply{*std::move(region), req.shared().reply_offset(),
@@ -335,7 +330,7 @@ class ParameterServerService final : public ServiceBase {
     StatsToProto(store_->Stats(), &resp);
     if (req.has_shared_memory_probe()) {
       const absl::StatusOr<std::shared_ptr<MappedRegion>> region =
-          shared_.Region(ctx->peer(), RefFromProto(req.shared_memory_probe()),
+          shared_.Region(ctx->peer(), SharedRefFromProto(req.shared_memory_probe()),
                          options_.replica != nullptr);
       resp.set_shared_memory(region.ok() ? "ok"
                                          : std::string(region.status().message()));

@@ -24,15 +24,6 @@
 namespace downpour {
 namespace {
 
-void SetRef(const wire::SharedRef& r, proto::SharedMemory* m) {
-  m->set_pid(r.pid);
-  m->set_fd(r.fd);
-  m->set_key(r.key);
-  m->set_size(r.size);
-  m->set_push_offset(r.push_offset);
-  m->set_reply_offset(r.reply_offset);
-}
-
 class SharedPayloadsTest : public ::testing::Test {
  protected:
   // One shard with sgd at rate 1 (a push of g turns v into v - g), the
@@ -82,7 +73,7 @@ class SharedPayloadsTest : public ::testing::Test {
     proto::PushRequest req;
     req.set_worker_id(0);
     req.set_seq(seq);
-    SetRef(ref, req.mutable_shared());
+    SharedRefToProto(ref, req.mutable_shared());
     for (const Chunk& c : map_.chunks) req.add_gradients()->set_chunk_id(c.id);
     return req;
   }
@@ -142,7 +133,7 @@ TEST_F(SharedPayloadsTest, PushPullAndPullGoThroughTheRegion) {
   std::memset(const_cast<char*>(region_->reply_area()), 0, expect.size() * 4);
   proto::PullRequest req;
   req.add_chunk_ids(1);
-  SetRef(region_->ref(), req.mutable_shared());
+  SharedRefToProto(region_->ref(), req.mutable_shared());
   grpc::ClientContext ctx;
   proto::PullResponse resp;
   ASSERT_TRUE(stub_->Pull(&ctx, req, &resp).ok());
@@ -157,7 +148,7 @@ TEST_F(SharedPayloadsTest, PushPullAndPullGoThroughTheRegion) {
 
 TEST_F(SharedPayloadsTest, TheProbeSaysWhetherARegionIsTaken) {
   proto::StatsRequest req;
-  SetRef(region_->ref(), req.mutable_shared_memory_probe());
+  SharedRefToProto(region_->ref(), req.mutable_shared_memory_probe());
   grpc::ClientContext ctx;
   proto::StatsResponse resp;
   ASSERT_TRUE(stub_->GetStats(&ctx, req, &resp).ok());
@@ -212,7 +203,7 @@ TEST_F(SharedPayloadsTest, RefusedRequestsChangeNothing) {
 
   proto::PushRequest leave;
   leave.set_leave(true);
-  SetRef(region_->ref(), leave.mutable_shared());
+  SharedRefToProto(region_->ref(), leave.mutable_shared());
   grpc::ClientContext ctx;
   proto::PushResponse presp;
   EXPECT_EQ(stub_->Push(&ctx, leave, &presp).error_code(),
@@ -220,7 +211,7 @@ TEST_F(SharedPayloadsTest, RefusedRequestsChangeNothing) {
 
   proto::PullRequest fp16_pull;
   fp16_pull.set_encoding(proto::FP16);
-  SetRef(region_->ref(), fp16_pull.mutable_shared());
+  SharedRefToProto(region_->ref(), fp16_pull.mutable_shared());
   grpc::ClientContext ctx2;
   proto::PullResponse resp;
   EXPECT_EQ(stub_->Pull(&ctx2, fp16_pull, &resp).error_code(),

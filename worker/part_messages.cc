@@ -6,6 +6,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/slice.h"
 #include "rpc/grpc_config.h"
+#include "rpc/rpc_convert.h"
 
 namespace downpour {
 namespace {
@@ -69,14 +70,7 @@ std::vector<grpc::ByteBuffer> PullRequests(absl::Span<const Part> parts,
     r.set_encoding(static_cast<proto::Encoding>(encoding));
     for (int32_t id : parts[i].chunk_ids) r.add_chunk_ids(id);
     if (shared.For(parts[i].shard)) {
-      const wire::SharedRef& ref = shared.region->ref();
-      proto::SharedMemory* m = r.mutable_shared();
-      m->set_pid(ref.pid);
-      m->set_fd(ref.fd);
-      m->set_key(ref.key);
-      m->set_size(ref.size);
-      m->set_push_offset(ref.push_offset);
-      m->set_reply_offset(ref.reply_offset);
+      SharedRefToProto(shared.region->ref(), r.mutable_shared());
     }
     req[i] = Serialized(r);
   }

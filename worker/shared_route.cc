@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "rpc/rpc_convert.h"
 
 namespace downpour {
 
@@ -29,15 +30,8 @@ SharedAttachment AttachSharedMemory(const ShardTransport& transport,
   absl::StatusOr<std::unique_ptr<SharedRegion>> region =
       SharedRegion::Create(map.total_elements * 4);
   if (!region.ok()) return on_wire(region.status().message());
-  const wire::SharedRef& ref = (*region)->ref();
   proto::StatsRequest req;
-  proto::SharedMemory* probe = req.mutable_shared_memory_probe();
-  probe->set_pid(ref.pid);
-  probe->set_fd(ref.fd);
-  probe->set_key(ref.key);
-  probe->set_size(ref.size);
-  probe->set_push_offset(ref.push_offset);
-  probe->set_reply_offset(ref.reply_offset);
+  SharedRefToProto((*region)->ref(), req.mutable_shared_memory_probe());
   std::vector<proto::StatsResponse> resp(shards);
   const absl::Status s = transport.CallEachShard(
       "GetStats",
