@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -82,6 +84,14 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(
       new SharedRegion(static_cast<char*>(p), ref));
 }
 
+bool SharedRegion::Fits(const wire::SharedRef& ref, int64_t area_bytes) {
+  if (area_bytes <= 0) return false;
+  const uint64_t area = RoundUp(static_cast<uint64_t>(area_bytes), 4096);
+  return ref.push_offset == kSharedHeaderBytes &&
+         ref.reply_offset == kSharedHeaderBytes + area &&
+         ref.size == kSharedHeaderBytes + 2 * area;
+}
+
 SharedRegion::~SharedRegion() {
   munmap(base_, ref_.size);
   close(ref_.fd);
@@ -97,19 +107,29 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> MappedRegion::Open(
       ref.size > (uint64_t{1} << 40)) {
     return refuse(absl::StrCat("no region of ", ref.size, " bytes there"));
   }
-  const std::string path = FdPath(ref);
-  // The link names what the descriptor is; only our memfds are opened, so
-  // that a request cannot make the server open a device, a pipe or a file.
+  // Opened as a path first: O_PATH opens nothing (no device, FIFO or socket
+  // is touched), and what it names is checked on that descriptor, which
+  // cannot change under us: one of our memfds, on tmpfs (not hugetlbfs,
+  // whose pages can run out under a mapping). Only then is the same file
+  // opened for reading and writing. The refusals do not say what the
+  // descriptor was, so that a probe cannot list another process's files.
+  const int path_fd = open(FdPath(ref).c_str(), O_PATH | O_CLOEXEC);
+  if (path_fd < 0) return refuse("not a payload region");
+  const std::string self = absl::StrCat("/proc/self/fd/", path_fd);
   char link[256];
-  const ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
-  if (n < 0) return refuse(Errno("cannot read the descriptor"));
-  link[n] = '\0';
-  if (!absl::StartsWith(link, absl::StrCat("/memfd:", kMemfdName, " "))) {
-    return refuse(absl::StrCat("not a payload region (", link, ")"));
-  }
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return refuse(Errno("cannot open it"));
+  const ssize_t n = readlink(self.c_str(), link, sizeof(link) - 1);
+  if (n > 0) link[n] = '\0';
   struct stat st;
+  struct statfs fs;
+  const bool ours =
+      n > 0 && absl::StartsWith(link, absl::StrCat("/memfd:", kMemfdName, " ")) &&
+      fstat(path_fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      fstatfs(path_fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+  const int fd = ours ? open(self.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY |
+                                               O_NONBLOCK)
+                      : -1;
+  close(path_fd);
+  if (fd < 0) return refuse("not a payload region");
   const int seals = fcntl(fd, F_GET_SEALS);
   std::string why;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -183,6 +203,8 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> SharedRegionCache::Get(
   absl::StatusOr<std::shared_ptr<MappedRegion>> m = MappedRegion::Open(ref);
   if (!m.ok()) return m.status();
   absl::MutexLock l(&mu_);
+  auto present = regions_.find(key);  // Opened meanwhile by another request.
+  if (present != regions_.end()) return present->second.first;
   for (auto it = regions_.begin(); it != regions_.end();) {
     wire::SharedRef held;
     held.pid = std::get<0>(it->first);

@@ -16,12 +16,12 @@
 // out of the region before it checks and applies them (a client cannot
 // change them in between) and writes reply values straight into it.
 //
-// The region is a sealed memfd (it can neither shrink nor grow, so a mapping
-// of it cannot fault), created by the worker; the server opens it as
-// /proc/<pid>/fd/<fd> after checking that the link names a memfd of ours,
-// then checks the seals, the size and the 64-bit key in the header, which
-// only the worker and the servers it talks to know. Servers accept it only
-// from a peer on a loopback address.
+// The region is a sealed memfd on tmpfs (it can neither shrink nor grow, so a
+// mapping of it cannot fault), created by the worker; the server opens it
+// through /proc/<pid>/fd/<fd> after checking, without opening it, that it is
+// a memfd of ours on tmpfs, then checks the seals, the size (the model's)
+// and the 64-bit key in the header, which only the worker and the servers it
+// talks to know. Servers accept it only from a peer on a loopback address.
 //
 //   // Worker:
 //   DP_ASSIGN_OR_RETURN(std::unique_ptr<SharedRegion> r,
@@ -73,6 +73,9 @@ class SharedRegion {
   }
   // What a request says about the region.
   const wire::SharedRef& ref() const { return ref_; }
+  // Whether `ref` has the size and areas Create(area_bytes) gives a region:
+  // a server takes only regions the size of its model.
+  static bool Fits(const wire::SharedRef& ref, int64_t area_bytes);
 
  private:
   SharedRegion(char* base, const wire::SharedRef& ref) : base_(base), ref_(ref) {}
@@ -120,7 +123,7 @@ class MappedRegion {
 // goes first).
 class SharedRegionCache {
  public:
-  explicit SharedRegionCache(int max_regions = 256) : max_(max_regions) {}
+  explicit SharedRegionCache(int max_regions = 64) : max_(max_regions) {}
   absl::StatusOr<std::shared_ptr<MappedRegion>> Get(const wire::SharedRef& ref);
 
  private:

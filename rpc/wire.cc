@@ -191,9 +191,10 @@ absl::StatusOr<WireChunk> ParseChunk(Cursor c, absl::string_view what) {
   return out;
 }
 
-// A SharedMemory submessage: varint fields 1 to 6.
-absl::StatusOr<SharedRef> ParseSharedRef(Cursor c, absl::string_view what) {
-  SharedRef r;
+// A SharedMemory submessage (varint fields 1 to 6) merged into `r`, as
+// protobuf merges a repeated submessage field.
+absl::StatusOr<SharedRef> ParseSharedRef(Cursor c, absl::string_view what,
+                                         SharedRef r) {
   while (c.left() > 0) {
     uint64_t v;
     int field, type;
@@ -387,7 +388,8 @@ absl::StatusOr<PushMessage> ParsePushRequest(const Pieces& pieces) {
           !c.Sub(static_cast<int64_t>(v), &sub)) {
         return Malformed(kWhat, "shared runs past the end of the message");
       }
-      absl::StatusOr<SharedRef> ref = ParseSharedRef(sub, kWhat);
+      absl::StatusOr<SharedRef> ref =
+          ParseSharedRef(sub, kWhat, m.shared.value_or(SharedRef()));
       if (!ref.ok()) return ref.status();
       m.shared = *ref;
     } else if (!SkipField(&c, type)) {

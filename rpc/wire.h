@@ -81,7 +81,7 @@ struct WireChunk {
 // shared memory (rpc/shared_memory.h; proto SharedMemory, same fields).
 struct SharedRef {
   uint32_t pid = 0;
-  int32_t fd = -1;
+  int32_t fd = 0;
   uint64_t key = 0;
   uint64_t size = 0;
   uint64_t push_offset = 0;

@@ -197,9 +197,15 @@ class ParameterServerService final : public ServiceBase {
         std::move(spec),
         // Under the chunk's lock: only takes a reference to the values.
         [pulled](const ChunkView& c) { pulled->push_back(c); },
-        [pulled, encoding, response, reactor, drop, shared = std::move(shared),
+        [pulled, encoding, response, reactor, drop, ctx,
+         shared = std::move(shared),
          incarnation = Incarnation()](absl::Status s) {
           if (s.ok() && drop) s = DroppedReply();
+          // A client that gave up may already read a later reply from the
+          // same place.
+          if (s.ok() && shared && ctx->IsCancelled()) {
+            s = absl::CancelledError("pull: cancelled; values not written");
+          }
           if (s.ok()) {
             s = EncodePull(*pulled, encoding, incarnation,
                            shared ? &*shared : nullptr, response);

@@ -17,31 +17,46 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> SharedPayloads::Region(
     return absl::FailedPreconditionError(absl::StrCat(
         "shared memory: peer ", peer, " is not on this host's loopback"));
   }
+  DP_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, GetModel());
+  if (!SharedRegion::Fits(ref, 4 * model->total_elements)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared memory: a region of ", ref.size, " bytes does not fit a model of ",
+        model->total_elements, " floats"));
+  }
   return regions_.Get(ref);
 }
 
-absl::StatusOr<std::shared_ptr<const std::vector<SharedPayloads::Place>>>
-SharedPayloads::Places() {
+absl::StatusOr<std::shared_ptr<const SharedPayloads::Model>>
+SharedPayloads::GetModel() {
   absl::MutexLock l(&mu_);
-  if (places_ != nullptr) return places_;
+  if (model_ != nullptr) return model_;
   absl::StatusOr<ShardMap> map = store_->shard_map();
   if (!map.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("shared memory: ", map.status().message()));
   }
-  auto places = std::make_shared<std::vector<Place>>(map->chunks.size());
+  const int32_t shard = store_->Stats().shard_index;
+  auto model = std::make_shared<Model>();
+  model->places.resize(map->chunks.size());
+  model->total_elements = map->total_elements;
   for (const Chunk& c : map->chunks) {
-    (*places)[c.id] = Place{c.flat_offset, c.num_elements};
+    if (c.shard == shard) model->places[c.id] = Place{c.flat_offset, c.num_elements};
   }
-  places_ = std::move(places);
-  return places_;
+  model_ = std::move(model);
+  return model_;
 }
 
 absl::Status SharedPayloads::TakePush(const MappedRegion& region,
                                       const wire::SharedRef& ref, bool reply,
                                       wire::PushMessage* msg,
                                       wire::Pieces* pieces, std::string* copy) {
-  DP_ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<Place>> places, Places());
+  DP_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, GetModel());
+  const std::vector<Place>& places = model->places;
+  const auto own = [&](int32_t id) {
+    return id >= 0 && id < static_cast<int64_t>(places.size()) &&
+           places[id].num_elements >= 0;
+  };
+  std::vector<bool> seen(places.size(), false);
   int64_t total = 0;
   for (const wire::WireChunk& c : msg->chunks) {
     if (c.encoding != wire::Encoding::kRawF32 || c.data.size != 0) {
@@ -50,16 +65,20 @@ absl::Status SharedPayloads::TakePush(const MappedRegion& region,
           c.data.size, " bytes in ", wire::EncodingName(c.encoding),
           " (shared payloads are float32, in the region only)"));
     }
-    if (c.chunk_id < static_cast<int64_t>(places->size())) {
-      total += 4 * (*places)[c.chunk_id].num_elements;
+    if (!own(c.chunk_id)) continue;
+    if (seen[c.chunk_id]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push: chunk ", c.chunk_id, " named twice"));
     }
+    seen[c.chunk_id] = true;
+    total += 4 * places[c.chunk_id].num_elements;
   }
   copy->resize(static_cast<size_t>(total));
   const size_t piece = pieces->size();
   int64_t at = 0;
   for (wire::WireChunk& c : msg->chunks) {
-    if (c.chunk_id >= static_cast<int64_t>(places->size())) continue;
-    const Place& p = (*places)[c.chunk_id];
+    if (!own(c.chunk_id)) continue;
+    const Place& p = places[c.chunk_id];
     DP_ASSIGN_OR_RETURN(absl::string_view bytes,
                         region.Read(ref.push_offset, 4 * p.flat_offset,
                                     4 * p.num_elements));
@@ -81,16 +100,18 @@ absl::Status SharedPayloads::TakePush(const MappedRegion& region,
 absl::Status SharedPayloads::WriteReply(const MappedRegion& region,
                                         uint64_t reply_offset,
                                         const std::vector<ChunkView>& chunks) {
-  DP_ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<Place>> places, Places());
+  DP_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, GetModel());
+  const std::vector<Place>& places = model->places;
   for (const ChunkView& c : chunks) {
-    if (c.chunk_id < 0 || c.chunk_id >= static_cast<int64_t>(places->size()) ||
-        (*places)[c.chunk_id].num_elements != c.num_elements) {
+    if (c.chunk_id < 0 || c.chunk_id >= static_cast<int64_t>(places.size()) ||
+        places[c.chunk_id].num_elements != c.num_elements) {
       return absl::InternalError(
           absl::StrCat("shared memory: chunk ", c.chunk_id, " has no place"));
     }
     DP_ASSIGN_OR_RETURN(
-        char* dst, region.Write(reply_offset, 4 * (*places)[c.chunk_id].flat_offset,
-                               4 * c.num_elements));
+        char* dst, region.Write(reply_offset, 4 * places[c.chunk_id].flat_offset,
+                                4 * c.num_elements));
+    if (c.num_elements == 0) continue;  // An empty chunk has no data pointer.
     std::memcpy(dst, c.data, static_cast<size_t>(4 * c.num_elements));
   }
   return absl::OkStatus();

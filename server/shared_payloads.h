@@ -39,7 +39,8 @@ class SharedPayloads {
   // The region `ref` names, mapped, for a request from gRPC peer `peer`.
   // FailedPrecondition when this shard takes no shared memory from it: a
   // peer off the loopback, a shard with a standby (whose forwarded requests
-  // must carry their payloads), or a region that cannot be mapped.
+  // must carry their payloads), a model not declared yet, a region not of
+  // the model's size (SharedRegion::Fits), or one that cannot be mapped.
   absl::StatusOr<std::shared_ptr<MappedRegion>> Region(
       absl::string_view peer, const wire::SharedRef& ref, bool has_standby);
 
@@ -47,11 +48,12 @@ class SharedPayloads {
   // offset in the push area) into *copy, appends *copy to *pieces and
   // points each chunk's data at its bytes there: from then on the push
   // reads as one that carried its payloads. InvalidArgument for a chunk with
-  // inline data or another encoding; a chunk id the model lacks keeps an
-  // empty payload (the store refuses it). With `reply` (a PushPull), the
-  // chunks' places in the reply area are checked too, so that a reply that
-  // could not be written is refused before the push is applied.
-  // FailedPrecondition before the model is declared.
+  // inline data or another encoding, or named twice; a chunk that is not
+  // this shard's keeps an empty payload (the store refuses it), so *copy
+  // holds at most the shard's own bytes. With `reply` (a PushPull that
+  // returns the pushed chunks), their places in the reply area are checked
+  // too, so that a reply that could not be written is refused before the
+  // push is applied. FailedPrecondition before the model is declared.
   absl::Status TakePush(const MappedRegion& region, const wire::SharedRef& ref,
                         bool reply, wire::PushMessage* msg,
                         wire::Pieces* pieces, std::string* copy);
@@ -62,18 +64,23 @@ class SharedPayloads {
                           const std::vector<ChunkView>& chunks);
 
  private:
-  // Flat offset and element count of every chunk of the model, by id.
+  // Flat offset and element count of each chunk of the model, by id;
+  // num_elements -1 for another shard's chunk.
   struct Place {
     int64_t flat_offset = 0;
-    int64_t num_elements = 0;
+    int64_t num_elements = -1;
   };
-  absl::StatusOr<std::shared_ptr<const std::vector<Place>>> Places();
+  struct Model {
+    std::vector<Place> places;
+    int64_t total_elements = 0;
+  };
+  absl::StatusOr<std::shared_ptr<const Model>> GetModel();
 
   ParameterStore* const store_;  // Not owned.
   SharedRegionCache regions_;
   absl::Mutex mu_;
   // Set once the model is declared; a declared layout never changes.
-  std::shared_ptr<const std::vector<Place>> places_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Model> model_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace downpour

@@ -2,9 +2,9 @@
 // loopback (ParameterServerHost) and a region this process made: pushes,
 // push-pulls and pulls move their float32 values through the region, the
 // probe says whether a region is taken, and every refused request (a
-// stranger's key, inline data beside a region, another encoding, places
-// outside the region, a leave) changes nothing and leaves the server
-// serving.
+// stranger's key, inline data beside a region, another encoding, a region
+// not of the model's size, a chunk named twice, a leave) changes nothing
+// and leaves the server serving.
 #include "server/shared_payloads.h"
 
 #include <cstring>
@@ -187,19 +187,25 @@ TEST_F(SharedPayloadsTest, RefusedRequestsChangeNothing) {
   half.set_pull_encoding(proto::FP16);
   EXPECT_EQ(push_pull(half).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  // Replies that would land past the region's end: refused before applying.
+  // Areas that are not where a region of the model's size has them (replies
+  // past the region's end, say), or a region of another size.
   wire::SharedRef late = region_->ref();
   late.reply_offset = late.size - 8;
   s = push_pull(SharedPush(4, late));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("outside the region"), std::string::npos)
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("does not fit"), std::string::npos)
       << s.error_message();
+  wire::SharedRef big = region_->ref();
+  big.size += 4096;
+  EXPECT_EQ(push_pull(SharedPush(5, big)).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 
-  // Gradients that would lie past the region's end.
-  wire::SharedRef short_area = region_->ref();
-  short_area.push_offset = short_area.size - 8;
-  s = push_pull(SharedPush(5, short_area));
+  proto::PushRequest twice = SharedPush(7, region_->ref());
+  twice.add_gradients()->set_chunk_id(2);
+  s = push_pull(twice);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("chunk 2 named twice"), std::string::npos)
+      << s.error_message();
 
   proto::PushRequest leave;
   leave.set_leave(true);

@@ -84,18 +84,18 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
 
   std::vector<float> got(n, -1);
   std::vector<int64_t> versions;
-  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  ASSERT_EQ((*client)->Pull(absl::MakeSpan(got), &versions), absl::OkStatus());
   EXPECT_EQ(got, init);
   // A push of g with sgd lr 1 gives init - g exactly (both are f32 sums of
   // one term); then pull again.
   const std::vector<float> g = Random(n, 2);
   ASSERT_TRUE((*client)->Push(1, g, versions).ok());
-  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  ASSERT_EQ((*client)->Pull(absl::MakeSpan(got), &versions), absl::OkStatus());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], init[i] - g[i]) << i;
   for (int64_t v : versions) EXPECT_EQ(v, 1);
   // A retry of the same push (every part) is not applied again.
   ASSERT_TRUE((*client)->Push(1, g, std::vector<int64_t>(versions.size(), 0)).ok());
-  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  ASSERT_EQ((*client)->Pull(absl::MakeSpan(got), &versions), absl::OkStatus());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], init[i] - g[i]) << i;
 
   // PushPull: each part's values after its push come back in its reply.
@@ -117,7 +117,7 @@ TEST_P(TransportTest, PartsRoundTripOddSizesExactly) {
                              &after_versions, PullOptions())
                   .ok());
   for (int64_t v : after_versions) EXPECT_EQ(v, 2);
-  ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+  ASSERT_EQ((*client)->Pull(absl::MakeSpan(got), &versions), absl::OkStatus());
   EXPECT_EQ(after, got);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(got[i], (init[i] - g[i]) - g2[i]) << i;
@@ -151,7 +151,7 @@ TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
     ASSERT_TRUE((*client)->Declare(layout, init).ok());  // Declared exactly.
     std::vector<float> got(n);
     std::vector<int64_t> versions;
-    ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+    ASSERT_EQ((*client)->Pull(absl::MakeSpan(got), &versions), absl::OkStatus());
     const double rel = std::string(name) == "fp16" ? std::ldexp(1.0, -11)
                                                    : std::ldexp(1.0, -8);
     for (int64_t i = 0; i < n; ++i) {
@@ -162,7 +162,7 @@ TEST(TransportCompressionTest, Fp16AndBf16StayWithinTheirBound) {
     std::vector<float> g(n, 0.0f);
     g[5] = 0.1f;
     ASSERT_TRUE((*client)->Push(1, g, versions).ok());
-    ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+    ASSERT_EQ((*client)->Pull(absl::MakeSpan(got), &versions), absl::OkStatus());
     const double want = init[5] - 0.1;
     EXPECT_LE(std::abs(got[5] - want), rel * (std::abs(init[5]) + 0.1) * 2 + 1e-7)
         << name;
@@ -235,7 +235,7 @@ TEST(TransportZeroCopyTest, PullsDuringPushesAreNeverTorn) {
       std::vector<float> got(n);
       std::vector<int64_t> versions;
       do {
-        ASSERT_TRUE((*client)->Pull(absl::MakeSpan(got), &versions).ok());
+        ASSERT_EQ((*client)->Pull(absl::MakeSpan(got), &versions), absl::OkStatus());
         for (const Chunk& c : map.chunks) {
           const float want = static_cast<float>(versions[c.id]);
           const float* v = got.data() + c.flat_offset;

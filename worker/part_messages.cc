@@ -140,9 +140,8 @@ std::vector<grpc::ByteBuffer> PushEncoder::Encode(
         payload_at += bytes;
       }
     }
-    if (p.chunk_ids.empty() || head_start < heads.size()) {
-      slices.emplace_back(heads.data() + head_start, heads.size() - head_start,
-                          grpc::Slice::STATIC_SLICE);
+    if (p.chunk_ids.empty()) {
+      slices.emplace_back(heads.data(), heads.size(), grpc::Slice::STATIC_SLICE);
     }
     req[i] = grpc::ByteBuffer(slices.data(), slices.size());
   }

@@ -30,14 +30,17 @@ SharedAttachment AttachSharedMemory(const ShardTransport& transport,
   absl::StatusOr<std::unique_ptr<SharedRegion>> region =
       SharedRegion::Create(map.total_elements * 4);
   if (!region.ok()) return on_wire(region.status().message());
-  proto::StatsRequest req;
-  SharedRefToProto((*region)->ref(), req.mutable_shared_memory_probe());
+  // Only the shards on this host are told where the region is.
+  proto::StatsRequest probe, plain;
+  SharedRefToProto((*region)->ref(), probe.mutable_shared_memory_probe());
+  std::vector<bool> is_local(shards, false);
+  for (int sh : local) is_local[sh] = true;
   std::vector<proto::StatsResponse> resp(shards);
   const absl::Status s = transport.CallEachShard(
       "GetStats",
       [&](int sh, grpc::ClientContext* ctx, auto done) {
-        transport.stub(sh)->async()->GetStats(ctx, &req, &resp[sh],
-                                              std::move(done));
+        transport.stub(sh)->async()->GetStats(
+            ctx, is_local[sh] ? &probe : &plain, &resp[sh], std::move(done));
       },
       [&](int sh) { resp[sh].Clear(); });
   if (!s.ok()) return on_wire(s.message());
