@@ -203,7 +203,10 @@ inline std::unique_ptr<PendingPull> StartPull(ParameterStore& s, int64_t min_ver
   spec.worker_clock = clock;
   s.PullWhenReady(spec, [raw](const ChunkView& c) { raw->version = c.version; },
                   [raw](absl::Status st) {
-                    raw->status = st;
+                    // Moved, so that this thread does not release the
+                    // shared message after the waiting one read it (a
+                    // count in uninstrumented abseil: TSan cannot see it).
+                    raw->status = std::move(st);
                     raw->done.Notify();
                   });
   return p;

@@ -68,7 +68,9 @@ class LocalParameterClient final : public ParameterClient {
           }
         },
         [&](absl::Status st) {
-          pull_status = st;
+          // Moved: this thread must not release the message after the
+          // caller read it (abseil counts it where TSan cannot see).
+          pull_status = std::move(st);
           done.Notify();
         });
     done.WaitForNotification();

@@ -6,6 +6,7 @@
 // process: halt_on_error). The race cases run this binary again as a child
 // (one test each) and expect TSan's report and exit code 66.
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -131,15 +132,33 @@ TEST(TsanAnnotationsTest, NotificationPublishesPlainData) {
   }
 }
 
+// The two racing writes of the tests below happen while both threads are
+// inside: each waits, through relaxed atomics (which order nothing for
+// TSan), for the other's write before leaving its critical section. So no
+// lock handed over between them can order the pair, however the threads
+// are scheduled (on a loaded machine the thread could otherwise finish
+// before the main thread's write).
+struct Handshake {
+  std::atomic<bool> first{false}, second{false};
+  static void Await(const std::atomic<bool>& f) {
+    while (!f.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+};
+
 // Run only as a child of RealRacesAreStillReported.
 TEST(TsanAnnotationsTest, DISABLED_RaceWhereOnlyOneSideLocks) {
   Shared s;
   long unguarded = 0;
+  Handshake h;
   std::thread t([&] {
     absl::MutexLock l(&s.mu);
     unguarded = 1;
+    h.first.store(true, std::memory_order_relaxed);
+    Handshake::Await(h.second);
   });
+  Handshake::Await(h.first);
   unguarded = 2;  // No lock here: TSan must report this pair.
+  h.second.store(true, std::memory_order_relaxed);
   t.join();
   absl::SleepFor(absl::Milliseconds(1));
   std::printf("value %ld\n", unguarded);
@@ -149,13 +168,18 @@ TEST(TsanAnnotationsTest, DISABLED_RaceWhereOnlyOneSideLocks) {
 TEST(TsanAnnotationsTest, DISABLED_RaceAcrossTwoMutexes) {
   absl::Mutex a, b;
   long value = 0;
+  Handshake h;
   std::thread t([&] {
     absl::MutexLock l(&a);
     value = 1;
+    h.first.store(true, std::memory_order_relaxed);
+    Handshake::Await(h.second);
   });
   {
     absl::MutexLock l(&b);
+    Handshake::Await(h.first);
     value = 2;  // Another mutex orders nothing: TSan must report.
+    h.second.store(true, std::memory_order_relaxed);
   }
   t.join();
   std::printf("value %ld\n", value);
