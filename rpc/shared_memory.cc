@@ -196,6 +196,7 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> SharedRegionCache::Get(
   const Key key{ref.pid, ref.fd, ref.key};
   {
     absl::MutexLock l(&mu_);
+    if (absl::Now() - last_check_ >= recheck_every_) DropReleased();
     auto it = regions_.find(key);
     if (it != regions_.end()) return it->second.first;
   }
@@ -205,12 +206,7 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> SharedRegionCache::Get(
   absl::MutexLock l(&mu_);
   auto present = regions_.find(key);  // Opened meanwhile by another request.
   if (present != regions_.end()) return present->second.first;
-  for (auto it = regions_.begin(); it != regions_.end();) {
-    wire::SharedRef held;
-    held.pid = std::get<0>(it->first);
-    held.fd = std::get<1>(it->first);
-    it = it->second.first->StillHeld(held) ? std::next(it) : regions_.erase(it);
-  }
+  DropReleased();
   while (static_cast<int>(regions_.size()) >= max_ && !regions_.empty()) {
     auto oldest = regions_.begin();
     for (auto it = regions_.begin(); it != regions_.end(); ++it) {
@@ -219,6 +215,16 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> SharedRegionCache::Get(
     regions_.erase(oldest);
   }
   return regions_.emplace(key, std::make_pair(*m, ++clock_)).first->second.first;
+}
+
+void SharedRegionCache::DropReleased() {
+  last_check_ = absl::Now();
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    wire::SharedRef held;
+    held.pid = std::get<0>(it->first);
+    held.fd = std::get<1>(it->first);
+    it = it->second.first->StillHeld(held) ? std::next(it) : regions_.erase(it);
+  }
 }
 
 bool IsLoopbackPeer(absl::string_view peer) {

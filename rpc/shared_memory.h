@@ -48,6 +48,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "rpc/wire.h"
 
 namespace downpour {
@@ -118,19 +120,25 @@ class MappedRegion {
 };
 
 // A server's mapped regions, by (pid, fd, key). A region stays mapped
-// while its worker holds it (each new region drops those whose workers
-// closed theirs or exited), and at most `max_regions` are kept (the oldest
-// goes first).
+// while its worker holds it: a new region, and any request once
+// `recheck_every` has passed, drops those whose workers closed theirs or
+// exited. At most `max_regions` are kept (the oldest goes first).
 class SharedRegionCache {
  public:
-  explicit SharedRegionCache(int max_regions = 64) : max_(max_regions) {}
+  explicit SharedRegionCache(int max_regions = 64,
+                             absl::Duration recheck_every = absl::Seconds(10))
+      : max_(max_regions), recheck_every_(recheck_every) {}
   absl::StatusOr<std::shared_ptr<MappedRegion>> Get(const wire::SharedRef& ref);
 
  private:
   using Key = std::tuple<uint32_t, int32_t, uint64_t>;
+  // Drops the regions no worker holds any more.
+  void DropReleased() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const int max_;
+  const absl::Duration recheck_every_;
   absl::Mutex mu_;
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::Now();
   // The region and when it was opened.
   std::map<Key, std::pair<std::shared_ptr<MappedRegion>, uint64_t>> regions_
       ABSL_GUARDED_BY(mu_);

@@ -169,6 +169,22 @@ TEST(SharedRegionCacheTest, ARegionItsWorkerClosedIsDroppedOnTheNextOpen) {
   EXPECT_TRUE(weak.expired());  // Unmapped: its memory is given back.
 }
 
+TEST(SharedRegionCacheTest, RequestsRecheckWhetherRegionsAreStillHeld) {
+  SharedRegionCache cache(/*max_regions=*/64,
+                          /*recheck_every=*/absl::ZeroDuration());
+  auto kept = SharedRegion::Create(64), closed = SharedRegion::Create(64);
+  ASSERT_TRUE(kept.ok() && closed.ok());
+  ASSERT_TRUE(cache.Get((*kept)->ref()).ok());
+  auto mapped = cache.Get((*closed)->ref());
+  ASSERT_TRUE(mapped.ok());
+  std::weak_ptr<MappedRegion> weak = *mapped;
+  mapped->reset();
+  closed->reset();
+  // No new region: a request for one still held finds the other gone.
+  ASSERT_TRUE(cache.Get((*kept)->ref()).ok());
+  EXPECT_TRUE(weak.expired());
+}
+
 TEST(LoopbackTest, PeersAndTargets) {
   EXPECT_TRUE(IsLoopbackPeer("ipv4:127.0.0.1:41234"));
   EXPECT_TRUE(IsLoopbackPeer("ipv6:[::1]:41234"));
