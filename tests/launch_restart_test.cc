@@ -7,6 +7,7 @@
 // A second case checks that a child that keeps dying stops the job naming it.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,17 @@ TEST(LaunchRestartTest, KilledServerAndWorkerAreRestartedAndTheJobCompletes) {
   std::vector<std::string> lines;
   ASSERT_TRUE(WaitForStep(launch.get(), 0, 20, &lines))
       << absl::StrJoin(lines, "\n");
+  // Killed only once it has a snapshot to restore (step 20 can come before
+  // the first --checkpoint_every_s when the exchange is fast).
+  const auto snapshot_written = [](const std::string& l) {
+    return absl::StartsWith(l, "ps 0:") && absl::StrContains(l, "snapshot") &&
+           absl::StrContains(l, " written ");
+  };
+  if (std::none_of(lines.begin(), lines.end(), snapshot_written)) {
+    ASSERT_TRUE(
+        launch->WaitForLine(snapshot_written, absl::Seconds(20), &lines).ok())
+        << absl::StrJoin(lines, "\n");
+  }
   const pid_t ps0 = FindChild(
       launch->pid(), {absl::StrCat("--port_file=", logs, "/ps_0.port")});
   ASSERT_NE(ps0, 0) << "no ps_server child with shard 0's port file";
