@@ -94,6 +94,14 @@ TEST_P(ShardRestartTest, WorkersRideThroughAKilledShard) {
   std::vector<std::string> seen;
   ASSERT_TRUE(
       WaitForWorkerStep(workers[0].get(), 20, absl::Seconds(40), &seen));
+  // And only once shard 0 has a snapshot to restore (a fast exchange can
+  // reach step 20 before the first --checkpoint_every_s).
+  ASSERT_TRUE(s0->WaitForLine(
+                    [](const std::string& l) {
+                      return absl::StrContains(l, "written (step");
+                    },
+                    absl::Seconds(20), nullptr)
+                  .ok());
   ASSERT_TRUE(s0->Signal(SIGKILL).ok());
   s0->WaitFor(absl::Seconds(5), nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
