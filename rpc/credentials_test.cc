@@ -73,7 +73,9 @@ TEST(CredentialsTest, LoopbackIsWhatTheAddressIsNotHowItReads) {
   EXPECT_TRUE(IsLoopbackAddress("[::1]:5000"));
   EXPECT_TRUE(IsLoopbackAddress("ipv4:127.0.0.1:5000"));
   EXPECT_TRUE(IsLoopbackAddress("localhost:5000"));
+  EXPECT_TRUE(IsLoopbackAddress("dns:///localhost:5000"));
   for (const char* open : {"0.0.0.0:1", "[::]:1", "0:1", "10.1.2.3:1",
+                           "198.18.0.2:5000", "localhost.example.invalid:5000",
                            "[::ffff:10.0.0.1]:1", "127.0.0.1.example.invalid:1",
                            ":1", ""}) {
     EXPECT_FALSE(IsLoopbackAddress(open)) << open;

@@ -30,6 +30,16 @@ struct Header {
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
+// Size and areas of a region whose areas hold area_bytes (> 0) each.
+wire::SharedRef Layout(int64_t area_bytes) {
+  const uint64_t area = RoundUp(static_cast<uint64_t>(area_bytes), 4096);
+  wire::SharedRef ref;
+  ref.push_offset = kSharedHeaderBytes;
+  ref.reply_offset = kSharedHeaderBytes + area;
+  ref.size = kSharedHeaderBytes + 2 * area;
+  return ref;
+}
+
 uint64_t RandomKey() {
   std::random_device rd;
   uint64_t k = 0;
@@ -53,11 +63,7 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("shared memory: area of ", area_bytes, " bytes"));
   }
-  const uint64_t area = RoundUp(static_cast<uint64_t>(area_bytes), 4096);
-  wire::SharedRef ref;
-  ref.push_offset = kSharedHeaderBytes;
-  ref.reply_offset = kSharedHeaderBytes + area;
-  ref.size = kSharedHeaderBytes + 2 * area;
+  wire::SharedRef ref = Layout(area_bytes);
   const int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return absl::UnavailableError(Errno("shared memory: memfd_create"));
   if (ftruncate(fd, static_cast<off_t>(ref.size)) != 0 ||
@@ -86,10 +92,9 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(
 
 bool SharedRegion::Fits(const wire::SharedRef& ref, int64_t area_bytes) {
   if (area_bytes <= 0) return false;
-  const uint64_t area = RoundUp(static_cast<uint64_t>(area_bytes), 4096);
-  return ref.push_offset == kSharedHeaderBytes &&
-         ref.reply_offset == kSharedHeaderBytes + area &&
-         ref.size == kSharedHeaderBytes + 2 * area;
+  const wire::SharedRef want = Layout(area_bytes);
+  return ref.push_offset == want.push_offset &&
+         ref.reply_offset == want.reply_offset && ref.size == want.size;
 }
 
 SharedRegion::~SharedRegion() {
@@ -232,14 +237,6 @@ bool IsLoopbackPeer(absl::string_view peer) {
          absl::StartsWith(peer, "ipv6:[::1]:") ||
          absl::StartsWith(peer, "ipv6:[::ffff:127.") ||
          absl::StartsWith(peer, "unix:");
-}
-
-bool IsLoopbackTarget(absl::string_view target) {
-  if (absl::StartsWith(target, "dns:///")) target.remove_prefix(7);
-  if (absl::StartsWith(target, "ipv4:")) target.remove_prefix(5);
-  return absl::StartsWith(target, "127.") ||
-         absl::StartsWith(target, "localhost:") ||
-         absl::StartsWith(target, "[::1]:");
 }
 
 }  // namespace downpour

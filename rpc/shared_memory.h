@@ -145,11 +145,10 @@ class SharedRegionCache {
 };
 
 // Whether a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000",
-// "unix:/path") is on this host's loopback.
+// "unix:/path") is on this host's loopback: a string test, cheap enough for
+// every request. (For a target a worker dials, rpc/credentials.h's
+// IsLoopbackAddress, which resolves names.)
 bool IsLoopbackPeer(absl::string_view peer);
-// Whether a host:port target names this host's loopback ("127.x.y.z:p",
-// "localhost:p", "[::1]:p").
-bool IsLoopbackTarget(absl::string_view target);
 
 }  // namespace downpour
 

@@ -1,10 +1,12 @@
 #include "worker/shared_route.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "rpc/credentials.h"
 #include "rpc/rpc_convert.h"
 
 namespace downpour {
@@ -14,11 +16,10 @@ SharedAttachment AttachSharedMemory(const ShardTransport& transport,
                                     const ShardMap& map) {
   SharedAttachment a;
   const int shards = transport.num_shards();
-  std::vector<int> local;
-  for (int s = 0; s < shards; ++s) {
-    if (IsLoopbackTarget(options.hosts[s])) local.push_back(s);
-  }
-  if (!options.enabled || local.empty() || map.total_elements == 0) {
+  std::vector<bool> local(shards, false);
+  for (int s = 0; s < shards; ++s) local[s] = IsLoopbackAddress(options.hosts[s]);
+  if (!options.enabled || std::find(local.begin(), local.end(), true) == local.end() ||
+      map.total_elements == 0) {
     return a;
   }
   const auto on_wire = [&](absl::string_view why) {
@@ -33,20 +34,19 @@ SharedAttachment AttachSharedMemory(const ShardTransport& transport,
   // Only the shards on this host are told where the region is.
   proto::StatsRequest probe, plain;
   SharedRefToProto((*region)->ref(), probe.mutable_shared_memory_probe());
-  std::vector<bool> is_local(shards, false);
-  for (int sh : local) is_local[sh] = true;
   std::vector<proto::StatsResponse> resp(shards);
   const absl::Status s = transport.CallEachShard(
       "GetStats",
       [&](int sh, grpc::ClientContext* ctx, auto done) {
         transport.stub(sh)->async()->GetStats(
-            ctx, is_local[sh] ? &probe : &plain, &resp[sh], std::move(done));
+            ctx, local[sh] ? &probe : &plain, &resp[sh], std::move(done));
       },
       [&](int sh) { resp[sh].Clear(); });
   if (!s.ok()) return on_wire(s.message());
   a.route.shards.assign(shards, false);
   std::vector<std::string> taken, refused;
-  for (int sh : local) {
+  for (int sh = 0; sh < shards; ++sh) {
+    if (!local[sh]) continue;
     if (resp[sh].shared_memory() == "ok") {
       a.route.shards[sh] = true;
       taken.push_back(absl::StrCat(sh));
