@@ -26,17 +26,25 @@ struct Header {
   char magic[16];
   uint64_t key;
   uint64_t size;
+  uint32_t call_shards;  // Call blocks after the reply area (rpc/shared_calls.h).
 };
+static_assert(sizeof(Header) <= kClientBellOffset, "the bell after the header");
+
+uint64_t CallBlocksBytes(uint32_t call_shards) {
+  return (CallAreaBytes(static_cast<int>(call_shards)) + 4095) / 4096 * 4096;
+}
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
-// Size and areas of a region whose areas hold area_bytes (> 0) each.
-wire::SharedRef Layout(int64_t area_bytes) {
+// Size and areas of a region whose areas hold area_bytes (> 0) each, with
+// call blocks for call_shards shards after them.
+wire::SharedRef Layout(int64_t area_bytes, int call_shards) {
   const uint64_t area = RoundUp(static_cast<uint64_t>(area_bytes), 4096);
   wire::SharedRef ref;
   ref.push_offset = kSharedHeaderBytes;
   ref.reply_offset = kSharedHeaderBytes + area;
-  ref.size = kSharedHeaderBytes + 2 * area;
+  ref.size = kSharedHeaderBytes + 2 * area +
+             CallBlocksBytes(static_cast<uint32_t>(call_shards));
   return ref;
 }
 
@@ -58,12 +66,13 @@ std::string FdPath(const wire::SharedRef& ref) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(
-    int64_t area_bytes) {
-  if (area_bytes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared memory: area of ", area_bytes, " bytes"));
+    int64_t area_bytes, int call_shards) {
+  if (area_bytes <= 0 || call_shards < 0 || call_shards > kMaxCallShards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory: area of ", area_bytes, " bytes, ", call_shards,
+        " call blocks"));
   }
-  wire::SharedRef ref = Layout(area_bytes);
+  wire::SharedRef ref = Layout(area_bytes, call_shards);
   const int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return absl::UnavailableError(Errno("shared memory: memfd_create"));
   if (ftruncate(fd, static_cast<off_t>(ref.size)) != 0 ||
@@ -85,16 +94,31 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
   h.key = ref.key;
   h.size = ref.size;
+  h.call_shards = static_cast<uint32_t>(call_shards);
   std::memcpy(p, &h, sizeof(h));
   return std::unique_ptr<SharedRegion>(
-      new SharedRegion(static_cast<char*>(p), ref));
+      new SharedRegion(static_cast<char*>(p), ref, call_shards));
 }
 
-bool SharedRegion::Fits(const wire::SharedRef& ref, int64_t area_bytes) {
-  if (area_bytes <= 0) return false;
-  const wire::SharedRef want = Layout(area_bytes);
+bool SharedRegion::Fits(const wire::SharedRef& ref, int64_t area_bytes,
+                        int call_shards) {
+  if (area_bytes <= 0 || call_shards < 0 || call_shards > kMaxCallShards) {
+    return false;
+  }
+  const wire::SharedRef want = Layout(area_bytes, call_shards);
   return ref.push_offset == want.push_offset &&
          ref.reply_offset == want.reply_offset && ref.size == want.size;
+}
+
+ShardCalls* SharedRegion::shard_calls(int shard) const {
+  if (shard < 0 || shard >= call_shards_) return nullptr;
+  return reinterpret_cast<ShardCalls*>(
+             base_ + ref_.size - CallBlocksBytes(static_cast<uint32_t>(call_shards_))) +
+         shard;
+}
+
+std::atomic<uint32_t>* SharedRegion::client_bell() const {
+  return reinterpret_cast<std::atomic<uint32_t>*>(base_ + kClientBellOffset);
 }
 
 SharedRegion::~SharedRegion() {
@@ -152,18 +176,34 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> MappedRegion::Open(
   void* p = mmap(nullptr, ref.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return refuse(Errno("mmap"));
-  std::shared_ptr<MappedRegion> m(new MappedRegion(
-      static_cast<char*>(p), ref.size, static_cast<uint64_t>(st.st_ino)));
   Header h;
   std::memcpy(&h, p, sizeof(h));
+  // The call blocks' count is read once, here: the worker could change it.
+  const uint32_t call_shards =
+      h.call_shards <= static_cast<uint32_t>(kMaxCallShards) ? h.call_shards : 0;
+  std::shared_ptr<MappedRegion> m(new MappedRegion(
+      static_cast<char*>(p), ref.size, static_cast<uint64_t>(st.st_ino),
+      static_cast<int>(call_shards)));
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.key != ref.key ||
-      h.size != ref.size) {
+      h.size != ref.size || h.call_shards != call_shards ||
+      CallBlocksBytes(call_shards) > ref.size - kSharedHeaderBytes) {
     return refuse("the region's header does not match the request's key");
   }
   return m;
 }
 
 MappedRegion::~MappedRegion() { munmap(base_, size_); }
+
+ShardCalls* MappedRegion::shard_calls(int shard) const {
+  if (shard < 0 || shard >= call_shards_) return nullptr;
+  return reinterpret_cast<ShardCalls*>(
+             base_ + size_ - CallBlocksBytes(static_cast<uint32_t>(call_shards_))) +
+         shard;
+}
+
+std::atomic<uint32_t>* MappedRegion::client_bell() const {
+  return reinterpret_cast<std::atomic<uint32_t>*>(base_ + kClientBellOffset);
+}
 
 bool MappedRegion::StillHeld(const wire::SharedRef& ref) const {
   struct stat st;

@@ -6,7 +6,7 @@
 // the float32 payloads move to a region the worker owns:
 //
 //   [header: magic, key, size][push area: the flat gradient][reply area: the
-//                                                             flat values]
+//                                        flat values][call blocks, optional]
 //
 // A chunk's payload sits at 4 * chunk.flat_offset in its area, so parts and
 // shards never overlap, and a request names only the region
@@ -50,19 +50,23 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "rpc/shared_calls.h"
 #include "rpc/wire.h"
 
 namespace downpour {
 
 // Bytes before the push area; the areas start on cache lines.
 inline constexpr uint64_t kSharedHeaderBytes = 4096;
+// At most this many call blocks in a region.
+inline constexpr int kMaxCallShards = 1024;
 
 // The worker's region, unmapped and closed on destruction.
 class SharedRegion {
  public:
-  // A region whose push and reply areas hold area_bytes each (> 0).
+  // A region whose push and reply areas hold area_bytes each (> 0), with
+  // call blocks for shards 0 .. call_shards - 1 (0: none).
   static absl::StatusOr<std::unique_ptr<SharedRegion>> Create(
-      int64_t area_bytes);
+      int64_t area_bytes, int call_shards = 0);
   ~SharedRegion();
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;
@@ -75,14 +79,22 @@ class SharedRegion {
   }
   // What a request says about the region.
   const wire::SharedRef& ref() const { return ref_; }
-  // Whether `ref` has the size and areas Create(area_bytes) gives a region:
-  // a server takes only regions the size of its model.
-  static bool Fits(const wire::SharedRef& ref, int64_t area_bytes);
+  // Whether `ref` has the size and areas Create(area_bytes, call_shards)
+  // gives a region: a server takes only regions the size of its model.
+  static bool Fits(const wire::SharedRef& ref, int64_t area_bytes,
+                   int call_shards = 0);
+
+  int call_shards() const { return call_shards_; }
+  // Shard `shard`'s call block; null when the region has none for it.
+  ShardCalls* shard_calls(int shard) const;
+  std::atomic<uint32_t>* client_bell() const;
 
  private:
-  SharedRegion(char* base, const wire::SharedRef& ref) : base_(base), ref_(ref) {}
+  SharedRegion(char* base, const wire::SharedRef& ref, int call_shards)
+      : base_(base), ref_(ref), call_shards_(call_shards) {}
   char* const base_;
   const wire::SharedRef ref_;
+  const int call_shards_;
 };
 
 // A worker's region as a server maps it; unmapped when the last reference
@@ -110,13 +122,19 @@ class MappedRegion {
   // mapping only holds memory.
   bool StillHeld(const wire::SharedRef& ref) const;
 
+  // The call blocks the region's header declared when it was opened.
+  int call_shards() const { return call_shards_; }
+  ShardCalls* shard_calls(int shard) const;
+  std::atomic<uint32_t>* client_bell() const;
+
  private:
-  MappedRegion(char* base, uint64_t size, uint64_t inode)
-      : base_(base), size_(size), inode_(inode) {}
+  MappedRegion(char* base, uint64_t size, uint64_t inode, int call_shards)
+      : base_(base), size_(size), inode_(inode), call_shards_(call_shards) {}
   absl::Status Check(uint64_t area, int64_t offset, int64_t bytes) const;
   char* const base_;
   const uint64_t size_;
   const uint64_t inode_;
+  const int call_shards_;
 };
 
 // A server's mapped regions, by (pid, fd, key). A region stays mapped

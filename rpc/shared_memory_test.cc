@@ -113,6 +113,56 @@ TEST(SharedRegionTest, OnlyOurSealedMemfdsAreOpened) {
   close(fd);
 }
 
+TEST(SharedRegionTest, CallBlocksFollowTheAreasAndBothSidesSeeThem) {
+  auto region = SharedRegion::Create(1000, /*call_shards=*/3);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const wire::SharedRef& ref = (*region)->ref();
+  EXPECT_TRUE(SharedRegion::Fits(ref, 1000, 3));
+  EXPECT_FALSE(SharedRegion::Fits(ref, 1000, 2));
+  EXPECT_FALSE(SharedRegion::Fits(ref, 1000));
+  EXPECT_EQ((*region)->call_shards(), 3);
+  EXPECT_EQ((*region)->shard_calls(3), nullptr);
+  EXPECT_EQ((*region)->shard_calls(-1), nullptr);
+  ShardCalls* last = (*region)->shard_calls(2);
+  ASSERT_NE(last, nullptr);
+  // After the reply area, inside the region.
+  EXPECT_GE(reinterpret_cast<char*>((*region)->shard_calls(0)),
+            (*region)->reply_area() + (*region)->area_bytes());
+  EXPECT_LE(reinterpret_cast<char*>(last + 1),
+            (*region)->push_area() - ref.push_offset + ref.size);
+  std::memcpy(last->slots[kCallSlots - 1].request, "to shard 2", 10);
+  last->bell.store(7);
+
+  auto mapped = MappedRegion::Open(ref);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ((*mapped)->call_shards(), 3);
+  ShardCalls* seen = (*mapped)->shard_calls(2);
+  ASSERT_NE(seen, nullptr);
+  EXPECT_EQ(std::string(seen->slots[kCallSlots - 1].request, 10), "to shard 2");
+  EXPECT_EQ(seen->bell.load(), 7u);
+  (*mapped)->client_bell()->store(9);
+  EXPECT_EQ((*region)->client_bell()->load(), 9u);
+  EXPECT_EQ((*mapped)->shard_calls(3), nullptr);
+
+  auto plain = SharedRegion::Create(1000);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->call_shards(), 0);
+  EXPECT_EQ((*plain)->shard_calls(0), nullptr);
+  EXPECT_FALSE(SharedRegion::Create(1000, -1).ok());
+}
+
+TEST(SharedRegionTest, AHeaderClaimingMoreCallBlocksThanFitIsRefused) {
+  auto region = SharedRegion::Create(1000, /*call_shards=*/1);
+  ASSERT_TRUE(region.ok()) << region.status();
+  // The header's count, as a worker could rewrite it (after the magic, key
+  // and size).
+  char* header = (*region)->push_area() - kSharedHeaderBytes;
+  const uint32_t many = 1000;
+  std::memcpy(header + 32, &many, sizeof(many));
+  auto mapped = MappedRegion::Open((*region)->ref());
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(SharedRegionTest, ReadsAndWritesOutsideTheAreasAreRefused) {
   auto region = SharedRegion::Create(4096);
   ASSERT_TRUE(region.ok()) << region.status();

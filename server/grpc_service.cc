@@ -4,13 +4,16 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/incarnation.h"
 #include "common/status_macros.h"
@@ -21,7 +24,10 @@
 #include "rpc/peer_identity.h"
 #include "rpc/rpc_convert.h"
 #include "rpc/shared_memory.h"
+#include "rpc/shared_calls.h"
 #include "rpc/wire.h"
+#include "server/service_answer.h"
+#include "server/shared_call_server.h"
 #include "server/shared_payloads.h"
 
 namespace downpour {
@@ -79,6 +85,7 @@ std::string& ThreadSharedCopy() {
   return copy;
 }
 
+
 // Where a reply's values go when the request named shared memory.
 struct SharedReply {
   std::shared_ptr<MappedRegion> region;
@@ -102,6 +109,11 @@ class ParameterServerService final : public ServiceBase {
  public:
   ParameterServerService(ParameterStore* store, const ServiceOptions& options)
       : store_(store), options_(options), shared_(store) {}
+
+  ~ParameterServerService() override {
+    absl::MutexLock l(&calls_mu_);
+    call_servers_.clear();  // Stops and joins their threads.
+  }
 
   grpc::ServerUnaryReactor* DeclareModel(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
@@ -181,39 +193,37 @@ class ParameterServerService final : public ServiceBase {
       shared = SharedReply{*std::move(region), req.shared().reply_offset(),
                            &shared_};
     }
-    return PullLater(ctx, std::move(spec), encoding, response,
-                     std::move(shared));
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    PullLater(std::move(spec), encoding, GrpcAnswer(ctx, response, reactor),
+              std::move(shared));
+    return reactor;
   }
 
   // Answers with the pull `spec` once the store has it ready.
-  grpc::ServerUnaryReactor* PullLater(grpc::CallbackServerContext* ctx,
-                                      PullSpec spec, wire::Encoding encoding,
-                                      grpc::ByteBuffer* response,
-                                      std::optional<SharedReply> shared) {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  void PullLater(PullSpec spec, wire::Encoding encoding, Answer answer,
+                 std::optional<SharedReply> shared) {
     auto pulled = std::make_shared<std::vector<ChunkView>>();
     const bool drop = DropThisReply();
     store_->PullWhenReady(
         std::move(spec),
         // Under the chunk's lock: only takes a reference to the values.
         [pulled](const ChunkView& c) { pulled->push_back(c); },
-        [pulled, encoding, response, reactor, drop, ctx,
+        [pulled, encoding, answer = std::move(answer), drop,
          shared = std::move(shared),
          incarnation = Incarnation()](absl::Status s) {
           if (s.ok() && drop) s = DroppedReply();
           // A client that gave up may already read a later reply from the
           // same place.
-          if (s.ok() && shared && ctx->IsCancelled()) {
+          if (s.ok() && shared && answer.cancelled()) {
             s = absl::CancelledError("pull: cancelled; values not written");
           }
           if (s.ok()) {
             s = EncodePull(*pulled, encoding, incarnation,
-                           shared ? &*shared : nullptr, response);
+                           shared ? &*shared : nullptr, answer.response);
           }
           pulled->clear();
-          reactor->Finish(ToGrpcStatus(s));
+          answer.finish(s);
         });
-    return reactor;
   }
 
   // The PullResponse bytes into *out: float32 values are sent straight from
@@ -265,9 +275,21 @@ class ParameterServerService final : public ServiceBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
     if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
+    std::vector<grpc::Slice> slices;
+    if (!request->Dump(&slices).ok()) {
+      return Finish(ctx, absl::InternalError("push: cannot read the request"));
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    PushTo(PeerIdentityOf(*ctx), ctx->peer(), PiecesOf(slices),
+           GrpcAnswer(ctx, response, reactor));
+    return reactor;
+  }
+
+  void PushTo(const PeerIdentity& identity, absl::string_view peer,
+              wire::Pieces pieces, Answer answer) {
     wire::PushMessage msg;
-    absl::StatusOr<PushResult> r =
-        ApplyPush(*ctx, *request, /*push_pull=*/false, &msg, nullptr);
+    absl::StatusOr<PushResult> r = ApplyPush(identity, peer, &pieces,
+                                             /*push_pull=*/false, &msg, nullptr);
     if (r.ok() && DropThisReply()) r = DroppedReply();
     if (r.ok()) {
       proto::PushResponse resp;
@@ -276,9 +298,9 @@ class ParameterServerService final : public ServiceBase {
       resp.set_server_incarnation(Incarnation());
       for (int64_t v : r->versions) resp.add_versions(v);
       // An OK reply must carry a message.
-      SerializeSmall(resp, response);
+      SerializeSmall(resp, answer.response);
     }
-    return Finish(ctx, r.status());
+    answer.finish(r.status());
   }
 
   // Push, then the pushed chunks' values, in one call. The values are read
@@ -290,11 +312,24 @@ class ParameterServerService final : public ServiceBase {
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
     if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
+    std::vector<grpc::Slice> slices;
+    if (!request->Dump(&slices).ok()) {
+      return Finish(ctx,
+                    absl::InternalError("push-pull: cannot read the request"));
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    PushPullTo(PeerIdentityOf(*ctx), ctx->peer(), PiecesOf(slices),
+               GrpcAnswer(ctx, response, reactor));
+    return reactor;
+  }
+
+  void PushPullTo(const PeerIdentity& identity, absl::string_view peer,
+                  wire::Pieces pieces, Answer answer) {
     wire::PushMessage msg;
     std::optional<SharedReply> shared;
-    absl::StatusOr<PushResult> r =
-        ApplyPush(*ctx, *request, /*push_pull=*/true, &msg, &shared);
-    if (!r.ok()) return Finish(ctx, r.status());
+    absl::StatusOr<PushResult> r = ApplyPush(identity, peer, &pieces,
+                                             /*push_pull=*/true, &msg, &shared);
+    if (!r.ok()) return answer.finish(r.status());
     if (msg.pull_min_version != 0) {
       PullSpec spec;
       spec.min_version = msg.pull_min_version;
@@ -303,7 +338,7 @@ class ParameterServerService final : public ServiceBase {
       spec.max_response_bytes = kMaxMessageBytes;
       const auto encoding = static_cast<wire::Encoding>(msg.pull_encoding);
       spec.value_bytes = wire::BytesPerValue(encoding);
-      return PullLater(ctx, std::move(spec), encoding, response,
+      return PullLater(std::move(spec), encoding, std::move(answer),
                        std::move(shared));
     }
     std::vector<int32_t> ids;
@@ -319,9 +354,10 @@ class ParameterServerService final : public ServiceBase {
     if (s.ok() && DropThisReply()) s = DroppedReply();
     if (s.ok()) {
       s = EncodePull(pulled, static_cast<wire::Encoding>(msg.pull_encoding),
-                     Incarnation(), shared ? &*shared : nullptr, response);
+                     Incarnation(), shared ? &*shared : nullptr,
+                     answer.response);
     }
-    return Finish(ctx, s);
+    answer.finish(s);
   }
 
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
@@ -340,12 +376,53 @@ class ParameterServerService final : public ServiceBase {
                          options_.replica != nullptr);
       resp.set_shared_memory(region.ok() ? "ok"
                                          : std::string(region.status().message()));
+      if (region.ok()) {
+        ServeCalls(*region, SharedRefFromProto(req.shared_memory_probe()), *ctx);
+      }
     }
     SerializeSmall(resp, response);
     return Finish(ctx, absl::OkStatus());
   }
 
  private:
+  // Once a worker's region has passed an admitted probe: a thread that
+  // answers its pushes through the region's call block for this shard, when
+  // it has one (rpc/shared_calls.h). The calls act with the probe's peer
+  // and certificate.
+  void ServeCalls(const std::shared_ptr<MappedRegion>& region,
+                  const wire::SharedRef& ref,
+                  const grpc::CallbackServerContext& ctx) {
+    const absl::StatusOr<int> shard = shared_.CallShard(*region);
+    if (!shard.ok()) return;
+    absl::MutexLock l(&calls_mu_);
+    for (auto it = call_servers_.begin(); it != call_servers_.end();) {
+      it = it->second->serving() ? std::next(it) : call_servers_.erase(it);
+    }
+    if (call_servers_.count(region.get()) > 0 ||
+        call_servers_.size() >= kMaxCallServers) {
+      return;
+    }
+    const PeerIdentity identity = PeerIdentityOf(ctx);
+    const std::string peer = ctx.peer();
+    call_servers_[region.get()] = std::make_unique<SharedCallServer>(
+        region, ref, *shard,
+        [this, identity, peer](CallMethod method, std::string request,
+                               SharedCallAnswer call) {
+          // The request's bytes are read only until the push is applied.
+          wire::Pieces pieces = {absl::string_view(request)};
+          const auto received = static_cast<int64_t>(request.size());
+          if (method == CallMethod::kPush) {
+            PushTo(identity, peer, std::move(pieces),
+                   SlotAnswer(std::move(call), options_.observer, "Push",
+                              received));
+          } else {
+            PushPullTo(identity, peer, std::move(pieces),
+                       SlotAnswer(std::move(call), options_.observer,
+                                  "PushPull", received));
+          }
+        });
+  }
+
   static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
                                           const absl::Status& s) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -359,19 +436,16 @@ class ParameterServerService final : public ServiceBase {
   // worker the caller's certificate does not name (rpc/peer_identity.h). A
   // push naming shared memory has its payloads copied out of the region
   // first; a PushPull's reply goes there too (*shared).
-  absl::StatusOr<PushResult> ApplyPush(const grpc::ServerContextBase& ctx,
-                                       const grpc::ByteBuffer& request,
-                                       bool push_pull, wire::PushMessage* msg,
+  absl::StatusOr<PushResult> ApplyPush(const PeerIdentity& identity,
+                                       absl::string_view peer,
+                                       wire::Pieces* request, bool push_pull,
+                                       wire::PushMessage* msg,
                                        std::optional<SharedReply>* shared) {
-    std::vector<grpc::Slice> slices;
-    if (!request.Dump(&slices).ok()) {
-      return absl::InternalError("push: cannot read the request");
-    }
-    wire::Pieces pieces = PiecesOf(slices);
+    wire::Pieces& pieces = *request;
     absl::StatusOr<wire::PushMessage> parsed = wire::ParsePushRequest(pieces);
     if (!parsed.ok()) return parsed.status();
     *msg = *std::move(parsed);
-    DP_RETURN_IF_ERROR(CheckActsForWorker(PeerIdentityOf(ctx), msg->worker_id,
+    DP_RETURN_IF_ERROR(CheckActsForWorker(identity, msg->worker_id,
                                           options_.require_task_certificates));
     if (push_pull && (msg->pull_encoding < 0 ||
                       msg->pull_encoding > std::numeric_limits<int>::max() ||
@@ -398,7 +472,7 @@ class ParameterServerService final : public ServiceBase {
             "push-pull: shared-memory values are float32 only");
       }
       DP_ASSIGN_OR_RETURN(std::shared_ptr<MappedRegion> region,
-                          shared_.Region(ctx.peer(), *msg->shared,
+                          shared_.Region(peer, *msg->shared,
                                          options_.replica != nullptr));
       DP_RETURN_IF_ERROR(shared_.TakePush(*region, *msg->shared, push_pull,
                                           msg, &pieces, &ThreadSharedCopy()));
@@ -547,10 +621,16 @@ class ParameterServerService final : public ServiceBase {
     return absl::UnavailableError("debug: reply dropped (--debug_drop_reply_every)");
   }
 
+  static constexpr size_t kMaxCallServers = 64;
+
   ParameterStore* const store_;  // Not owned.
   const ServiceOptions options_;
   SharedPayloads shared_;
   std::atomic<int64_t> replies_{0};
+  absl::Mutex calls_mu_;
+  // By region; each holds its region mapped while it serves.
+  std::map<const MappedRegion*, std::unique_ptr<SharedCallServer>> call_servers_
+      ABSL_GUARDED_BY(calls_mu_);
 };
 
 }  // namespace

@@ -54,4 +54,12 @@ void HostOps::OnPush(const PushEvent& event) {
   if (metrics_ != nullptr) metrics_->OnPush(event);
 }
 
+void HostOps::OnSharedCall(const char* method, absl::StatusCode code,
+                           absl::Duration latency, int64_t received_bytes,
+                           int64_t sent_bytes) {
+  if (metrics_ != nullptr) {
+    metrics_->OnSharedCall(method, code, latency, received_bytes, sent_bytes);
+  }
+}
+
 }  // namespace downpour

@@ -69,6 +69,9 @@ class HostOps : public ServiceObserver {
 
   void OnDeclared() override;
   void OnPush(const PushEvent& event) override;
+  void OnSharedCall(const char* method, absl::StatusCode code,
+                    absl::Duration latency, int64_t received_bytes,
+                    int64_t sent_bytes) override;
 
  private:
   HostOps() = default;

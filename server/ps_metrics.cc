@@ -192,6 +192,13 @@ void ServerMetrics::OnPush(const PushEvent& e) {
   last_push_[e.worker_id] = absl::Now();
 }
 
+void ServerMetrics::OnSharedCall(const char* method, absl::StatusCode code,
+                                 absl::Duration latency, int64_t received_bytes,
+                                 int64_t sent_bytes) {
+  OnRpc(method, CodeName(static_cast<grpc::StatusCode>(code)), latency,
+        received_bytes, sent_bytes);
+}
+
 void ServerMetrics::OnRpc(const std::string& method, const char* code,
                           absl::Duration latency, int64_t received_bytes,
                           int64_t sent_bytes) {

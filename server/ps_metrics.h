@@ -1,7 +1,8 @@
 // File: server/ps_metrics.h
 //
 // A parameter-server shard's Prometheus metrics (README "Observability"):
-//   * per RPC (a gRPC server interceptor): downpour_rpc_requests_total
+//   * per RPC (a gRPC server interceptor, and the service for calls through
+//     a worker's shared memory): downpour_rpc_requests_total
 //     {method,code}, downpour_rpc_latency_seconds{method} (histogram),
 //     downpour_rpc_received_bytes_total / downpour_rpc_sent_bytes_total;
 //   * per push (ServiceObserver): downpour_pushes_total{outcome}, the
@@ -55,6 +56,10 @@ class ServerMetrics final : public ServiceObserver, public prometheus::Collectab
 
   void OnDeclared() override;
   void OnPush(const PushEvent& event) override;
+  // Counted in the per-RPC series, under the method's name.
+  void OnSharedCall(const char* method, absl::StatusCode code,
+                    absl::Duration latency, int64_t received_bytes,
+                    int64_t sent_bytes) override;
   // The scrape-time series (register this with the endpoint too).
   std::vector<prometheus::MetricFamily> Collect() const override;
 

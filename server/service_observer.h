@@ -2,8 +2,9 @@
 //
 // What the parameter-server service reports as it serves, for health and
 // metrics (server/ps_metrics.h implements it; ps_host wires it): the first
-// successful declaration, and every push with its outcome, the staleness of
-// each pushed chunk and the time the store took to apply it.
+// successful declaration, every push with its outcome, the staleness of
+// each pushed chunk and the time the store took to apply it, and the calls
+// that reach the service through shared memory instead of gRPC.
 //
 // Thread-safety: implementations are called concurrently from gRPC's
 // callback threads and must be thread-safe and cheap (no blocking).
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace downpour {
@@ -35,6 +37,13 @@ class ServiceObserver {
   virtual void OnDeclared() = 0;
   // A push (part) was handled by the store without error.
   virtual void OnPush(const PushEvent& event) = 0;
+  // A call that came through a worker's shared region rather than gRPC
+  // (server/shared_call_server.h), to be counted as gRPC's calls are: the
+  // method's name ("Push", "PushPull"), its status, its time, and the
+  // request's and reply's bytes (payloads in the region not included).
+  virtual void OnSharedCall(const char* method, absl::StatusCode code,
+                            absl::Duration latency, int64_t received_bytes,
+                            int64_t sent_bytes) = 0;
 };
 
 }  // namespace downpour

@@ -18,7 +18,8 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> SharedPayloads::Region(
         "shared memory: peer ", peer, " is not on this host's loopback"));
   }
   DP_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, GetModel());
-  if (!SharedRegion::Fits(ref, 4 * model->total_elements)) {
+  if (!SharedRegion::Fits(ref, 4 * model->total_elements) &&
+      !SharedRegion::Fits(ref, 4 * model->total_elements, model->num_shards)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shared memory: a region of ", ref.size, " bytes does not fit a model of ",
         model->total_elements, " floats"));
@@ -39,11 +40,22 @@ SharedPayloads::GetModel() {
   auto model = std::make_shared<Model>();
   model->places.resize(map->chunks.size());
   model->total_elements = map->total_elements;
+  model->shard = shard;
+  model->num_shards = static_cast<int>(map->shard_elements.size());
   for (const Chunk& c : map->chunks) {
     if (c.shard == shard) model->places[c.id] = Place{c.flat_offset, c.num_elements};
   }
   model_ = std::move(model);
   return model_;
+}
+
+absl::StatusOr<int> SharedPayloads::CallShard(const MappedRegion& region) {
+  DP_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, GetModel());
+  if (region.call_shards() != model->num_shards || model->num_shards == 0) {
+    return absl::FailedPreconditionError(
+        "shared memory: the region has no call blocks for this model");
+  }
+  return model->shard;
 }
 
 absl::Status SharedPayloads::TakePush(const MappedRegion& region,

@@ -63,6 +63,10 @@ class SharedPayloads {
   absl::Status WriteReply(const MappedRegion& region, uint64_t reply_offset,
                           const std::vector<ChunkView>& chunks);
 
+  // This shard's index when `region` has a call block for each of the
+  // model's shards (rpc/shared_calls.h); FailedPrecondition otherwise.
+  absl::StatusOr<int> CallShard(const MappedRegion& region);
+
  private:
   // Flat offset and element count of each chunk of the model, by id;
   // num_elements -1 for another shard's chunk.
@@ -73,6 +77,8 @@ class SharedPayloads {
   struct Model {
     std::vector<Place> places;
     int64_t total_elements = 0;
+    int shard = 0;
+    int num_shards = 0;
   };
   absl::StatusOr<std::shared_ptr<const Model>> GetModel();
 

@@ -4,20 +4,27 @@
 // probe says whether a region is taken, and every refused request (a
 // stranger's key, inline data beside a region, another encoding, a region
 // not of the model's size, a chunk named twice, a leave) changes nothing
-// and leaves the server serving.
+// and leaves the server serving. Pushes written into the region's call
+// block, once a probe took it, are served the same way without gRPC.
 #include "server/shared_payloads.h"
+
+#include <unistd.h>
 
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "rpc/credentials.h"
 #include "rpc/grpc_config.h"
 #include "rpc/rpc_convert.h"
+#include "rpc/shared_calls.h"
 #include "rpc/shared_memory.h"
 #include "server/ps_host.h"
 
@@ -229,6 +236,104 @@ TEST_F(SharedPayloadsTest, RefusedRequestsChangeNothing) {
   for (int64_t v : versions) EXPECT_EQ(v, 0);
   EXPECT_TRUE(push_pull(SharedPush(6, region_->ref())).ok());
   EXPECT_EQ(WirePull(&versions)[3], init_[3] - grads_[3]);
+}
+
+// Once a probe has taken a region with a call block for each of the
+// model's shards, the shard serves pushes written into its slots: the same
+// bytes as the gRPC methods', the same checks and the same store.
+TEST_F(SharedPayloadsTest, PushesGoAsCallsThroughTheRegionsCallBlock) {
+  auto region = SharedRegion::Create(layout_.NumElements() * 4, /*call_shards=*/1);
+  ASSERT_TRUE(region.ok()) << region.status();
+  region_ = std::move(*region);
+  ShardCalls* block = region_->shard_calls(0);
+  ASSERT_NE(block, nullptr);
+  EXPECT_EQ(block->server_pid.load(), 0u);
+  proto::StatsRequest probe;
+  SharedRefToProto(region_->ref(), probe.mutable_shared_memory_probe());
+  {
+    grpc::ClientContext ctx;
+    proto::StatsResponse resp;
+    ASSERT_TRUE(stub_->GetStats(&ctx, probe, &resp).ok());
+    EXPECT_EQ(resp.shared_memory(), "ok");
+  }
+  EXPECT_EQ(block->server_pid.load(), static_cast<uint32_t>(getpid()));
+
+  // One call through slot `slot`, waited for: its status code and reply.
+  const auto call = [&](int slot, CallMethod method, const std::string& bytes) {
+    CallSlot& s = block->slots[slot];
+    EXPECT_EQ(s.state.load(), static_cast<uint32_t>(SlotState::kFree));
+    std::memcpy(s.request, bytes.data(), bytes.size());
+    s.request_bytes = static_cast<uint32_t>(bytes.size());
+    s.method = static_cast<uint32_t>(method);
+    s.state.store(static_cast<uint32_t>(SlotState::kRequest));
+    Ring(&block->bell);
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (s.state.load() != static_cast<uint32_t>(SlotState::kDone) &&
+           absl::Now() < until) {
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    EXPECT_EQ(s.state.load(), static_cast<uint32_t>(SlotState::kDone));
+    s.state.store(static_cast<uint32_t>(SlotState::kFree));
+    return std::make_pair(s.code, std::string(s.reply, s.reply_bytes));
+  };
+
+  auto [code, reply] = call(
+      0, CallMethod::kPushPull, SharedPush(1, region_->ref()).SerializeAsString());
+  ASSERT_EQ(code, 0) << reply;
+  proto::PullResponse pulled;
+  ASSERT_TRUE(pulled.ParseFromString(reply));
+  EXPECT_TRUE(pulled.values_in_shared_memory());
+  ASSERT_EQ(pulled.chunks_size(), static_cast<int>(map_.chunks.size()));
+  for (const proto::ChunkValues& c : pulled.chunks()) EXPECT_EQ(c.version(), 1);
+  std::vector<float> expect(init_.size());
+  for (size_t i = 0; i < expect.size(); ++i) expect[i] = init_[i] - grads_[i];
+  EXPECT_EQ(ReplyArea(), expect);
+
+  std::tie(code, reply) =
+      call(5, CallMethod::kPush, SharedPush(2, region_->ref()).SerializeAsString());
+  ASSERT_EQ(code, 0) << reply;
+  proto::PushResponse pushed;
+  ASSERT_TRUE(pushed.ParseFromString(reply));
+  for (int64_t v : pushed.versions()) EXPECT_EQ(v, 2);
+
+  // Refused as over gRPC, nothing applied: bytes that are no request, a
+  // stranger's key, a chunk named twice.
+  std::tie(code, reply) = call(1, CallMethod::kPush, "\xff\xff\xff");
+  EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  wire::SharedRef stranger = region_->ref();
+  stranger.key ^= 1;
+  std::tie(code, reply) =
+      call(2, CallMethod::kPushPull, SharedPush(3, stranger).SerializeAsString());
+  EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+  proto::PushRequest twice = SharedPush(4, region_->ref());
+  twice.add_gradients()->set_chunk_id(2);
+  std::tie(code, reply) = call(3, CallMethod::kPushPull, twice.SerializeAsString());
+  EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(reply.find("chunk 2 named twice"), std::string::npos) << reply;
+  std::vector<int64_t> versions;
+  std::vector<float> now = WirePull(&versions);
+  for (int64_t v : versions) EXPECT_EQ(v, 2);
+
+  // And it goes on serving.
+  std::tie(code, reply) =
+      call(3, CallMethod::kPush, SharedPush(5, region_->ref()).SerializeAsString());
+  EXPECT_EQ(code, 0) << reply;
+  WirePull(&versions);
+  for (int64_t v : versions) EXPECT_EQ(v, 3);
+}
+
+// A region whose call blocks are not one per shard of the model is refused.
+TEST_F(SharedPayloadsTest, CallBlocksMustMatchTheModelsShards) {
+  auto region = SharedRegion::Create(layout_.NumElements() * 4, /*call_shards=*/3);
+  ASSERT_TRUE(region.ok()) << region.status();
+  proto::StatsRequest probe;
+  SharedRefToProto((*region)->ref(), probe.mutable_shared_memory_probe());
+  grpc::ClientContext ctx;
+  proto::StatsResponse resp;
+  ASSERT_TRUE(stub_->GetStats(&ctx, probe, &resp).ok());
+  EXPECT_NE(resp.shared_memory().find("does not fit"), std::string::npos)
+      << resp.shared_memory();
+  EXPECT_EQ((*region)->shard_calls(0)->server_pid.load(), 0u);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ ShardTransportOptions TransportOptions(const GrpcClientOptions& o) {
 SharedRouteOptions SharedRouteOptionsFor(const GrpcClientOptions& o) {
   SharedRouteOptions r;
   r.enabled = o.shared_memory;
+  r.calls = o.shared_memory_calls;
   r.hosts = o.hosts;
   r.has_standbys = !o.standby_hosts.empty();
   r.float32 = o.push_encoding == wire::Encoding::kRawF32 &&

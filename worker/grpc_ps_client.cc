@@ -209,7 +209,11 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
   parts_ = std::move(parts);
   if (shared_.region == nullptr ||  // Kept while the model fits it.
       shared_.region->area_bytes() < 4 * map_.total_elements) {
+    // The old region's calls end before the region goes.
+    transport_.set_shared_calls(nullptr);
+    shared_.calls.reset();
     shared_ = AttachSharedMemory(transport_, SharedRouteOptionsFor(options_), map_);
+    transport_.set_shared_calls(shared_.calls.get());
     if (!shared_.note.empty() && options_.on_note) options_.on_note(shared_.note);
   }
   return SetPushBreaks(breaks_);

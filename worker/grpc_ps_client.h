@@ -106,6 +106,10 @@ struct GrpcClientOptions {
   // worker/shared_route.h) when those shards can map it: float32 only, no
   // standbys. gRPC then carries only the small fields of each call.
   bool shared_memory = true;
+  // With shared_memory: pushes and push-pulls to those shards go through
+  // the region too, as calls in its slots woken by futexes
+  // (rpc/shared_calls.h), leaving gRPC out; pulls stay on gRPC.
+  bool shared_memory_calls = true;
   // One-line notes for the worker's log (which shards take shared memory,
   // or why none does). May be null.
   std::function<void(const std::string&)> on_note;

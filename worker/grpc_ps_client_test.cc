@@ -62,14 +62,25 @@ std::vector<float> Ramp(int64_t n, float scale) {
   return v;
 }
 
-// Every payload test runs twice: payloads in the messages, and through the
-// worker's shared memory (the servers are on loopback, in this process).
-class PayloadsTest : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(OnTheWireAndInSharedMemory, PayloadsTest,
-                         ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) {
-                           return i.param ? "SharedMemory" : "Wire";
-                         });
+// Every payload test runs three times: payloads in the messages, through
+// the worker's shared memory with gRPC calls, and with the pushes as calls
+// through the shared memory too (the servers are on loopback, in this
+// process).
+enum class Route { kWire, kSharedMemory, kSharedCalls };
+class PayloadsTest : public ::testing::TestWithParam<Route> {};
+INSTANTIATE_TEST_SUITE_P(
+    OnTheWireAndInSharedMemory, PayloadsTest,
+    ::testing::Values(Route::kWire, Route::kSharedMemory, Route::kSharedCalls),
+    [](const ::testing::TestParamInfo<Route>& i) {
+      return i.param == Route::kWire           ? "Wire"
+             : i.param == Route::kSharedMemory ? "SharedMemory"
+                                               : "SharedCalls";
+    });
+
+void SetRoute(Route route, GrpcClientOptions* o) {
+  o->shared_memory = route != Route::kWire;
+  o->shared_memory_calls = route == Route::kSharedCalls;
+}
 
 TEST_P(PayloadsTest, EveryCallOverTwoShards) {
   auto hosts = StartShards(2);
@@ -78,7 +89,7 @@ TEST_P(PayloadsTest, EveryCallOverTwoShards) {
   o.hosts = Addresses(hosts);
   o.worker_id = 3;
   o.part_bytes = 4096;
-  o.shared_memory = GetParam();
+  SetRoute(GetParam(), &o);
   std::string note;
   o.on_note = [&note](const std::string& m) { note = m; };
   auto client = NewGrpcParameterClient(o);
@@ -92,8 +103,12 @@ TEST_P(PayloadsTest, EveryCallOverTwoShards) {
 
   const std::vector<float> init = Ramp(n, 0.5f);
   ASSERT_TRUE((*client)->Declare(layout, init).ok());
-  EXPECT_EQ(note, GetParam() ? "payloads to shards 0, 1 go through shared memory"
-                             : "");
+  EXPECT_EQ(note,
+            GetParam() == Route::kWire ? ""
+            : GetParam() == Route::kSharedMemory
+                ? "payloads to shards 0, 1 go through shared memory"
+                : "payloads to shards 0, 1 go through shared memory; pushes to "
+                  "shards 0, 1 go through it too, without gRPC");
   EXPECT_EQ((*client)->shard_map().total_elements, n);
   ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
   EXPECT_EQ(params, init);
@@ -124,11 +139,11 @@ TEST_P(PayloadsTest, EveryCallOverTwoShards) {
 // *init (Ramp(n, 0.5f)), with payloads through shared memory or not.
 std::unique_ptr<ParameterClient> DeclaredClient(
     const std::vector<std::unique_ptr<ParameterServerHost>>& hosts,
-    int64_t part_bytes, std::vector<float>* init, bool shared_memory) {
+    int64_t part_bytes, std::vector<float>* init, Route route) {
   GrpcClientOptions o;
   o.hosts = Addresses(hosts);
   o.part_bytes = part_bytes;
-  o.shared_memory = shared_memory;
+  SetRoute(route, &o);
   auto client = NewGrpcParameterClient(o);
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return nullptr;
@@ -405,7 +420,7 @@ TEST_P(PayloadsTest, RetriesOfDroppedRepliesApplyOnce) {
   GrpcClientOptions o;
   o.hosts = Addresses(hosts);
   o.part_bytes = 4096;
-  o.shared_memory = GetParam();
+  SetRoute(GetParam(), &o);
   auto client = NewGrpcParameterClient(o);
   ASSERT_TRUE(client.ok());
   const ModelLayout layout = Layout(2);

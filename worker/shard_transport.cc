@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -219,9 +221,23 @@ absl::Status ShardTransport::CallPartsWith(
     const int i = which[k];
     const Part& p = parts[i];
     const int at = Active(p.shard);
-    generic_[at][p.shard][p.conn]->UnaryCall(
-        ctx, method_of(i), grpc::StubOptions(), &req[i], &(*resp)[i],
-        Track(p.shard, at, std::move(done)));
+    const char* method = method_of(i);
+    std::function<void(grpc::Status)> tracked =
+        Track(p.shard, at, std::move(done));
+    // Pushes to a shard that serves calls through the shared region leave
+    // gRPC out (at its primary address: a shard with a standby has none).
+    if (calls_ != nullptr && at == 0) {
+      const bool push = std::strcmp(method, kPushMethod) == 0;
+      if ((push || std::strcmp(method, kPushPullMethod) == 0) &&
+          calls_->Start(p.shard, push ? CallMethod::kPush : CallMethod::kPushPull,
+                        req[i], &(*resp)[i], absl::FromChrono(ctx->deadline()),
+                        &tracked)) {
+        return;
+      }
+    }
+    generic_[at][p.shard][p.conn]->UnaryCall(ctx, method, grpc::StubOptions(),
+                                             &req[i], &(*resp)[i],
+                                             std::move(tracked));
   };
   calls.reset = [&](int k) { (*resp)[which[k]].Clear(); };
   if (on_ok) calls.on_ok = [&](int k) { return on_ok(which[k]); };

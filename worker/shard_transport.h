@@ -41,6 +41,7 @@
 #include "rpc/fan_out.h"
 #include "worker/adaptive_window.h"
 #include "worker/part_plan.h"
+#include "worker/shared_call_client.h"
 
 namespace downpour {
 
@@ -70,6 +71,10 @@ class ShardTransport {
                  const ClientSecurity& security);
 
   int num_shards() const { return static_cast<int>(options_.hosts.size()); }
+  // Pushes and push-pulls to the shards `calls` serves go through the
+  // worker's shared region instead of gRPC (null: none; not owned, must
+  // outlive its use here).
+  void set_shared_calls(SharedCallClient* calls) { calls_ = calls; }
   int connections_per_shard() const { return options_.connections_per_shard; }
   // The typed stub of `shard` (its first channel) at its current address.
   proto::ParameterServer::Stub* stub(int shard) const {
@@ -156,6 +161,7 @@ class ShardTransport {
   // (null without standbys).
   std::unique_ptr<std::atomic<int>[]> active_;
   std::unique_ptr<std::atomic<int>[]> answered_;
+  SharedCallClient* calls_ = nullptr;  // Not owned.
 };
 
 }  // namespace downpour

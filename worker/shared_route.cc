@@ -29,7 +29,7 @@ SharedAttachment AttachSharedMemory(const ShardTransport& transport,
   if (options.has_standbys) return on_wire("the shards have standbys");
   if (!options.float32) return on_wire("fp16/bf16 on the wire asked for");
   absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-      SharedRegion::Create(map.total_elements * 4);
+      SharedRegion::Create(map.total_elements * 4, options.calls ? shards : 0);
   if (!region.ok()) return on_wire(region.status().message());
   // Only the shards on this host are told where the region is.
   proto::StatsRequest probe, plain;
@@ -63,6 +63,20 @@ SharedAttachment AttachSharedMemory(const ShardTransport& transport,
     a.note = absl::StrCat("payloads to shard", taken.size() > 1 ? "s " : " ",
                           absl::StrJoin(taken, ", "),
                           " go through shared memory");
+    std::vector<std::string> calling;
+    for (int sh = 0; sh < a.region->call_shards(); ++sh) {
+      ShardCalls* block = a.region->shard_calls(sh);
+      if (a.route.shards[sh] && block->server_pid.load() != 0) {
+        calling.push_back(absl::StrCat(sh));
+      }
+    }
+    if (!calling.empty()) {
+      a.calls = std::make_unique<SharedCallClient>(a.region.get());
+      absl::StrAppend(&a.note, "; pushes to shard",
+                      calling.size() > 1 ? "s " : " ",
+                      absl::StrJoin(calling, ", "),
+                      " go through it too, without gRPC");
+    }
   }
   if (!refused.empty()) {
     absl::StrAppend(&a.note, a.note.empty() ? "" : "; ",

@@ -21,12 +21,16 @@
 #include "rpc/shared_memory.h"
 #include "worker/part_messages.h"
 #include "worker/shard_transport.h"
+#include "worker/shared_call_client.h"
 
 namespace downpour {
 
 struct SharedRouteOptions {
   // GrpcClientOptions::shared_memory.
   bool enabled = true;
+  // GrpcClientOptions::shared_memory_calls: pushes too (the region gets a
+  // call block per shard, rpc/shared_calls.h).
+  bool calls = true;
   // Shard addresses, in shard order.
   std::vector<std::string> hosts;
   bool has_standbys = false;
@@ -37,13 +41,16 @@ struct SharedRouteOptions {
 struct SharedAttachment {
   std::unique_ptr<SharedRegion> region;
   SharedRoute route;  // Points at *region.
+  // Null unless a shard on this host serves calls; uses *region.
+  std::unique_ptr<SharedCallClient> calls;
   // One line for the worker's log: which shards take shared memory, or why
   // none does; empty when no shard is on this host.
   std::string note;
 };
 
-// Creates the region (two areas of the model's float32 size) and asks each
-// loopback shard, by a GetStats probe, whether it maps it. Never an error:
+// Creates the region (two areas of the model's float32 size, and call
+// blocks with options.calls) and asks each loopback shard, by a GetStats
+// probe, whether it maps it; a shard that does starts serving calls. Never an error:
 // whatever fails leaves that shard (or every shard) on the wire, said in
 // the note.
 SharedAttachment AttachSharedMemory(const ShardTransport& transport,

@@ -25,6 +25,10 @@ ABSL_FLAG(int64_t, max_chunk_bytes, 1 << 20, "Largest parameter chunk.");
 ABSL_FLAG(bool, shared_memory, downpour::GrpcClientOptions{}.shared_memory,
           "Payloads to shards on this host's loopback go through shared "
           "memory (float32, no standbys); gRPC carries the rest of each call.");
+ABSL_FLAG(bool, shared_memory_calls,
+          downpour::GrpcClientOptions{}.shared_memory_calls,
+          "With --shared_memory: pushes to those shards go through the shared "
+          "memory too, as calls woken by futexes instead of gRPC.");
 
 namespace downpour {
 
@@ -43,6 +47,7 @@ absl::Status TransportOptionsFromFlags(GrpcClientOptions* client) {
   client->reconnect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout_s));
   client->shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  client->shared_memory_calls = absl::GetFlag(FLAGS_shared_memory_calls);
   return absl::OkStatus();
 }
 
@@ -52,7 +57,8 @@ std::vector<std::string> GivenTransportFlagArgs() {
   return GivenFlagArgs({"part_kb", "connections_per_shard", "calls_in_flight",
                         "push_dtype", "pull_dtype", "rpc_timeout_s",
                         "connect_timeout_s", "reconnect_timeout_s",
-                        "max_chunk_bytes", "shared_memory"});
+                        "max_chunk_bytes", "shared_memory",
+                        "shared_memory_calls"});
 }
 
 }  // namespace downpour

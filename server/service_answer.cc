@@ -1,0 +1,47 @@
+#include "server/service_answer.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "rpc/rpc_convert.h"
+
+namespace downpour {
+
+Answer GrpcAnswer(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
+                  grpc::ServerUnaryReactor* reactor) {
+  return Answer{response,
+                [reactor](const absl::Status& s) {
+                  reactor->Finish(ToGrpcStatus(s));
+                },
+                [ctx] { return ctx->IsCancelled(); }};
+}
+
+Answer SlotAnswer(SharedCallAnswer call, ServiceObserver* observer,
+                  const char* method, int64_t received) {
+  auto response = std::make_shared<grpc::ByteBuffer>();
+  return Answer{response.get(),
+                [response, call, observer, method, received,
+                 start = absl::Now()](const absl::Status& s) {
+                  std::string bytes;
+                  if (s.ok()) {
+                    std::vector<grpc::Slice> slices;
+                    if (response->Dump(&slices).ok()) {
+                      for (const grpc::Slice& sl : slices) {
+                        bytes.append(reinterpret_cast<const char*>(sl.begin()),
+                                     sl.size());
+                      }
+                    }
+                  }
+                  call.finish(s, bytes);
+                  if (observer != nullptr) {
+                    observer->OnSharedCall(method, s.code(), absl::Now() - start,
+                                           received,
+                                           static_cast<int64_t>(bytes.size()));
+                  }
+                },
+                call.abandoned};
+}
+
+}  // namespace downpour
