@@ -88,6 +88,13 @@ static_assert(sizeof(ShardCalls) % 64 == 0, "blocks on cache lines");
 static_assert(std::atomic<uint32_t>::is_always_lock_free,
               "a futex word between processes");
 
+// Whether the replies of a shard holding `chunks` chunks fit a slot: a
+// PushPull's reply names each pushed chunk (a sync one, every chunk of the
+// shard) in a few bytes, its values being in the region.
+inline bool CallRepliesFit(int64_t chunks) {
+  return 64 + 32 * chunks <= static_cast<int64_t>(kCallReplyBytes);
+}
+
 // Bytes of the call blocks for `shards` shards.
 inline uint64_t CallAreaBytes(int shards) {
   return static_cast<uint64_t>(shards) * sizeof(ShardCalls);

@@ -110,9 +110,19 @@ class ParameterServerService final : public ServiceBase {
   ParameterServerService(ParameterStore* store, const ServiceOptions& options)
       : store_(store), options_(options), shared_(store) {}
 
-  ~ParameterServerService() override {
-    absl::MutexLock l(&calls_mu_);
-    call_servers_.clear();  // Stops and joins their threads.
+  ~ParameterServerService() override { StopSharedCalls(); }
+
+  // No more calls through shared memory: their threads end (the workers go
+  // on by gRPC), and answers still pending report to no observer.
+  void StopSharedCalls() {
+    std::map<const MappedRegion*, std::unique_ptr<SharedCallServer>> servers;
+    {
+      absl::MutexLock l(&calls_mu_);
+      calls_stopped_ = true;
+      servers.swap(call_servers_);
+    }
+    servers.clear();  // Stops and joins their threads.
+    reporter_->Clear();
   }
 
   grpc::ServerUnaryReactor* DeclareModel(grpc::CallbackServerContext* ctx,
@@ -395,6 +405,7 @@ class ParameterServerService final : public ServiceBase {
     const absl::StatusOr<int> shard = shared_.CallShard(*region);
     if (!shard.ok()) return;
     absl::MutexLock l(&calls_mu_);
+    if (calls_stopped_) return;
     for (auto it = call_servers_.begin(); it != call_servers_.end();) {
       it = it->second->serving() ? std::next(it) : call_servers_.erase(it);
     }
@@ -413,12 +424,11 @@ class ParameterServerService final : public ServiceBase {
           const auto received = static_cast<int64_t>(request.size());
           if (method == CallMethod::kPush) {
             PushTo(identity, peer, std::move(pieces),
-                   SlotAnswer(std::move(call), options_.observer, "Push",
-                              received));
+                   SlotAnswer(std::move(call), reporter_, "Push", received));
           } else {
             PushPullTo(identity, peer, std::move(pieces),
-                       SlotAnswer(std::move(call), options_.observer,
-                                  "PushPull", received));
+                       SlotAnswer(std::move(call), reporter_, "PushPull",
+                                  received));
           }
         });
   }
@@ -627,10 +637,13 @@ class ParameterServerService final : public ServiceBase {
   const ServiceOptions options_;
   SharedPayloads shared_;
   std::atomic<int64_t> replies_{0};
+  const std::shared_ptr<SharedCallReporter> reporter_ =
+      std::make_shared<SharedCallReporter>(options_.observer);
   absl::Mutex calls_mu_;
   // By region; each holds its region mapped while it serves.
   std::map<const MappedRegion*, std::unique_ptr<SharedCallServer>> call_servers_
       ABSL_GUARDED_BY(calls_mu_);
+  bool calls_stopped_ ABSL_GUARDED_BY(calls_mu_) = false;
 };
 
 }  // namespace
@@ -656,6 +669,12 @@ absl::Status ApplyForwardedChange(ParameterStore* store, ForwardKind kind,
   DP_ASSIGN_OR_RETURN(wire::PushMessage msg, wire::ParsePushRequest(pieces));
   return ParameterServerService::ApplyParsedPush(store, nullptr, pieces, msg)
       .status();
+}
+
+void StopSharedCalls(grpc::Service* service) {
+  if (auto* s = dynamic_cast<ParameterServerService*>(service)) {
+    s->StopSharedCalls();
+  }
 }
 
 std::unique_ptr<grpc::Service> NewParameterServerService(

@@ -55,6 +55,12 @@ struct ServiceOptions {
 std::unique_ptr<grpc::Service> NewParameterServerService(
     ParameterStore* store, const ServiceOptions& options = ServiceOptions());
 
+// Ends the calls that reach `service` (made by NewParameterServerService)
+// through workers' shared memory (server/shared_call_server.h): a shard
+// shutting down stops them before its store, so that nothing is applied
+// after its last snapshot; the workers go on by gRPC.
+void StopSharedCalls(grpc::Service* service);
+
 // A standby's application of a change its primary forwarded: `request` is
 // a serialized PushRequest (a push, a push-pull's push or a leave) or
 // DeclareModelRequest, applied to `store` as the service applies it.

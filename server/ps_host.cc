@@ -114,7 +114,9 @@ void ParameterServerHost::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   SetServing(false);  // Draining: health checks see NOT_SERVING first.
-  // Waiting pulls first: gRPC's shutdown waits for every call to finish.
+  // Calls through shared memory, then waiting pulls: gRPC's shutdown waits
+  // for every call to finish.
+  if (service_ != nullptr) StopSharedCalls(service_.get());
   if (store_ != nullptr) store_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +

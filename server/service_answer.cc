@@ -18,11 +18,26 @@ Answer GrpcAnswer(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
                 [ctx] { return ctx->IsCancelled(); }};
 }
 
-Answer SlotAnswer(SharedCallAnswer call, ServiceObserver* observer,
+void SharedCallReporter::Report(const char* method, absl::StatusCode code,
+                                absl::Duration latency, int64_t received_bytes,
+                                int64_t sent_bytes) {
+  absl::MutexLock l(&mu_);
+  if (observer_ != nullptr) {
+    observer_->OnSharedCall(method, code, latency, received_bytes, sent_bytes);
+  }
+}
+
+void SharedCallReporter::Clear() {
+  absl::MutexLock l(&mu_);
+  observer_ = nullptr;
+}
+
+Answer SlotAnswer(SharedCallAnswer call,
+                  std::shared_ptr<SharedCallReporter> reporter,
                   const char* method, int64_t received) {
   auto response = std::make_shared<grpc::ByteBuffer>();
   return Answer{response.get(),
-                [response, call, observer, method, received,
+                [response, call, reporter, method, received,
                  start = absl::Now()](const absl::Status& s) {
                   std::string bytes;
                   if (s.ok()) {
@@ -35,11 +50,8 @@ Answer SlotAnswer(SharedCallAnswer call, ServiceObserver* observer,
                     }
                   }
                   call.finish(s, bytes);
-                  if (observer != nullptr) {
-                    observer->OnSharedCall(method, s.code(), absl::Now() - start,
-                                           received,
-                                           static_cast<int64_t>(bytes.size()));
-                  }
+                  reporter->Report(method, s.code(), absl::Now() - start,
+                                   received, static_cast<int64_t>(bytes.size()));
                 },
                 call.abandoned};
 }

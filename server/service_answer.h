@@ -15,8 +15,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service_observer.h"
 #include "server/shared_call_server.h"
@@ -31,14 +35,30 @@ struct Answer {
   std::function<bool()> cancelled;
 };
 
+// Where shared calls are reported: the service's observer until the
+// service stops its shared calls (an answer may be finished after that,
+// from the store's shutdown).
+class SharedCallReporter {
+ public:
+  explicit SharedCallReporter(ServiceObserver* observer) : observer_(observer) {}
+  void Report(const char* method, absl::StatusCode code, absl::Duration latency,
+              int64_t received_bytes, int64_t sent_bytes);
+  void Clear();
+
+ private:
+  absl::Mutex mu_;
+  ServiceObserver* observer_ ABSL_GUARDED_BY(mu_);  // Not owned; may be null.
+};
+
 // A gRPC call's answer: the reactor finishes it.
 Answer GrpcAnswer(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
                   grpc::ServerUnaryReactor* reactor);
 
 // A shared call's answer: the reply's bytes are copied into its slot, and
-// the call is reported to `observer` (may be null) as `method` with
-// `received` request bytes.
-Answer SlotAnswer(SharedCallAnswer call, ServiceObserver* observer,
+// the call is reported to `reporter` as `method` with `received` request
+// bytes.
+Answer SlotAnswer(SharedCallAnswer call,
+                  std::shared_ptr<SharedCallReporter> reporter,
                   const char* method, int64_t received);
 
 }  // namespace downpour

@@ -16,8 +16,10 @@ namespace {
 constexpr absl::Duration kIdleWait = absl::Milliseconds(200);
 constexpr absl::Duration kHeldCheckEvery = absl::Seconds(1);
 
-// Writes the call's end into `slot` and rings the worker.
-void Finish(const MappedRegion& region, CallSlot* slot, const absl::Status& s,
+// Writes the call's end into `slot`, clears its `busy` flag and rings the
+// worker.
+void Finish(const MappedRegion& region, CallSlot* slot,
+            std::atomic<bool>* busy, const absl::Status& s,
             const std::string& reply) {
   absl::Status end = s;
   if (end.ok() && reply.size() > kCallReplyBytes) {
@@ -29,6 +31,8 @@ void Finish(const MappedRegion& region, CallSlot* slot, const absl::Status& s,
   std::memcpy(slot->reply, bytes.data(), n);
   slot->reply_bytes = static_cast<uint32_t>(n);
   slot->code = static_cast<int32_t>(end.code());
+  // Before the slot can come back with a new request.
+  busy->store(false);
   // A call the worker gave up on frees its slot instead.
   if (!MoveSlot(&slot->state, SlotState::kTaken, SlotState::kDone)) {
     MoveSlot(&slot->state, SlotState::kAbandoned, SlotState::kFree);
@@ -44,7 +48,9 @@ SharedCallServer::SharedCallServer(std::shared_ptr<MappedRegion> region,
     : region_(std::move(region)),
       ref_(ref),
       block_(region_->shard_calls(shard)),
-      handler_(std::move(handler)) {
+      handler_(std::move(handler)),
+      busy_(std::make_shared<std::array<std::atomic<bool>, kCallSlots>>()) {
+  for (std::atomic<bool>& b : *busy_) b = false;
   // Before the probe that made this server is answered: the worker looks
   // for it right after.
   if (block_ != nullptr) {
@@ -69,11 +75,14 @@ void SharedCallServer::Run() {
   while (!stop_.load()) {
     const uint32_t seen = block_->bell.load(std::memory_order_acquire);
     bool took = false;
-    for (CallSlot& slot : block_->slots) {
-      if (slot.state.load(std::memory_order_acquire) ==
+    for (int i = 0; i < kCallSlots; ++i) {
+      CallSlot& slot = block_->slots[i];
+      if (!(*busy_)[i].load() &&
+          slot.state.load(std::memory_order_acquire) ==
               static_cast<uint32_t>(SlotState::kRequest) &&
           MoveSlot(&slot.state, SlotState::kRequest, SlotState::kTaken)) {
-        Take(&slot);
+        (*busy_)[i] = true;
+        Take(i, &slot);
         took = true;
       }
     }
@@ -84,21 +93,25 @@ void SharedCallServer::Run() {
     }
     FutexWait(&block_->bell, seen, kIdleWait);
   }
-  // The worker stops sending here (it falls back to gRPC).
-  block_->server_pid.store(0, std::memory_order_release);
+  // The worker stops sending here (it falls back to gRPC), unless another
+  // server of this block has written its own id since.
+  uint32_t self = static_cast<uint32_t>(getpid());
+  block_->server_pid.compare_exchange_strong(self, 0);
   serving_ = false;
 }
 
-void SharedCallServer::Take(CallSlot* slot) {
-  // Read once: the worker may write over the slot while the call runs.
-  const uint32_t method = slot->method;
-  const uint32_t n = std::min(slot->request_bytes, kCallRequestBytes);
+void SharedCallServer::Take(int i, CallSlot* slot) {
+  // Each field read once (the worker may write over the slot while the
+  // call runs), the request copied before it is parsed.
+  const uint32_t method = __atomic_load_n(&slot->method, __ATOMIC_RELAXED);
+  uint32_t n = __atomic_load_n(&slot->request_bytes, __ATOMIC_RELAXED);
+  if (n > kCallRequestBytes) n = kCallRequestBytes;
   std::string request(slot->request, n);
   SharedCallAnswer answer;
   std::shared_ptr<MappedRegion> region = region_;
-  answer.finish = [region, slot](const absl::Status& s,
-                                 const std::string& reply) {
-    Finish(*region, slot, s, reply);
+  answer.finish = [region, slot, busy = busy_, i](const absl::Status& s,
+                                                  const std::string& reply) {
+    Finish(*region, slot, &(*busy)[i], s, reply);
   };
   answer.abandoned = [slot] {
     return slot->state.load(std::memory_order_acquire) ==

@@ -19,6 +19,7 @@
 #ifndef DOWNPOUR_SERVER_SHARED_CALL_SERVER_H_
 #define DOWNPOUR_SERVER_SHARED_CALL_SERVER_H_
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -60,13 +61,18 @@ class SharedCallServer {
 
  private:
   void Run();
-  // Takes slot i (in state request) and hands it to the handler.
-  void Take(CallSlot* slot);
+  // Hands the request in `slot` (index i, just taken) to the handler.
+  void Take(int i, CallSlot* slot);
 
   const std::shared_ptr<MappedRegion> region_;
   const wire::SharedRef ref_;
   ShardCalls* const block_;  // In *region_.
   const SharedCallHandler handler_;
+  // Per slot, whether its answer is still to come: a slot the worker sets
+  // back to "request" meanwhile is not taken again (one pending answer per
+  // slot, whatever the worker writes). Shared with the answers, which may
+  // outlive this server.
+  const std::shared_ptr<std::array<std::atomic<bool>, kCallSlots>> busy_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> serving_{true};
   std::thread thread_;  // Started once the members above are set.

@@ -1,6 +1,7 @@
 #include "worker/shared_call_client.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -17,11 +18,17 @@ constexpr absl::Duration kLivenessEvery = absl::Milliseconds(50);
 
 }  // namespace
 
-SharedCallClient::SharedCallClient(SharedRegion* region)
+SharedCallClient::SharedCallClient(SharedRegion* region,
+                                   const std::vector<int64_t>& shard_chunks)
     : region_(region),
       shards_(region->call_shards()),
-      off_(static_cast<size_t>(region->call_shards())),
-      thread_([this] { Run(); }) {}
+      off_(static_cast<size_t>(region->call_shards())) {
+  for (int s = 0; s < shards_; ++s) {
+    off_[s] = s >= static_cast<int>(shard_chunks.size()) ||
+              !CallRepliesFit(shard_chunks[s]);
+  }
+  thread_ = std::thread([this] { Run(); });
+}
 
 SharedCallClient::~SharedCallClient() {
   {
@@ -63,6 +70,10 @@ bool SharedCallClient::Start(int shard, CallMethod method,
   s.request_bytes = static_cast<uint32_t>(at);
   {
     absl::MutexLock l(&mu_);
+    if (stop_) {
+      s.state.store(static_cast<uint32_t>(SlotState::kFree));
+      return false;
+    }
     pending_.push_back(Pending{shard, slot, response, deadline, std::move(*done)});
   }
   s.state.store(static_cast<uint32_t>(SlotState::kRequest),
@@ -74,23 +85,32 @@ bool SharedCallClient::Start(int shard, CallMethod method,
 void SharedCallClient::Run() {
   std::atomic<uint32_t>* bell = region_->client_bell();
   absl::Time checked = absl::Now();
+  std::vector<bool> waiting(static_cast<size_t>(shards_));
   std::vector<bool> gone(static_cast<size_t>(shards_));
   for (;;) {
     const uint32_t seen = bell->load(std::memory_order_acquire);
     std::vector<std::pair<std::function<void(grpc::Status)>, grpc::Status>> ended;
     bool stop;
+    // Every kLivenessEvery, whether the shards with calls under way are
+    // still there: read from /proc outside the lock.
+    const bool check = absl::Now() - checked >= kLivenessEvery;
+    if (check) {
+      checked = absl::Now();
+      {
+        absl::MutexLock l(&mu_);
+        waiting.assign(waiting.size(), false);
+        for (const Pending& p : pending_) waiting[p.shard] = true;
+      }
+      for (int s = 0; s < shards_; ++s) {
+        gone[s] = waiting[s] &&
+                  !ProcessAlive(region_->shard_calls(s)->server_pid.load(
+                      std::memory_order_acquire));
+      }
+    }
     {
       absl::MutexLock l(&mu_);
       stop = stop_;
       const absl::Time now = absl::Now();
-      const bool check = stop || now - checked >= kLivenessEvery;
-      if (check) {
-        checked = now;
-        for (int s = 0; s < shards_; ++s) {
-          gone[s] = !ProcessAlive(
-              region_->shard_calls(s)->server_pid.load(std::memory_order_acquire));
-        }
-      }
       for (size_t i = 0; i < pending_.size();) {
         Pending& p = pending_[i];
         CallSlot* slot = SlotOf(p);

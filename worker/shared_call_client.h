@@ -14,7 +14,7 @@
 // (returns false, nothing started) when the shard does not serve calls, no
 // slot is free or the request does not fit one: the caller sends it by gRPC.
 //
-//   SharedCallClient calls(region.get());
+//   SharedCallClient calls(region.get(), chunks_per_shard);
 //   if (!calls.Start(shard, CallMethod::kPushPull, req, &resp, deadline,
 //                    &done)) {
 //     stub->UnaryCall(..., std::move(done));
@@ -42,13 +42,16 @@ namespace downpour {
 
 class SharedCallClient {
  public:
-  explicit SharedCallClient(SharedRegion* region);
+  // `shard_chunks[s]`: shard s's chunk count; a shard whose replies could
+  // outgrow a slot (CallRepliesFit) is not called here.
+  SharedCallClient(SharedRegion* region, const std::vector<int64_t>& shard_chunks);
   // Fails the calls still under way (CANCELLED) and stops the thread.
   ~SharedCallClient();
   SharedCallClient(const SharedCallClient&) = delete;
   SharedCallClient& operator=(const SharedCallClient&) = delete;
 
-  // Whether `shard`'s block has a serving shard process now.
+  // Whether `shard`'s block has a serving shard process now (and its replies
+  // fit a slot).
   bool Serves(int shard) const;
   // Starts a call to `shard`, `response` receiving the reply; on true,
   // *done was moved and will be called once. False leaves *done alone.
@@ -71,7 +74,8 @@ class SharedCallClient {
 
   SharedRegion* const region_;  // Not owned.
   const int shards_;
-  // Shards whose calls went back to gRPC (their process was gone).
+  // Shards whose calls go by gRPC: their replies could outgrow a slot, or
+  // their process was gone.
   std::vector<std::atomic<bool>> off_;
   absl::Mutex mu_;
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);

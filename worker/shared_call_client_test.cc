@@ -52,6 +52,9 @@ struct Ended {
   bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
 };
 
+// Chunks per shard: few enough for any reply to fit a slot.
+const std::vector<int64_t> kChunks = {4, 4};
+
 class SharedCallsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -99,7 +102,7 @@ class SharedCallsTest : public ::testing::Test {
 };
 
 TEST_F(SharedCallsTest, ACallGoesToItsShardAndBack) {
-  SharedCallClient client(region_.get());
+  SharedCallClient client(region_.get(), kChunks);
   EXPECT_FALSE(client.Serves(1));  // No shard serves yet.
   StartServer();
   EXPECT_TRUE(client.Serves(1));
@@ -129,7 +132,7 @@ TEST_F(SharedCallsTest, ACallGoesToItsShardAndBack) {
 
 TEST_F(SharedCallsTest, AnAnswerMayComeLaterFromAnotherThread) {
   StartServer();
-  SharedCallClient client(region_.get());
+  SharedCallClient client(region_.get(), kChunks);
   Ended e;
   grpc::ByteBuffer reply;
   auto done = e.Callback();
@@ -151,17 +154,30 @@ TEST_F(SharedCallsTest, AnAnswerMayComeLaterFromAnotherThread) {
 
 TEST_F(SharedCallsTest, ACallPastItsDeadlineIsAbandonedAndItsSlotComesBack) {
   StartServer();
-  SharedCallClient client(region_.get());
+  SharedCallClient client(region_.get(), kChunks);
   // Every slot held by an answer that has not come.
   std::vector<std::unique_ptr<Ended>> ended;
   std::vector<grpc::ByteBuffer> replies(kCallSlots);
+  const absl::Time deadline = absl::Now() + absl::Seconds(3);
   for (int i = 0; i < kCallSlots; ++i) {
     ended.push_back(std::make_unique<Ended>());
     auto done = ended.back()->Callback();
     ASSERT_TRUE(client.Start(1, CallMethod::kPushPull, Bytes("later"),
-                             &replies[i], absl::Now() + absl::Milliseconds(300),
-                             &done));
+                             &replies[i], deadline, &done));
   }
+  // All taken by the shard before the deadline.
+  while (Held() < static_cast<size_t>(kCallSlots) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(Held(), static_cast<size_t>(kCallSlots));
+  // A slot set back to "request" while its answer is pending is not taken
+  // twice.
+  CallSlot& first = region_->shard_calls(1)->slots[0];
+  ASSERT_TRUE(MoveSlot(&first.state, SlotState::kTaken, SlotState::kRequest));
+  Ring(&region_->shard_calls(1)->bell);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(Held(), static_cast<size_t>(kCallSlots));
+  ASSERT_TRUE(MoveSlot(&first.state, SlotState::kRequest, SlotState::kTaken));
   auto spare = [] { return std::function<void(grpc::Status)>([](grpc::Status) {}); };
   auto done = spare();
   grpc::ByteBuffer reply;
@@ -201,7 +217,7 @@ TEST_F(SharedCallsTest, CallsToAShardWhoseProcessIsGoneFailAndGoBackToGrpc) {
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   ShardCalls* block = region_->shard_calls(0);
   block->server_pid.store(static_cast<uint32_t>(child));
-  SharedCallClient client(region_.get());
+  SharedCallClient client(region_.get(), kChunks);
   ASSERT_TRUE(client.Serves(0));
   Ended e;
   grpc::ByteBuffer reply;
@@ -223,7 +239,9 @@ TEST_F(SharedCallsTest, CallsToAShardWhoseProcessIsGoneFailAndGoBackToGrpc) {
 
 TEST_F(SharedCallsTest, TheClientDeclinesWhatASlotCannotHold) {
   StartServer();
-  SharedCallClient client(region_.get());
+  // A shard with so many chunks that a sync reply could outgrow a slot.
+  EXPECT_FALSE(SharedCallClient(region_.get(), {4, 100000}).Serves(1));
+  SharedCallClient client(region_.get(), kChunks);
   auto done = std::function<void(grpc::Status)>([](grpc::Status) {});
   grpc::ByteBuffer reply;
   EXPECT_FALSE(client.Start(1, CallMethod::kPush,
@@ -263,7 +281,7 @@ TEST_F(SharedCallsTest, TheServerAnswersWhatItCannotServeAndGoesOn) {
   a.state.store(static_cast<uint32_t>(SlotState::kFree));
   b.state.store(static_cast<uint32_t>(SlotState::kFree));
   // A reply too large for a slot is refused, not cut.
-  SharedCallClient client(region_.get());
+  SharedCallClient client(region_.get(), kChunks);
   EXPECT_TRUE(server_->serving());
   Ended e;
   grpc::ByteBuffer reply;

@@ -63,19 +63,25 @@ SharedAttachment AttachSharedMemory(const ShardTransport& transport,
     a.note = absl::StrCat("payloads to shard", taken.size() > 1 ? "s " : " ",
                           absl::StrJoin(taken, ", "),
                           " go through shared memory");
-    std::vector<std::string> calling;
-    for (int sh = 0; sh < a.region->call_shards(); ++sh) {
-      ShardCalls* block = a.region->shard_calls(sh);
-      if (a.route.shards[sh] && block->server_pid.load() != 0) {
-        calling.push_back(absl::StrCat(sh));
+    if (a.region->call_shards() > 0) {
+      std::vector<int64_t> chunks(shards);
+      for (int sh = 0; sh < shards; ++sh) {
+        chunks[sh] = static_cast<int64_t>(map.shard_chunks[sh].size());
       }
-    }
-    if (!calling.empty()) {
-      a.calls = std::make_unique<SharedCallClient>(a.region.get());
-      absl::StrAppend(&a.note, "; pushes to shard",
-                      calling.size() > 1 ? "s " : " ",
-                      absl::StrJoin(calling, ", "),
-                      " go through it too, without gRPC");
+      auto calls = std::make_unique<SharedCallClient>(a.region.get(), chunks);
+      std::vector<std::string> calling;
+      for (int sh = 0; sh < shards; ++sh) {
+        if (a.route.shards[sh] && calls->Serves(sh)) {
+          calling.push_back(absl::StrCat(sh));
+        }
+      }
+      if (!calling.empty()) {
+        a.calls = std::move(calls);
+        absl::StrAppend(&a.note, "; pushes to shard",
+                        calling.size() > 1 ? "s " : " ",
+                        absl::StrJoin(calling, ", "),
+                        " go through it too, without gRPC");
+      }
     }
   }
   if (!refused.empty()) {
