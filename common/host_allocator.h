@@ -39,6 +39,9 @@ class HostAllocator {
   virtual void Free(void* p) = 0;
   // e.g. "malloc" or "cuda-pinned".
   virtual const char* Name() const = 0;
+  // Whether a device copies to and from this memory directly (pinned):
+  // a staging buffer from it should not be swapped for ordinary memory.
+  virtual bool device_mapped() const { return false; }
 };
 
 // 64-byte-aligned malloc. The returned object lives for the whole process

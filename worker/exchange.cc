@@ -210,13 +210,16 @@ std::vector<int64_t> BucketBreaks(const std::vector<TensorSpec>& specs,
 // them, then (sync, ssp) pulls, telling the hooks which chunks arrived.
 class WaitFreeExchange final : public BackgroundExchange {
  public:
+  // `staging` (may be null): where the gradient is copied out of the model
+  // instead of sending_ (ParameterClient::PushStaging).
   WaitFreeExchange(const ExchangeOptions& options, ParameterClient* client,
                    ReplicaGroup* group, HostArray<float> params,
                    HostArray<float> grads, HostArray<float> incoming,
-                   HostArray<float> sending)
+                   HostArray<float> sending, float* staging)
       : BackgroundExchange(options, client, group, std::move(params),
                            std::move(grads), std::move(incoming),
-                           std::move(sending)) {
+                           std::move(sending)),
+        send_(staging != nullptr ? staging : sending_.data()) {
     hooks_.before_forward = [this](int64_t b, int64_t e) {
       return BeforeForward(b, e);
     };
@@ -375,7 +378,7 @@ class WaitFreeExchange final : public BackgroundExchange {
       // On a GPU the copy runs on while the earlier layers' backward does;
       // the job waits for it before sending (Stream).
       DP_RETURN_IF_ERROR(group_->StartGradientCopy(
-          from, copied_from_, absl::MakeSpan(sending_.data(), n_)));
+          from, copied_from_, absl::MakeSpan(send_, n_)));
       copied_from_ = from;
       absl::MutexLock l(&mu_);
       ready_from_ = from;
@@ -391,8 +394,7 @@ class WaitFreeExchange final : public BackgroundExchange {
   // sending_base_, incoming_ and the client, which the loop's thread leaves
   // alone until comm_.Wait() (or, for incoming_, until a chunk arrived).
   absl::Status Stream(int64_t seq, PullOptions wait) {
-    const absl::Span<const float> grads =
-        absl::MakeConstSpan(sending_.data(), n_);
+    const absl::Span<const float> grads = absl::MakeConstSpan(send_, n_);
     const bool async = options_.mode == TrainMode::kAsync;
     const bool sync = options_.mode == TrainMode::kSync;
     PulledValues pulled{absl::MakeSpan(incoming_.params.data(), n_),
@@ -439,6 +441,8 @@ class WaitFreeExchange final : public BackgroundExchange {
     return s;
   }
 
+  // The gradient being pushed: sending_, or the client's push staging.
+  float* const send_;
   StepHooks hooks_;
   std::vector<ChunkAt> by_offset_;  // The chunks in flat order.
   bool per_layer_ = false;      // This step's forward waits per layer.
@@ -491,9 +495,11 @@ absl::StatusOr<std::unique_ptr<Exchange>> Exchange::Create(
       group->CanStream()) {
     DP_RETURN_IF_ERROR(client->SetPushBreaks(
         BucketBreaks(group->param_specs(), options.bucket_bytes)));
+    // A pinned staging buffer stays: the device copies into it directly.
+    float* staging = alloc->device_mapped() ? nullptr : client->PushStaging();
     return std::unique_ptr<Exchange>(new WaitFreeExchange(
         options, client, group, std::move(params), std::move(grads),
-        std::move(incoming), std::move(sending)));
+        std::move(incoming), std::move(sending), staging));
   }
   return std::unique_ptr<Exchange>(new OverlappedExchange(
       options, client, group, std::move(params), std::move(grads),

@@ -38,7 +38,11 @@
 // wait-free one) ReplicaGroup::WaitGradientCopies, and Push/Fetch/Finish
 // wait for it before touching those buffers.
 // Ownership: the client and the replica group are borrowed and must outlive
-// the exchange; the exchange owns its (possibly pinned) host staging.
+// the exchange; the exchange owns its (possibly pinned) host staging. The
+// wait-free exchange copies the gradient out of the model straight into the
+// client's push staging when it has one and the staging is not pinned
+// (ParameterClient::PushStaging: the shared-memory push area), so that the
+// push needs no second copy.
 #ifndef DOWNPOUR_WORKER_EXCHANGE_H_
 #define DOWNPOUR_WORKER_EXCHANGE_H_
 

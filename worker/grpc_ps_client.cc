@@ -80,6 +80,11 @@ class GrpcParameterClient final : public ParameterClient {
                                      const PullOptions& options) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   const ShardMap& shard_map() const override { return map_; }
+  float* PushStaging() override {
+    return shared_.region == nullptr
+               ? nullptr
+               : reinterpret_cast<float*>(shared_.region->push_area());
+  }
 
  private:
   // Sends parts_[i] for i in `which` of the piecewise push `seq` as Push

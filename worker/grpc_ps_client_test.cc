@@ -4,6 +4,7 @@
 // replies the servers drop.
 #include "worker/grpc_ps_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -410,6 +411,38 @@ TEST(GrpcParameterClientTest, CompressedPayloadsStayOnTheWire) {
   std::vector<int64_t> versions;
   ASSERT_TRUE((*client)->Pull(absl::MakeSpan(params), &versions).ok());
   EXPECT_EQ(params, Ramp(n, 0.5f));
+}
+
+// Through shared memory, a push may take its gradient from the client's
+// push area itself (ParameterClient::PushStaging), and gives the same
+// result as from any other buffer.
+TEST_P(PayloadsTest, PushesFromTheStagingBuffer) {
+  auto hosts = StartShards(2);
+  ASSERT_EQ(hosts.size(), 2u);
+  std::vector<float> init;
+  std::unique_ptr<ParameterClient> client =
+      DeclaredClient(hosts, /*part_bytes=*/4096, &init, GetParam());
+  ASSERT_NE(client, nullptr);
+  float* staging = client->PushStaging();
+  if (GetParam() == Route::kWire) {
+    EXPECT_EQ(staging, nullptr);
+    return;
+  }
+  ASSERT_NE(staging, nullptr);
+  const int64_t n = static_cast<int64_t>(init.size());
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(client->Pull(absl::MakeSpan(params), &versions).ok());
+  const std::vector<float> g = Ramp(n, 0.25f);
+  std::copy(g.begin(), g.end(), staging);
+  std::vector<float> after(n);
+  std::vector<int64_t> after_versions;
+  ASSERT_TRUE(client
+                  ->PushPull(1, absl::MakeConstSpan(staging, n), versions,
+                             absl::MakeSpan(after), &after_versions,
+                             PullOptions())
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i]) << i;
 }
 
 // Every other reply is lost after its request took effect: the client's

@@ -126,8 +126,12 @@ std::vector<grpc::ByteBuffer> PushEncoder::Encode(
       const float* src = grads.data() + c.flat_offset;
       if (c.num_elements == 0) continue;
       if (in_region) {
-        std::memcpy(shared.region->push_area() + 4 * c.flat_offset, src,
-                    static_cast<size_t>(c.num_elements) * 4);
+        char* dst = shared.region->push_area() + 4 * c.flat_offset;
+        // Nothing to copy when the gradient is in the push area already
+        // (ParameterClient::PushStaging).
+        if (dst != reinterpret_cast<const char*>(src)) {
+          std::memcpy(dst, src, static_cast<size_t>(c.num_elements) * 4);
+        }
       } else if (enc == wire::Encoding::kRawF32) {
         slices.emplace_back(src, static_cast<size_t>(c.num_elements) * 4,
                             grpc::Slice::STATIC_SLICE);

@@ -151,6 +151,13 @@ class ParameterClient {
 
   // The map computed by Declare (empty before).
   virtual const ShardMap& shard_map() const = 0;
+
+  // A buffer of the model's flat size (Declare's) that pushes may take
+  // their gradient from at no copy: the gRPC client's shared-memory push
+  // area, when shards on this host take payloads through it. Null when
+  // there is none. Valid until the next Declare; a push reads it until it
+  // returns, so nothing else may write it meanwhile.
+  virtual float* PushStaging() { return nullptr; }
 };
 
 }  // namespace downpour

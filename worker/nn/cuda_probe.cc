@@ -37,6 +37,7 @@ class CudaPinnedHostAllocator final : public HostAllocator {
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
   }
   const char* Name() const override { return "cuda-pinned"; }
+  bool device_mapped() const override { return true; }
 
  private:
   // Makes device_ current on this thread (thread-local; cheap when it
