@@ -52,6 +52,7 @@ absl::Status ConnectClients(const BenchOptions& o, InProcessCluster& cluster,
     client_options.push_encoding = o.push_encoding;
     client_options.pull_encoding = o.pull_encoding;
     client_options.shared_memory = o.shared_memory;
+    client_options.shared_memory_calls = o.shared_memory_calls;
     client_options.security = o.security;
     absl::StatusOr<std::unique_ptr<ParameterClient>> client =
         NewGrpcParameterClient(client_options);
@@ -246,6 +247,7 @@ LatencyResult RunSmallLatency(const BenchOptions& o) {
   client_options.hosts = (*cluster)->HostsForClient(0);
   client_options.max_attempts = 1;
   client_options.shared_memory = o.shared_memory;
+  client_options.shared_memory_calls = o.shared_memory_calls;
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       NewGrpcParameterClient(client_options);
   constexpr int64_t kFloats = 1024;  // 4 KB.

@@ -220,6 +220,7 @@ bool ListsFromFlags(bool quick, BenchOptions* o) {
   o->push_encoding = client.push_encoding;
   o->pull_encoding = client.pull_encoding;
   o->shared_memory = client.shared_memory;
+  o->shared_memory_calls = client.shared_memory_calls;
   o->max_chunk_bytes = MaxChunkBytesFromFlags();
   return true;
 }

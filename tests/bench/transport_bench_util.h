@@ -46,6 +46,8 @@ struct BenchOptions {
   // Payloads through the workers' shared memory: --shared_memory, which
   // main reads (worker/transport_flags.h).
   bool shared_memory = true;
+  // And the pushes as calls through it: --shared_memory_calls.
+  bool shared_memory_calls = true;
   bool separate_connections = true;
   int latency_ops = 0;
   int64_t tcp_bytes = 0;
