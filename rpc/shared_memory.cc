@@ -30,11 +30,24 @@ struct Header {
 };
 static_assert(sizeof(Header) <= kClientBellOffset, "the bell after the header");
 
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
 uint64_t CallBlocksBytes(uint32_t call_shards) {
-  return (CallAreaBytes(static_cast<int>(call_shards)) + 4095) / 4096 * 4096;
+  return RoundUp(CallAreaBytes(static_cast<int>(call_shards)), 4096);
 }
 
-uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+// Shard `shard`'s call block in a mapping of `size` bytes at `base` whose
+// last CallBlocksBytes(call_shards) hold the blocks; null for no such shard.
+ShardCalls* ShardCallsAt(char* base, uint64_t size, int call_shards, int shard) {
+  if (shard < 0 || shard >= call_shards) return nullptr;
+  return reinterpret_cast<ShardCalls*>(
+             base + size - CallBlocksBytes(static_cast<uint32_t>(call_shards))) +
+         shard;
+}
+
+std::atomic<uint32_t>* ClientBellAt(char* base) {
+  return reinterpret_cast<std::atomic<uint32_t>*>(base + kClientBellOffset);
+}
 
 // Size and areas of a region whose areas hold area_bytes (> 0) each, with
 // call blocks for call_shards shards after them.
@@ -111,14 +124,11 @@ bool SharedRegion::Fits(const wire::SharedRef& ref, int64_t area_bytes,
 }
 
 ShardCalls* SharedRegion::shard_calls(int shard) const {
-  if (shard < 0 || shard >= call_shards_) return nullptr;
-  return reinterpret_cast<ShardCalls*>(
-             base_ + ref_.size - CallBlocksBytes(static_cast<uint32_t>(call_shards_))) +
-         shard;
+  return ShardCallsAt(base_, ref_.size, call_shards_, shard);
 }
 
 std::atomic<uint32_t>* SharedRegion::client_bell() const {
-  return reinterpret_cast<std::atomic<uint32_t>*>(base_ + kClientBellOffset);
+  return ClientBellAt(base_);
 }
 
 SharedRegion::~SharedRegion() {
@@ -195,14 +205,11 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> MappedRegion::Open(
 MappedRegion::~MappedRegion() { munmap(base_, size_); }
 
 ShardCalls* MappedRegion::shard_calls(int shard) const {
-  if (shard < 0 || shard >= call_shards_) return nullptr;
-  return reinterpret_cast<ShardCalls*>(
-             base_ + size_ - CallBlocksBytes(static_cast<uint32_t>(call_shards_))) +
-         shard;
+  return ShardCallsAt(base_, size_, call_shards_, shard);
 }
 
 std::atomic<uint32_t>* MappedRegion::client_bell() const {
-  return reinterpret_cast<std::atomic<uint32_t>*>(base_ + kClientBellOffset);
+  return ClientBellAt(base_);
 }
 
 bool MappedRegion::StillHeld(const wire::SharedRef& ref) const {
