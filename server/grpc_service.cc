@@ -284,15 +284,8 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
-    if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
-    std::vector<grpc::Slice> slices;
-    if (!request->Dump(&slices).ok()) {
-      return Finish(ctx, absl::InternalError("push: cannot read the request"));
-    }
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    PushTo(PeerIdentityOf(*ctx), ctx->peer(), PiecesOf(slices),
-           GrpcAnswer(ctx, response, reactor));
-    return reactor;
+    return ServeRaw(ctx, request, response, "push",
+                    &ParameterServerService::PushTo);
   }
 
   void PushTo(const PeerIdentity& identity, absl::string_view peer,
@@ -321,16 +314,8 @@ class ParameterServerService final : public ServiceBase {
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
-    if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
-    std::vector<grpc::Slice> slices;
-    if (!request->Dump(&slices).ok()) {
-      return Finish(ctx,
-                    absl::InternalError("push-pull: cannot read the request"));
-    }
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    PushPullTo(PeerIdentityOf(*ctx), ctx->peer(), PiecesOf(slices),
-               GrpcAnswer(ctx, response, reactor));
-    return reactor;
+    return ServeRaw(ctx, request, response, "push-pull",
+                    &ParameterServerService::PushPullTo);
   }
 
   void PushPullTo(const PeerIdentity& identity, absl::string_view peer,
@@ -395,6 +380,30 @@ class ParameterServerService final : public ServiceBase {
   }
 
  private:
+  // A push's body: the request's bytes, answered through `answer`; run on
+  // gRPC's calls and on calls through shared memory (ServeCalls).
+  using PushBody = void (ParameterServerService::*)(const PeerIdentity&,
+                                                     absl::string_view,
+                                                     wire::Pieces, Answer);
+
+  // A raw gRPC push or push-pull (`what` names it in errors): admitted,
+  // then `body` on its slices with the reactor as its answer.
+  grpc::ServerUnaryReactor* ServeRaw(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response,
+                                     const char* what, PushBody body) {
+    if (absl::Status s = Admit(*ctx); !s.ok()) return Finish(ctx, s);
+    std::vector<grpc::Slice> slices;
+    if (!request->Dump(&slices).ok()) {
+      return Finish(ctx, absl::InternalError(
+                             absl::StrCat(what, ": cannot read the request")));
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    (this->*body)(PeerIdentityOf(*ctx), ctx->peer(), PiecesOf(slices),
+                  GrpcAnswer(ctx, response, reactor));
+    return reactor;
+  }
+
   // Once a worker's region has passed an admitted probe: a thread that
   // answers its pushes through the region's call block for this shard, when
   // it has one (rpc/shared_calls.h). The calls act with the probe's peer
@@ -420,16 +429,13 @@ class ParameterServerService final : public ServiceBase {
         [this, identity, peer](CallMethod method, std::string request,
                                SharedCallAnswer call) {
           // The request's bytes are read only until the push is applied.
-          wire::Pieces pieces = {absl::string_view(request)};
-          const auto received = static_cast<int64_t>(request.size());
-          if (method == CallMethod::kPush) {
-            PushTo(identity, peer, std::move(pieces),
-                   SlotAnswer(std::move(call), reporter_, "Push", received));
-          } else {
-            PushPullTo(identity, peer, std::move(pieces),
-                       SlotAnswer(std::move(call), reporter_, "PushPull",
-                                  received));
-          }
+          const bool push = method == CallMethod::kPush;
+          const PushBody body = push ? &ParameterServerService::PushTo
+                                     : &ParameterServerService::PushPullTo;
+          (this->*body)(identity, peer, {absl::string_view(request)},
+                        SlotAnswer(std::move(call), reporter_,
+                                   push ? "Push" : "PushPull",
+                                   static_cast<int64_t>(request.size())));
         });
   }
 
