@@ -441,7 +441,8 @@ class WaitFreeExchange final : public BackgroundExchange {
     return s;
   }
 
-  // The gradient being pushed: sending_, or the client's push staging.
+  // The gradient being pushed: sending_, or the client's push staging
+  // (sending_ then empty).
   float* const send_;
   StepHooks hooks_;
   std::vector<ChunkAt> by_offset_;  // The chunks in flat order.
@@ -489,18 +490,21 @@ absl::StatusOr<std::unique_ptr<Exchange>> Exchange::Create(
   }
   DP_ASSIGN_OR_RETURN(HostArray<float> incoming,
                       HostArray<float>::Create(alloc, n));
-  DP_ASSIGN_OR_RETURN(HostArray<float> sending,
-                      HostArray<float>::Create(alloc, n));
   if (options.wait_free && options.n_fetch == 1 && options.n_push == 1 &&
       group->CanStream()) {
     DP_RETURN_IF_ERROR(client->SetPushBreaks(
         BucketBreaks(group->param_specs(), options.bucket_bytes)));
     // A pinned staging buffer stays: the device copies into it directly.
     float* staging = alloc->device_mapped() ? nullptr : client->PushStaging();
+    // With the client's staging, sending_ is not used.
+    DP_ASSIGN_OR_RETURN(HostArray<float> sending,
+                        HostArray<float>::Create(alloc, staging ? 0 : n));
     return std::unique_ptr<Exchange>(new WaitFreeExchange(
         options, client, group, std::move(params), std::move(grads),
         std::move(incoming), std::move(sending), staging));
   }
+  DP_ASSIGN_OR_RETURN(HostArray<float> sending,
+                      HostArray<float>::Create(alloc, n));
   return std::unique_ptr<Exchange>(new OverlappedExchange(
       options, client, group, std::move(params), std::move(grads),
       std::move(incoming), std::move(sending)));
