@@ -52,6 +52,21 @@ struct Ended {
   bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
 };
 
+// A call to `shard` that the client must take, waited for: its status (an
+// INTERNAL one when the client declined it or it did not end in time).
+grpc::Status CallAndWait(SharedCallClient& client, int shard, CallMethod method,
+                         const std::string& request, grpc::ByteBuffer* reply) {
+  Ended e;
+  auto done = e.Callback();
+  if (!client.Start(shard, method, Bytes(request), reply,
+                    absl::Now() + absl::Seconds(10), &done)) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "declined");
+  }
+  EXPECT_FALSE(done);  // Moved.
+  if (!e.Wait()) return grpc::Status(grpc::StatusCode::INTERNAL, "no end");
+  return e.status;
+}
+
 // Chunks per shard: few enough for any reply to fit a slot.
 const std::vector<int64_t> kChunks = {4, 4};
 
@@ -109,25 +124,18 @@ TEST_F(SharedCallsTest, ACallGoesToItsShardAndBack) {
   EXPECT_FALSE(client.Serves(0));
   EXPECT_FALSE(client.Serves(2));
   for (int i = 0; i < 3 * kCallSlots; ++i) {  // Every slot, reused.
-    Ended e;
     grpc::ByteBuffer reply;
-    auto done = e.Callback();
     const std::string request = absl::StrCat("push ", i);
-    ASSERT_TRUE(client.Start(1, CallMethod::kPushPull, Bytes(request), &reply,
-                             absl::Now() + absl::Seconds(10), &done));
-    EXPECT_FALSE(done);  // Moved.
-    ASSERT_TRUE(e.Wait());
-    ASSERT_TRUE(e.status.ok()) << e.status.error_message();
+    const grpc::Status s =
+        CallAndWait(client, 1, CallMethod::kPushPull, request, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(Flatten(reply), absl::StrCat("2:", request));
   }
-  Ended failed;
   grpc::ByteBuffer reply;
-  auto done = failed.Callback();
-  ASSERT_TRUE(client.Start(1, CallMethod::kPush, Bytes("fail"), &reply,
-                           absl::Now() + absl::Seconds(10), &done));
-  ASSERT_TRUE(failed.Wait());
-  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(failed.status.error_message(), "no such chunk");
+  const grpc::Status failed =
+      CallAndWait(client, 1, CallMethod::kPush, "fail", &reply);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(failed.error_message(), "no such chunk");
 }
 
 TEST_F(SharedCallsTest, AnAnswerMayComeLaterFromAnotherThread) {
@@ -178,8 +186,7 @@ TEST_F(SharedCallsTest, ACallPastItsDeadlineIsAbandonedAndItsSlotComesBack) {
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(Held(), static_cast<size_t>(kCallSlots));
   ASSERT_TRUE(MoveSlot(&first.state, SlotState::kRequest, SlotState::kTaken));
-  auto spare = [] { return std::function<void(grpc::Status)>([](grpc::Status) {}); };
-  auto done = spare();
+  std::function<void(grpc::Status)> done = [](grpc::Status) {};
   grpc::ByteBuffer reply;
   EXPECT_FALSE(client.Start(1, CallMethod::kPushPull, Bytes("x"), &reply,
                             absl::Now() + absl::Seconds(10), &done));
@@ -199,12 +206,7 @@ TEST_F(SharedCallsTest, ACallPastItsDeadlineIsAbandonedAndItsSlotComesBack) {
     EXPECT_TRUE(a.abandoned());
     a.finish(absl::OkStatus(), "too late");
   }
-  Ended again;
-  done = again.Callback();
-  ASSERT_TRUE(client.Start(1, CallMethod::kPushPull, Bytes("x"), &reply,
-                           absl::Now() + absl::Seconds(10), &done));
-  ASSERT_TRUE(again.Wait());
-  EXPECT_TRUE(again.status.ok());
+  EXPECT_TRUE(CallAndWait(client, 1, CallMethod::kPushPull, "x", &reply).ok());
   EXPECT_EQ(Flatten(reply), "2:x");
 }
 
@@ -283,13 +285,9 @@ TEST_F(SharedCallsTest, TheServerAnswersWhatItCannotServeAndGoesOn) {
   // A reply too large for a slot is refused, not cut.
   SharedCallClient client(region_.get(), kChunks);
   EXPECT_TRUE(server_->serving());
-  Ended e;
   grpc::ByteBuffer reply;
-  auto done = e.Callback();
-  ASSERT_TRUE(client.Start(1, CallMethod::kPush, Bytes("big"), &reply,
-                           absl::Now() + absl::Seconds(10), &done));
-  ASSERT_TRUE(e.Wait());
-  EXPECT_EQ(e.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(CallAndWait(client, 1, CallMethod::kPush, "big", &reply).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
 }  // namespace
