@@ -175,8 +175,11 @@ TEST(SyncModesTest, BackupWorkersKeepStepTimeOffTheStraggler) {
                     "--replicas_to_aggregate=2"};
   auto c = TestCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
-  auto w0 = StartWorker(**c, 0, 3, "sync", {});
-  auto w1 = StartWorker(**c, 1, 3, "sync", {});
+  // The fast workers take four epochs to the straggler's one, so that they
+  // are still at work when its first step's gradient comes (it must be
+  // dropped as stale); alone, the straggler's pushes would end steps.
+  auto w0 = StartWorker(**c, 0, 3, "sync", {"--epochs=4"});
+  auto w1 = StartWorker(**c, 1, 3, "sync", {"--epochs=4"});
   auto slow = StartWorker(**c, 2, 3, "sync", {"--debug_step_delay_ms=500"});
   JsonNumbers d0 = WaitDone(w0.get(), absl::Minutes(2));
   JsonNumbers d1 = WaitDone(w1.get(), absl::Minutes(2));

@@ -410,11 +410,17 @@ class WaitFreeExchange final : public BackgroundExchange {
     bool pulled_all = async;
     for (int64_t sent = n_; s.ok() && sent > 0;) {
       int64_t from;
+      bool stopped;
       {
         absl::MutexLock l(&mu_);
         while (!abort_ && ready_from_ >= sent) cv_.Wait(&mu_);
-        if (abort_) return absl::CancelledError("wait-free exchange stopped");
+        stopped = abort_;
         from = ready_from_;
+      }
+      if (stopped) {
+        // Outside mu_: the carried pulls' on_chunks takes it.
+        client_->WaitCarriedPulls().IgnoreError();
+        return absl::CancelledError("wait-free exchange stopped");
       }
       s = group_->WaitGradientCopies();
       if (!s.ok()) break;
@@ -435,6 +441,8 @@ class WaitFreeExchange final : public BackgroundExchange {
     if (s.ok() && !pulled_all) {
       s = client_->Pull(pulled.params, pulled.versions, wait);
     }
+    // A failed push may have left carried pulls writing into incoming_.
+    if (!s.ok()) client_->WaitCarriedPulls().IgnoreError();
     absl::MutexLock l(&mu_);
     comm_done_ = true;
     cv_.SignalAll();

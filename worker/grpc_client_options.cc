@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "rpc/grpc_config.h"
 
 namespace downpour {
@@ -85,6 +86,18 @@ absl::Status CheckGrpcClientOptions(const GrpcClientOptions& options) {
         options.connections_per_shard));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ClientSecurity> CheckedSecurity(const GrpcClientOptions& o) {
+  DP_RETURN_IF_ERROR(CheckGrpcClientOptions(o));
+  DP_ASSIGN_OR_RETURN(ClientSecurity security, BuildClientSecurity(o.security));
+  for (const auto* hosts : {&o.hosts, &o.standby_hosts}) {
+    for (const std::string& host : *hosts) {
+      DP_RETURN_IF_ERROR(
+          CheckTargetIsSafe(host, security.tls, security.allow_insecure));
+    }
+  }
+  return security;
 }
 
 }  // namespace downpour

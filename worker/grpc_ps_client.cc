@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -21,6 +22,7 @@
 #include "rpc/grpc_config.h"
 #include "rpc/rpc_convert.h"
 #include "rpc/wire.h"
+#include "worker/carried_pulls.h"
 #include "worker/chunk_io.h"
 #include "worker/grpc_client_options.h"
 #include "worker/part_messages.h"
@@ -32,31 +34,22 @@
 namespace downpour {
 namespace {
 
-// on_ok that reads call k's reply, then tells options->on_chunks of the
-// chunks of (*read_as)[k] when good(k): they came at the step asked for.
-OnReply ReadThenTell(OnReply read, std::function<bool(int)> good,
-                     const std::vector<Part>* read_as,
-                     const PullOptions* options) {
-  return [=](int k) {
-    DP_RETURN_IF_ERROR(read(k));
-    if (good(k) && options->on_chunks) options->on_chunks((*read_as)[k].chunk_ids);
-    return absl::OkStatus();
-  };
-}
-
 class GrpcParameterClient final : public ParameterClient {
  public:
   // `security` is o.security's, its hosts checked by CheckTargetIsSafe.
   GrpcParameterClient(const GrpcClientOptions& o, const ClientSecurity& security)
       : options_(o),
         transport_(TransportOptions(o), security),
-        incarnations_(o.worker_id, static_cast<int>(o.hosts.size())) {}
+        incarnations_(o.worker_id, static_cast<int>(o.hosts.size())),
+        carried_(static_cast<int>(o.hosts.size())) {}
 
   absl::Status Declare(const ModelLayout& layout,
                        absl::Span<const float> initial) override;
   absl::Status Pull(absl::Span<float> params, std::vector<int64_t>* versions,
                     const PullOptions& options) override;
-  absl::Status Leave() override;
+  absl::Status Leave() override {
+    return transport_.LeaveEach(options_.worker_id, options_.incarnation);
+  }
   absl::Status Push(int64_t seq, absl::Span<const float> grads,
                     absl::Span<const int64_t> base_versions) override;
   absl::Status PushPull(int64_t seq, absl::Span<const float> grads,
@@ -78,7 +71,10 @@ class GrpcParameterClient final : public ParameterClient {
                                      int64_t from, absl::Span<float> params,
                                      std::vector<int64_t>* versions,
                                      const PullOptions& options) override;
-  absl::StatusOr<std::vector<ShardStats>> Stats() override;
+  absl::Status WaitCarriedPulls() override { return carried_.Wait(); }
+  absl::StatusOr<std::vector<ShardStats>> Stats() override {
+    return transport_.StatsOfEach();
+  }
   const ShardMap& shard_map() const override { return map_; }
   float* PushStaging() override {
     return shared_.region == nullptr
@@ -131,11 +127,22 @@ class GrpcParameterClient final : public ParameterClient {
                    std::vector<uint64_t>* part_inc);
   // push_pull: PushPull requests (with the pull encoding; their replies
   // wait for step pull_min_version when it is > 0). One request per part
-  // of `parts` (default: parts_).
+  // of `parts` (default: parts_), their bytes kept in `encoder` (default:
+  // push_encoder_).
   std::vector<grpc::ByteBuffer> PushRequests(
       int64_t seq, absl::Span<const float> grads,
       absl::Span<const int64_t> base_versions, bool push_pull,
-      const std::vector<Part>* parts = nullptr, int64_t pull_min_version = 0);
+      const std::vector<Part>* parts = nullptr, int64_t pull_min_version = 0,
+      PushEncoder* encoder = nullptr);
+  // Starts parts_[i], shard `shard`'s last part of push seq, as a PushPull
+  // whose reply waits for step options.min_version and reads as
+  // pull_parts_[pull_part] into params/versions (CarriedPulls); `inc` is
+  // the shard's incarnation now.
+  void StartCarried(int i, int pull_part, uint64_t inc, int64_t seq,
+                    absl::Span<const float> grads,
+                    absl::Span<const int64_t> base_versions,
+                    absl::Span<float> params, std::vector<int64_t>* versions,
+                    const PullOptions& options);
 
   const GrpcClientOptions options_;
   ShardTransport transport_;
@@ -159,6 +166,8 @@ class GrpcParameterClient final : public ParameterClient {
   PushEncoder push_encoder_;
   // The shards that take payloads through shared memory (Declare).
   SharedAttachment shared_;
+  // Last: its calls, which use the members above, end first.
+  CarriedPulls carried_;
 };
 
 absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
@@ -168,6 +177,7 @@ absl::Status GrpcParameterClient::Declare(const ModelLayout& layout,
         "layout is cut for ", layout.num_shards, " shards but ",
         transport_.num_shards(), " server addresses were given"));
   }
+  DP_RETURN_IF_ERROR(carried_.Wait());  // They use the map and the parts.
   DP_ASSIGN_OR_RETURN(ShardMap map, ComputeShardMap(layout));
   if (static_cast<int64_t>(initial.size()) != map.total_elements) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -231,6 +241,7 @@ absl::Status GrpcParameterClient::SetPushBreaks(std::vector<int64_t> breaks) {
           "push breaks must be positive and ascending");
     }
   }
+  DP_RETURN_IF_ERROR(carried_.Wait());  // They use the parts.
   breaks_ = std::move(breaks);
   if (map_.chunks.empty()) return absl::OkStatus();  // Planned at Declare.
   parts_ = PlanParts(map_, options_.part_bytes,
@@ -298,16 +309,18 @@ absl::Status GrpcParameterClient::Pull(absl::Span<float> params,
 std::vector<grpc::ByteBuffer> GrpcParameterClient::PushRequests(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, bool push_pull,
-    const std::vector<Part>* parts, int64_t pull_min_version) {
+    const std::vector<Part>* parts, int64_t pull_min_version,
+    PushEncoder* encoder) {
   wire::PushHead head;
   head.worker_id = options_.worker_id;
   head.seq = seq;
   if (push_pull) head.pull_encoding = options_.pull_encoding;
   head.pull_min_version = pull_min_version;
   head.incarnation = options_.incarnation;
-  return push_encoder_.Encode(map_, parts != nullptr ? *parts : parts_, head,
-                              options_.push_encoding, grads, base_versions,
-                              shared_.route);
+  if (encoder == nullptr) encoder = &push_encoder_;
+  return encoder->Encode(map_, parts != nullptr ? *parts : parts_, head,
+                         options_.push_encoding, grads, base_versions,
+                         shared_.route);
 }
 
 absl::Status GrpcParameterClient::CheckPush(
@@ -409,6 +422,8 @@ absl::Status GrpcParameterClient::BeginPiece(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, const PulledValues* pulled) {
   if (seq == piece_seq_) return absl::OkStatus();
+  // Those of a push that failed elsewhere (its status was reported).
+  carried_.Wait().IgnoreError();
   DP_RETURN_IF_ERROR(CheckPush(grads, base_versions));
   if (pulled != nullptr) {
     DP_RETURN_IF_ERROR(CheckFlatSize(map_, pulled->params.size(), "Pull"));
@@ -423,7 +438,8 @@ absl::Status GrpcParameterClient::BeginPiece(
 }
 
 // A shard's part carries the pull as in PushRestThenPull (PlanPushEnd), and
-// its reply counts likewise; else PushRestThenPull pulls the shard.
+// its reply counts likewise; else PushRestThenPull pulls the shard. The
+// carried calls go on while the rest of the push does (CarriedPulls).
 absl::Status GrpcParameterClient::PushFromCarryingPulls(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, int64_t from,
@@ -438,49 +454,52 @@ absl::Status GrpcParameterClient::PushFromCarryingPulls(
   const PushEnd end = PlanPushEnd(
       parts_, pull_parts_, piece_sent_, piece_inc_, inc,
       /*waits_for_step=*/options.min_version > 0 && options.worker_clock < 0);
-  std::vector<int> plain, carried;
+  std::vector<int> plain;
+  versions->resize(map_.chunks.size(), -1);
   for (int i = 0; i < n; ++i) {
     if (piece_sent_[i] || part_begin_[i] < from) continue;
-    (end.how[parts_[i].shard] == PushEndPull::kCarried ? carried : plain)
-        .push_back(i);
-  }
-  if (!plain.empty()) {
-    std::vector<grpc::ByteBuffer> resp(n);
-    DP_RETURN_IF_ERROR(SendPieces(seq, grads, base_versions, plain,
-                                  /*push_pull=*/false, &resp,
-                                  ReadAcks(&resp, &piece_inc_)));
-  }
-  if (carried.empty()) return absl::OkStatus();
-  std::vector<Part> carry, read_as(n);
-  for (int i : carried) carry.push_back(parts_[i]);
-  std::vector<grpc::ByteBuffer> carry_req =
-      PushRequests(seq, grads, base_versions, /*push_pull=*/true, &carry,
-                   options.min_version);
-  std::vector<grpc::ByteBuffer> req(n), resp(n);
-  for (size_t k = 0; k < carried.size(); ++k) {
-    read_as[carried[k]] = pull_parts_[end.pull_part[carry[k].shard]];
-    req[carried[k]] = std::move(carry_req[k]);
-  }
-  versions->resize(map_.chunks.size(), -1);
-  std::vector<uint64_t> got_inc(n, 0);
-  const auto good = [&](int i) {
-    if (got_inc[i] != inc[parts_[i].shard]) return false;
-    for (int32_t id : read_as[i].chunk_ids) {
-      if ((*versions)[id] < options.min_version) return false;
+    const int shard = parts_[i].shard;
+    if (end.how[shard] != PushEndPull::kCarried) {
+      plain.push_back(i);
+      continue;
     }
-    return true;
-  };
-  const OnReply read = ReadInto(params, versions, &resp, &got_inc,
-                                /*options=*/nullptr, &read_as);
-  DP_RETURN_IF_ERROR(transport_.CallParts(
-      "Push", kPushPullMethod, parts_, carried, req, &resp,
-      ReadThenTell(read, good, &read_as, &options)));
-  for (int i : carried) {
-    piece_sent_[i] = true;
-    piece_inc_[i] = got_inc[i];
-    if (good(i)) piece_pulled_[parts_[i].shard] = true;
+    StartCarried(i, end.pull_part[shard], inc[shard], seq, grads,
+                 base_versions, params, versions, options);
   }
-  return absl::OkStatus();
+  if (plain.empty()) return absl::OkStatus();
+  std::vector<grpc::ByteBuffer> resp(n);
+  return SendPieces(seq, grads, base_versions, plain, /*push_pull=*/false,
+                    &resp, ReadAcks(&resp, &piece_inc_));
+}
+
+void GrpcParameterClient::StartCarried(
+    int i, int pull_part, uint64_t inc, int64_t seq,
+    absl::Span<const float> grads, absl::Span<const int64_t> base_versions,
+    absl::Span<float> params, std::vector<int64_t>* versions,
+    const PullOptions& options) {
+  const int shard = parts_[i].shard;
+  CarriedPull* c = carried_.Prepare(shard, static_cast<int>(parts_.size()));
+  c->part = i;
+  c->incarnation = inc;
+  c->options = options;
+  c->read_as[i] = pull_parts_[pull_part];
+  const std::vector<Part> one = {parts_[i]};
+  c->req[i] = std::move(PushRequests(seq, grads, base_versions,
+                                     /*push_pull=*/true, &one,
+                                     options.min_version, &c->encoder)[0]);
+  // Acknowledged by whichever incarnation answers: PushRestThenPull reads
+  // it once the call ended.
+  piece_sent_[i] = true;
+  carried_.Start(shard, [this, params, versions](CarriedPull* c) {
+    const std::vector<int> which = {c->part};
+    const auto good = [c, versions](int k) { return c->Brought(k, *versions); };
+    const OnReply read = ReadInto(params, versions, &c->resp, &c->answered_by,
+                                  /*options=*/nullptr, &c->read_as);
+    return transport_.CallParts("Push", kPushPullMethod, parts_, which, c->req,
+                                &c->resp,
+                                ReadThenTell(read, good, &c->read_as,
+                                             &c->options));
+  });
 }
 
 // The push's parts that carry no pull go first, as PushFrom sends them: a
@@ -490,11 +509,16 @@ absl::Status GrpcParameterClient::PushFromCarryingPulls(
 // together, as PlanPushEnd says. A shard's values are used only from the
 // process that acknowledged its earlier parts and at the step asked for (a
 // restored shard that lacks the rest of the gradient answers below it):
-// else the stale parts go again, and that shard is pulled after them.
+// else the stale parts go again, and that shard is pulled after them. The
+// calls PushFromCarryingPulls left under way are waited for once these
+// went; a shard whose carried reply did not bring its values is pulled
+// after them too.
 absl::Status GrpcParameterClient::PushRestThenPull(
     int64_t seq, absl::Span<const float> grads,
     absl::Span<const int64_t> base_versions, absl::Span<float> params,
     std::vector<int64_t>* versions, const PullOptions& options) {
+  // On every way out, nothing is left under way.
+  absl::Cleanup wait_carried = [this] { carried_.Wait().IgnoreError(); };
   DP_RETURN_IF_ERROR(BeginPiece(seq, grads, base_versions, nullptr));
   DP_RETURN_IF_ERROR(CheckFlatSize(map_, params.size(), "Pull"));
   DP_RETURN_IF_ERROR(CheckApart(grads, params, "PushRestThenPull"));
@@ -545,8 +569,9 @@ absl::Status GrpcParameterClient::PushRestThenPull(
       pull_parts_, options_.worker_id, options, options_.pull_encoding,
       shared_.route);
   for (int j = 0; j < np; ++j) {
-    if (end.how[pull_parts_[j].shard] != PushEndPull::kNow) continue;
-    if (piece_pulled_[pull_parts_[j].shard]) continue;
+    const int shard = pull_parts_[j].shard;
+    if (end.how[shard] != PushEndPull::kNow) continue;
+    if (piece_pulled_[shard] || carried_.running(shard)) continue;
     which.push_back(n + j);
     methods[n + j] = kPullMethod;
     read_as[n + j] = pull_parts_[j];
@@ -562,8 +587,10 @@ absl::Status GrpcParameterClient::PushRestThenPull(
     return true;
   };
   versions->resize(map_.chunks.size(), -1);
-  for (const Chunk& c : map_.chunks) {  // Keeps what came early.
-    if (!piece_pulled_[c.shard]) (*versions)[c.id] = -1;
+  for (const Chunk& c : map_.chunks) {  // Keeps what came or is coming.
+    if (!piece_pulled_[c.shard] && !carried_.running(c.shard)) {
+      (*versions)[c.id] = -1;
+    }
   }
   const OnReply read = ReadInto(params, versions, &resp, &got_inc,
                                 /*options=*/nullptr, &read_as);
@@ -581,6 +608,12 @@ absl::Status GrpcParameterClient::PushRestThenPull(
     }
     if (!good(k)) pull_after[all[k].shard] = true;
   }
+  std::move(wait_carried).Cancel();
+  DP_RETURN_IF_ERROR(carried_.Wait([&](int shard, const CarriedPull& c) {
+    piece_inc_[c.part] = c.answered_by[c.part];
+    piece_pulled_[shard] = c.Brought(c.part, *versions);
+    pull_after[shard] = !piece_pulled_[shard];
+  }));
   DP_RETURN_IF_ERROR(incarnations_.ResendStaleParts(
       seq, parts_, &piece_inc_, [&](const std::vector<int>& stale) {
         for (int i : stale) pull_after[parts_[i].shard] = true;
@@ -645,50 +678,11 @@ absl::Status GrpcParameterClient::PushPull(
                                  &part_inc, on_ok);
 }
 
-absl::Status GrpcParameterClient::Leave() {
-  proto::PushRequest req;
-  req.set_worker_id(options_.worker_id);
-  req.set_leave(true);
-  req.set_incarnation(options_.incarnation);
-  std::vector<proto::PushResponse> resp(transport_.num_shards());
-  return transport_.CallEachShard(
-      "Leave",
-      [&](int s, grpc::ClientContext* ctx, auto done) {
-        transport_.stub(s)->async()->Push(ctx, &req, &resp[s], std::move(done));
-      },
-      [&](int s) { resp[s].Clear(); });
-}
-
-absl::StatusOr<std::vector<ShardStats>> GrpcParameterClient::Stats() {
-  proto::StatsRequest req;
-  std::vector<proto::StatsResponse> resp(transport_.num_shards());
-  DP_RETURN_IF_ERROR(transport_.CallEachShard(
-      "GetStats",
-      [&](int s, grpc::ClientContext* ctx, auto done) {
-        transport_.stub(s)->async()->GetStats(ctx, &req, &resp[s],
-                                              std::move(done));
-      },
-      [&](int s) { resp[s].Clear(); }));
-  std::vector<ShardStats> out;
-  for (const auto& r : resp) out.push_back(StatsFromProto(r));
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> NewGrpcParameterClient(
     const GrpcClientOptions& options) {
-  DP_RETURN_IF_ERROR(CheckGrpcClientOptions(options));
-  DP_ASSIGN_OR_RETURN(ClientSecurity security,
-                      BuildClientSecurity(options.security));
-  for (const std::string& host : options.hosts) {
-    DP_RETURN_IF_ERROR(
-        CheckTargetIsSafe(host, security.tls, security.allow_insecure));
-  }
-  for (const std::string& host : options.standby_hosts) {
-    DP_RETURN_IF_ERROR(
-        CheckTargetIsSafe(host, security.tls, security.allow_insecure));
-  }
+  DP_ASSIGN_OR_RETURN(ClientSecurity security, CheckedSecurity(options));
   GrpcClientOptions with_incarnation = options;
   if (with_incarnation.incarnation == 0) {
     with_incarnation.incarnation = NewIncarnation();

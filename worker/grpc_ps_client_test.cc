@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <set>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/metrics_scrape.h"
 #include "gtest/gtest.h"
 #include "server/ps_host.h"
@@ -19,9 +22,9 @@ namespace downpour {
 namespace {
 
 // Shards with sgd at rate 1 (a push of g turns v into exactly v - g);
-// `sync`: in sync mode for one worker, with their metrics endpoints.
+// `sync`: in sync mode for `workers` workers, with their metrics endpoints.
 std::vector<std::unique_ptr<ParameterServerHost>> StartShards(
-    int n, int drop_reply_every = 0, bool sync = false) {
+    int n, int drop_reply_every = 0, bool sync = false, int workers = 1) {
   std::vector<std::unique_ptr<ParameterServerHost>> hosts;
   for (int s = 0; s < n; ++s) {
     ParameterServerHostOptions o;
@@ -32,7 +35,7 @@ std::vector<std::unique_ptr<ParameterServerHost>> StartShards(
     o.service.debug_drop_reply_every = drop_reply_every;
     if (sync) {
       o.store.mode = TrainMode::kSync;
-      o.store.num_workers = 1;
+      o.store.num_workers = workers;
       o.metrics_port = 0;
     }
     auto host = ParameterServerHost::Create(o);
@@ -136,13 +139,16 @@ TEST_P(PayloadsTest, EveryCallOverTwoShards) {
   EXPECT_TRUE((*client)->Leave().ok());
 }
 
-// A client of `hosts` (worker 0) with Layout(2) declared, initialized to
-// *init (Ramp(n, 0.5f)), with payloads through shared memory or not.
+// A client of `hosts` (worker `worker`) with Layout(2) declared,
+// initialized to *init (Ramp(n, 0.5f)), with payloads through shared memory
+// or not.
 std::unique_ptr<ParameterClient> DeclaredClient(
     const std::vector<std::unique_ptr<ParameterServerHost>>& hosts,
-    int64_t part_bytes, std::vector<float>* init, Route route) {
+    int64_t part_bytes, std::vector<float>* init, Route route,
+    int worker = 0) {
   GrpcClientOptions o;
   o.hosts = Addresses(hosts);
+  o.worker_id = worker;
   o.part_bytes = part_bytes;
   SetRoute(route, &o);
   auto client = NewGrpcParameterClient(o);
@@ -281,6 +287,61 @@ TEST_P(PayloadsTest, SyncPushRestThenPullCarriesThePull) {
 // Sync with early pulls: a shard whose last part goes before the push's
 // end gets it as a PushPull then, its values come back with it, and the
 // end of the push does not pull it again.
+// The chunks a pull's on_chunks named, from whichever thread.
+class Arrivals {
+ public:
+  PullOptions Options() {
+    PullOptions o;
+    o.min_version = 1;
+    o.on_chunks = [this](absl::Span<const int32_t> ids) {
+      absl::MutexLock l(&mu_);
+      ids_.insert(ids.begin(), ids.end());
+    };
+    return o;
+  }
+  std::set<int32_t> ids() {
+    absl::MutexLock l(&mu_);
+    return ids_;
+  }
+  // Waits until every chunk of `shard` in `map` arrived (up to 60 s).
+  bool WaitForShard(const ShardMap& map, int shard) {
+    absl::MutexLock l(&mu_);
+    const auto all_in = [&] {
+      for (const Chunk& c : map.chunks) {
+        if (c.shard == shard && ids_.count(c.id) == 0) return false;
+      }
+      return true;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&all_in), absl::Seconds(60));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::set<int32_t> ids_ ABSL_GUARDED_BY(mu_);
+};
+
+// The break at the first chunk of the shard holding the model's end (*early):
+// that shard is all above it, the other has chunks below.
+int64_t BreakAboveOneShard(const ShardMap& map, int* early) {
+  int64_t last = -1;
+  for (const Chunk& c : map.chunks) {
+    if (c.flat_offset > last) {
+      last = c.flat_offset;
+      *early = c.shard;
+    }
+  }
+  int64_t brk = map.total_elements;
+  for (const Chunk& c : map.chunks) {
+    if (c.shard == *early) brk = std::min(brk, c.flat_offset);
+  }
+  bool other_below = false;
+  for (const Chunk& c : map.chunks) {
+    if (c.shard != *early && c.flat_offset < brk) other_below = true;
+  }
+  EXPECT_TRUE(other_below) << "the test layout puts every shard above";
+  return brk;
+}
+
 TEST_P(PayloadsTest, SyncPushFromCarryingPullsPullsAShardEarly) {
   auto hosts = StartShards(2, /*drop_reply_every=*/0, /*sync=*/true);
   ASSERT_EQ(hosts.size(), 2u);
@@ -290,25 +351,8 @@ TEST_P(PayloadsTest, SyncPushFromCarryingPullsPullsAShardEarly) {
   ASSERT_NE(client, nullptr);
   const int64_t n = static_cast<int64_t>(init.size());
   const ShardMap& map = client->shard_map();
-  // The break at the first chunk of the shard holding the model's end: that
-  // shard is all above it, the other has chunks below.
   int early = 0;
-  int64_t last = -1;
-  for (const Chunk& c : map.chunks) {
-    if (c.flat_offset > last) {
-      last = c.flat_offset;
-      early = c.shard;
-    }
-  }
-  int64_t brk = n;
-  bool other_below = false;
-  for (const Chunk& c : map.chunks) {
-    if (c.shard == early) brk = std::min(brk, c.flat_offset);
-  }
-  for (const Chunk& c : map.chunks) {
-    if (c.shard != early && c.flat_offset < brk) other_below = true;
-  }
-  ASSERT_TRUE(other_below) << "the test layout puts every shard above";
+  const int64_t brk = BreakAboveOneShard(map, &early);
   ASSERT_TRUE(client->SetPushBreaks({brk}).ok());
   std::vector<float> params(n);
   std::vector<int64_t> versions;
@@ -319,21 +363,19 @@ TEST_P(PayloadsTest, SyncPushFromCarryingPullsPullsAShardEarly) {
   const double push_pulls = Calls(hosts, "PushPull");
   std::vector<float> after(n, -1.f);
   std::vector<int64_t> after_versions;
-  std::set<int32_t> arrived;
-  PullOptions wait;
-  wait.min_version = 1;
-  wait.on_chunks = [&arrived](absl::Span<const int32_t> ids) {
-    arrived.insert(ids.begin(), ids.end());
-  };
+  Arrivals arrivals;
+  const PullOptions wait = arrivals.Options();
   ASSERT_TRUE(client
                   ->PushFromCarryingPulls(1, g, versions, brk,
                                           absl::MakeSpan(after),
                                           &after_versions, wait)
                   .ok());
+  // The early shard's values and versions come (this worker is the step's
+  // only one); the other's do not.
+  ASSERT_TRUE(arrivals.WaitForShard(map, early));
   EXPECT_EQ(Calls(hosts, "PushPull") - push_pulls, 1);
-  // The early shard's values and versions are in; the other's are not.
   for (const Chunk& c : map.chunks) {
-    EXPECT_EQ(arrived.count(c.id), c.shard == early ? 1u : 0u) << c.id;
+    EXPECT_EQ(arrivals.ids().count(c.id), c.shard == early ? 1u : 0u) << c.id;
     if (c.shard != early) continue;
     EXPECT_EQ(after_versions[c.id], 1);
     for (int64_t i = c.flat_offset; i < c.flat_offset + c.num_elements; ++i) {
@@ -346,10 +388,67 @@ TEST_P(PayloadsTest, SyncPushFromCarryingPullsPullsAShardEarly) {
                   .ok());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(after[i], init[i] - g[i]) << i;
   for (int64_t v : after_versions) EXPECT_EQ(v, 1);
-  EXPECT_EQ(arrived.size(), map.chunks.size());
+  EXPECT_EQ(arrivals.ids().size(), map.chunks.size());
   // The other shard's last part carried its pull; nobody was pulled again.
   EXPECT_EQ(Calls(hosts, "PushPull") - push_pulls, 2);
   EXPECT_EQ(Calls(hosts, "Pull") - pulls, 0);
+}
+
+// A carried pull waits for the other workers' step on its shard; the rest
+// of the push must not wait with it, or the other shards' steps would wait
+// for this one's (and with a dead worker, take its timeout on top of their
+// own).
+TEST_P(PayloadsTest, SyncCarriedPullDoesNotHoldUpTheRestOfThePush) {
+  auto hosts =
+      StartShards(2, /*drop_reply_every=*/0, /*sync=*/true, /*workers=*/2);
+  ASSERT_EQ(hosts.size(), 2u);
+  std::vector<float> init;
+  std::unique_ptr<ParameterClient> w0 =
+      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init, GetParam(), 0);
+  std::unique_ptr<ParameterClient> w1 =
+      DeclaredClient(hosts, /*part_bytes=*/1 << 20, &init, GetParam(), 1);
+  ASSERT_NE(w0, nullptr);
+  ASSERT_NE(w1, nullptr);
+  const int64_t n = static_cast<int64_t>(init.size());
+  const ShardMap& map = w0->shard_map();
+  int early = 0;
+  const int64_t brk = BreakAboveOneShard(map, &early);
+  ASSERT_TRUE(w0->SetPushBreaks({brk}).ok());
+  std::vector<float> params(n);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(w0->Pull(absl::MakeSpan(params), &versions).ok());
+
+  const std::vector<float> g = Ramp(n, 0.25f);
+  std::vector<float> after0(n, -1.f), after1(n, -1.f);
+  std::vector<int64_t> versions0, versions1;
+  Arrivals arrivals0, arrivals1;
+  const PullOptions wait0 = arrivals0.Options(), wait1 = arrivals1.Options();
+  // Worker 1 has pushed nothing: the early shard's step cannot end, yet the
+  // call returns, with the part below the break sent.
+  auto first = std::async(std::launch::async, [&] {
+    return w0->PushFromCarryingPulls(1, g, versions, brk,
+                                     absl::MakeSpan(after0), &versions0,
+                                     wait0);
+  });
+  const bool returned =
+      first.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  EXPECT_TRUE(returned) << "the carried pull held up the rest of the push";
+  EXPECT_TRUE(arrivals0.ids().empty());
+  auto rest = std::async(std::launch::async, [&] {
+    return w0->PushRestThenPull(1, g, versions, absl::MakeSpan(after0),
+                                &versions0, wait0);
+  });
+  // Worker 1's whole step ends both shards' steps.
+  ASSERT_TRUE(w1->PushRestThenPull(1, g, versions, absl::MakeSpan(after1),
+                                   &versions1, wait1)
+                  .ok());
+  ASSERT_TRUE(first.get().ok());
+  ASSERT_TRUE(rest.get().ok());
+  EXPECT_EQ(arrivals0.ids().size(), map.chunks.size());
+  EXPECT_EQ(after0, after1);
+  EXPECT_NE(after0, init);
+  for (int64_t v : versions0) EXPECT_EQ(v, 1);
+  for (int64_t v : versions1) EXPECT_EQ(v, 1);
 }
 
 TEST(GrpcParameterClientTest, OptionsAreChecked) {

@@ -129,9 +129,14 @@ class ParameterClient {
   // last part this is may get it as a PushPull whose reply waits for the
   // step (options.min_version) and brings the shard's new values into
   // params/versions (options.on_chunks is called for them): the pull
-  // leaves with the gradient instead of at the push's end. The
-  // PushRestThenPull that ends this push (seq) then does not pull that
-  // shard again. `grads` and `params` must not overlap. Default: PushFrom.
+  // leaves with the gradient instead of at the push's end. Such a call may
+  // still be under way when this returns (so that no shard's step waits
+  // for another's): until the PushRestThenPull that ends this push (seq),
+  // or WaitCarriedPulls, has returned, params, versions and what
+  // options.on_chunks uses must stay alive, and only the chunks
+  // on_chunks has named may be read. That PushRestThenPull does not pull
+  // such a shard again. `grads` and `params` must not overlap. Default:
+  // PushFrom.
   virtual absl::Status PushFromCarryingPulls(
       int64_t seq, absl::Span<const float> grads,
       absl::Span<const int64_t> base_versions, int64_t from,
@@ -142,6 +147,10 @@ class ParameterClient {
     (void)options;
     return PushFrom(seq, grads, base_versions, from, nullptr);
   }
+
+  // Waits for the calls PushFromCarryingPulls left under way (a push that
+  // failed before its PushRestThenPull); the first one's error.
+  virtual absl::Status WaitCarriedPulls() { return absl::OkStatus(); }
 
   // Tells every shard this worker has finished (sync/ssp stop waiting).
   virtual absl::Status Leave() = 0;

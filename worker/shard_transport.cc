@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_config.h"
+#include "rpc/rpc_convert.h"
 
 namespace downpour {
 
@@ -191,6 +193,35 @@ absl::Status ShardTransport::CallEachShard(
   };
   calls.reset = reset;
   return Run(calls, options_.rpc_timeout, /*wait_for_ready=*/false);
+}
+
+absl::Status ShardTransport::LeaveEach(int32_t worker_id,
+                                       uint64_t incarnation) const {
+  proto::PushRequest req;
+  req.set_worker_id(worker_id);
+  req.set_leave(true);
+  req.set_incarnation(incarnation);
+  std::vector<proto::PushResponse> resp(num_shards());
+  return CallEachShard(
+      "Leave",
+      [&](int s, grpc::ClientContext* ctx, auto done) {
+        stub(s)->async()->Push(ctx, &req, &resp[s], std::move(done));
+      },
+      [&](int s) { resp[s].Clear(); });
+}
+
+absl::StatusOr<std::vector<ShardStats>> ShardTransport::StatsOfEach() const {
+  proto::StatsRequest req;
+  std::vector<proto::StatsResponse> resp(num_shards());
+  DP_RETURN_IF_ERROR(CallEachShard(
+      "GetStats",
+      [&](int s, grpc::ClientContext* ctx, auto done) {
+        stub(s)->async()->GetStats(ctx, &req, &resp[s], std::move(done));
+      },
+      [&](int s) { resp[s].Clear(); }));
+  std::vector<ShardStats> out;
+  for (const auto& r : resp) out.push_back(StatsFromProto(r));
+  return out;
 }
 
 absl::Status ShardTransport::CallParts(

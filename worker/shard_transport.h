@@ -21,8 +21,10 @@
 //   DP_RETURN_IF_ERROR(transport.CallAllParts("Pull", kPullMethod, parts,
 //                                             req, &resp, read_reply));
 //
-// Thread-safety: one thread at a time calls a ShardTransport; the callbacks
-// of its calls run on gRPC's threads.
+// Thread-safety: its calls may run on several threads at once (a sync
+// push's carried pulls go on while the rest of the push goes,
+// worker/carried_pulls.h); the callbacks of its calls run on gRPC's
+// threads.
 #ifndef DOWNPOUR_WORKER_SHARD_TRANSPORT_H_
 #define DOWNPOUR_WORKER_SHARD_TRANSPORT_H_
 
@@ -33,8 +35,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/shard_stats.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "rpc/credentials.h"
@@ -104,6 +108,12 @@ class ShardTransport {
   absl::Status WaitUntilAnswering(
       absl::Duration connect_timeout, const std::atomic<bool>* stop_requested,
       const std::function<void(const std::string&)>& on_wait) const;
+
+  // Tells each shard that worker `worker_id` (of incarnation
+  // `incarnation`) has finished: a leave Push.
+  absl::Status LeaveEach(int32_t worker_id, uint64_t incarnation) const;
+  // Each shard's GetStats, in shard order.
+  absl::StatusOr<std::vector<ShardStats>> StatsOfEach() const;
 
   // FanOutCalls for parts[which[k]], k = 0 .. which.size() - 1: what,
   // count, peer_of and lane_of set; `which` must outlive them.
