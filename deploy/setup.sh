@@ -12,8 +12,9 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   # abseil (flags, status, synchronization), GoogleTest/GoogleMock.
   libabsl-dev libgtest-dev libgmock-dev
-  # CPU maths (GEMM) and gzip.
-  libopenblas-dev zlib1g-dev
+  # CPU maths (GEMM) and gzip (zlib's stream, libdeflate's whole-buffer
+  # inflate).
+  libopenblas-dev zlib1g-dev libdeflate-dev
   # JSON (header-only): summaries, report lines, safetensors headers.
   nlohmann-json3-dev
   # The ASan+UBSan build (--config=asan), which also runs clang's lock

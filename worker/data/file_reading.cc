@@ -1,11 +1,13 @@
 #include "worker/data/file_reading.h"
 
+#include <libdeflate.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,6 +32,10 @@ absl::StatusOr<std::string> ReadRaw(const std::string& path) {
         absl::StrCat(path, ": cannot open: ", std::strerror(err)));
   }
   std::string out;
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && st.st_size > 0) {
+    out.reserve(static_cast<size_t>(st.st_size));
+  }
   char buf[1 << 16];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
@@ -39,12 +45,50 @@ absl::StatusOr<std::string> ReadRaw(const std::string& path) {
   return out;
 }
 
-// Inflates the whole of the gzip file `path`. zlib checks the stream's CRC and
-// length, so a corrupt or cut-short stream is reported rather than returning
-// partial data.
+// The inflated size a gzip stream's trailer gives (of its last member,
+// modulo 2^32), 0 when there is none; at most what deflate can expand
+// `gz.size()` bytes to (1032 to 1), else 0: a trailer that lies.
+size_t GzipSizeHint(const std::string& gz) {
+  if (gz.size() < 18) return 0;  // Header and trailer.
+  const auto* b = reinterpret_cast<const unsigned char*>(gz.data() + gz.size() - 4);
+  const size_t size = size_t{b[0]} | size_t{b[1]} << 8 | size_t{b[2]} << 16 |
+                      size_t{b[3]} << 24;
+  return size / 1032 <= gz.size() ? size : 0;
+}
+
+// `gz` inflated in one call of libdeflate (two to three times zlib's speed)
+// when it is one gzip member whose trailer gives its size and that
+// inflates to exactly that with a good CRC; else nothing.
+std::optional<std::string> InflateWhole(const std::string& gz) {
+  const size_t size = GzipSizeHint(gz);
+  if (size == 0) return std::nullopt;
+  libdeflate_decompressor* d = libdeflate_alloc_decompressor();
+  if (d == nullptr) return std::nullopt;
+  std::string out(size, '\0');
+  size_t in_used = 0, out_used = 0;
+  const libdeflate_result r = libdeflate_gzip_decompress_ex(
+      d, gz.data(), gz.size(), out.data(), out.size(), &in_used, &out_used);
+  libdeflate_free_decompressor(d);
+  if (r != LIBDEFLATE_SUCCESS || in_used != gz.size() || out_used != size) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// Inflates the whole of the gzip file `path`: in one call when it can
+// (InflateWhole), else through zlib's stream, which reads several members
+// and checks each one's CRC and length, so that a corrupt or cut-short
+// stream is reported rather than returning partial data.
 absl::StatusOr<std::string> ReadGzip(const std::string& path) {
   if (!FileExists(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  size_t hint = 0;
+  {
+    absl::StatusOr<std::string> gz = ReadRaw(path);
+    if (!gz.ok()) return gz.status();
+    if (std::optional<std::string> out = InflateWhole(*gz)) return *std::move(out);
+    hint = GzipSizeHint(*gz);
   }
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
@@ -54,6 +98,8 @@ absl::StatusOr<std::string> ReadGzip(const std::string& path) {
   gzbuffer(f, 1 << 17);
   std::string out;
   constexpr unsigned kChunk = 1 << 20;
+  // With the trailer's size reserved, the buffer is not moved as it grows.
+  out.reserve(hint + kChunk);
   for (;;) {
     const size_t old = out.size();
     out.resize(old + kChunk);

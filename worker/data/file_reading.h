@@ -1,8 +1,10 @@
 // File: worker/data/file_reading.h
 //
-// Whole-file reads for the dataset readers: raw, or inflated through zlib's
-// gz* API when the name ends in ".gz" (zlib checks the stream's CRC and
-// length, so a corrupt or cut-short stream is an error, never partial data).
+// Whole-file reads for the dataset readers: raw, or inflated when the name
+// ends in ".gz": in one call of libdeflate when the file is one gzip member
+// whose trailer gives its size, else through zlib's gz* API (both check
+// the stream's CRC and length, so a corrupt or cut-short stream is an
+// error, never partial data).
 //
 // Errors: NotFound when the file does not exist; DataLoss when it cannot be
 // read or its gzip stream is corrupt. Every message names the file.

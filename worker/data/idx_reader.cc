@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/data/example_source.h"
 #include "worker/data/file_reading.h"
 
 namespace downpour {
@@ -90,36 +92,48 @@ absl::StatusOr<IdxFile> ParseIdx(const std::string& path, std::string bytes,
   return out;
 }
 
-}  // namespace
+// Both files read and checked: the u8 pixels of `count` examples (the first
+// max_examples when > 0) of height x width, and their labels.
+struct IdxExamples {
+  IdxFile images, labels;
+  int64_t count = 0;
+  int height = 0, width = 0;
+  const unsigned char* pixels() const {
+    return reinterpret_cast<const unsigned char*>(images.bytes.data() +
+                                                  images.payload_offset);
+  }
+  const unsigned char* label_bytes() const {
+    return reinterpret_cast<const unsigned char*>(labels.bytes.data() +
+                                                  labels.payload_offset);
+  }
+};
 
-absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
-                                       const std::string& labels_path,
-                                       int64_t max_examples) {
+absl::StatusOr<IdxExamples> ReadIdx(const std::string& images_path,
+                                    const std::string& labels_path,
+                                    int64_t max_examples) {
+  IdxExamples x;
   DP_ASSIGN_OR_RETURN(std::string image_bytes, ReadMaybeGzip(images_path));
-  DP_ASSIGN_OR_RETURN(IdxFile images,
-                      ParseIdx(images_path, std::move(image_bytes),
-                               kImagesMagic, 3, "pixels"));
+  DP_ASSIGN_OR_RETURN(x.images, ParseIdx(images_path, std::move(image_bytes),
+                                         kImagesMagic, 3, "pixels"));
   DP_ASSIGN_OR_RETURN(std::string label_bytes, ReadMaybeGzip(labels_path));
-  DP_ASSIGN_OR_RETURN(IdxFile labels,
-                      ParseIdx(labels_path, std::move(label_bytes),
-                               kLabelsMagic, 1, "labels"));
+  DP_ASSIGN_OR_RETURN(x.labels, ParseIdx(labels_path, std::move(label_bytes),
+                                         kLabelsMagic, 1, "labels"));
 
-  const uint32_t count = images.dims[0];
-  const uint32_t height = images.dims[1];
-  const uint32_t width = images.dims[2];
+  const uint32_t count = x.images.dims[0];
+  const uint32_t height = x.images.dims[1];
+  const uint32_t width = x.images.dims[2];
   if (count > 0 && (height == 0 || width == 0 ||
                     height > static_cast<uint32_t>(std::numeric_limits<int>::max()) ||
                     width > static_cast<uint32_t>(std::numeric_limits<int>::max()))) {
     return absl::DataLossError(absl::StrCat(images_path, ": bad image size ",
                                             height, "x", width));
   }
-  if (labels.dims[0] != count) {
+  if (x.labels.dims[0] != count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "count mismatch: ", images_path, " has ", count, " images but ",
-        labels_path, " has ", labels.dims[0], " labels"));
+        labels_path, " has ", x.labels.dims[0], " labels"));
   }
-  const auto* label_data = reinterpret_cast<const unsigned char*>(
-      labels.bytes.data() + labels.payload_offset);
+  const unsigned char* label_data = x.label_bytes();
   for (uint32_t i = 0; i < count; ++i) {
     if (label_data[i] >= kNumClasses) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -127,29 +141,47 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
           " of example ", i, " is out of range [0, ", kNumClasses, ")"));
     }
   }
-
-  Dataset d;
-  d.size = count;
-  if (max_examples > 0 && max_examples < d.size) d.size = max_examples;
-  d.channels = 1;
-  d.height = static_cast<int>(height);
-  d.width = static_cast<int>(width);
-  d.num_classes = kNumClasses;
-  const size_t n_pixels = static_cast<size_t>(d.size) * d.ExampleSize();
-  d.images.resize(n_pixels);
-  const auto* pixel_data = reinterpret_cast<const unsigned char*>(
-      images.bytes.data() + images.payload_offset);
-  for (size_t i = 0; i < n_pixels; ++i) {
-    d.images[i] = static_cast<float>(pixel_data[i]) / 255.0f;
-  }
-  d.labels.assign(label_data, label_data + d.size);
-  return d;
+  x.count = count;
+  if (max_examples > 0 && max_examples < x.count) x.count = max_examples;
+  x.height = static_cast<int>(height);
+  x.width = static_cast<int>(width);
+  return x;
 }
 
-absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, bool train,
-                                       int64_t max_examples) {
+// A pixel as the model takes it. Division, not a multiplication by 1/255:
+// every reader of u8 pixels gives these bits.
+inline float PixelValue(unsigned char p) { return static_cast<float>(p) / 255.0f; }
+
+// The files' pixels kept as u8 (a quarter of the floats' memory, and no
+// conversion of the whole split before the first step); each Read converts
+// one example.
+class IdxSource final : public ExampleSource {
+ public:
+  explicit IdxSource(IdxExamples x)
+      : x_(std::move(x)), pixels_(x_.pixels()), labels_(x_.label_bytes()) {}
+  int64_t size() const override { return x_.count; }
+  int channels() const override { return 1; }
+  int height() const override { return x_.height; }
+  int width() const override { return x_.width; }
+  absl::Status Read(int64_t index, float* dst, int32_t* label) const override {
+    const size_t n = static_cast<size_t>(x_.height) * x_.width;
+    const unsigned char* p = pixels_ + static_cast<size_t>(index) * n;
+    for (size_t k = 0; k < n; ++k) dst[k] = PixelValue(p[k]);
+    *label = labels_[index];
+    return absl::OkStatus();
+  }
+
+ private:
+  const IdxExamples x_;
+  const unsigned char* const pixels_;  // Into x_.
+  const unsigned char* const labels_;  // Into x_.
+};
+
+// `prefix`-images-idx3-ubyte and its labels, the .gz as distributed
+// preferred to an already-gunzipped copy.
+absl::StatusOr<IdxExamples> ReadMnistSplit(const std::string& dir, bool train,
+                                           int64_t max_examples) {
   const std::string prefix = absl::StrCat(dir, "/", train ? "train" : "t10k");
-  // Prefer the .gz as distributed; fall back to an already-gunzipped copy.
   auto pick = [](const std::string& base) -> absl::StatusOr<std::string> {
     const std::string gz = base + ".gz";
     if (FileExists(gz)) return gz;
@@ -159,7 +191,52 @@ absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, bool train,
   };
   DP_ASSIGN_OR_RETURN(std::string images, pick(prefix + "-images-idx3-ubyte"));
   DP_ASSIGN_OR_RETURN(std::string labels, pick(prefix + "-labels-idx1-ubyte"));
-  return LoadIdxDataset(images, labels, max_examples);
+  return ReadIdx(images, labels, max_examples);
+}
+
+Dataset ToDataset(const IdxExamples& x) {
+  Dataset d;
+  d.size = x.count;
+  d.channels = 1;
+  d.height = x.height;
+  d.width = x.width;
+  d.num_classes = kNumClasses;
+  const size_t n_pixels = static_cast<size_t>(d.size) * d.ExampleSize();
+  const unsigned char* pixels = x.pixels();
+  d.images.resize(n_pixels);
+  for (size_t i = 0; i < n_pixels; ++i) d.images[i] = PixelValue(pixels[i]);
+  d.labels.assign(x.label_bytes(), x.label_bytes() + d.size);
+  return d;
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
+                                       const std::string& labels_path,
+                                       int64_t max_examples) {
+  DP_ASSIGN_OR_RETURN(IdxExamples x,
+                      ReadIdx(images_path, labels_path, max_examples));
+  return ToDataset(x);
+}
+
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenIdx(
+    const std::string& images_path, const std::string& labels_path,
+    int64_t max_examples) {
+  DP_ASSIGN_OR_RETURN(IdxExamples x,
+                      ReadIdx(images_path, labels_path, max_examples));
+  return std::unique_ptr<ExampleSource>(new IdxSource(std::move(x)));
+}
+
+absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, bool train,
+                                       int64_t max_examples) {
+  DP_ASSIGN_OR_RETURN(IdxExamples x, ReadMnistSplit(dir, train, max_examples));
+  return ToDataset(x);
+}
+
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenMnistSplit(
+    const std::string& dir, bool train, int64_t max_examples) {
+  DP_ASSIGN_OR_RETURN(IdxExamples x, ReadMnistSplit(dir, train, max_examples));
+  return std::unique_ptr<ExampleSource>(new IdxSource(std::move(x)));
 }
 
 }  // namespace downpour

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -66,6 +67,26 @@ TEST_P(IdxTest, ReadsValuesExactly) {
   EXPECT_EQ(two->images,
             std::vector<float>(d->images.begin(), d->images.begin() + 40));
   EXPECT_EQ(two->labels, (std::vector<int32_t>{7, 0}));
+
+  // The source that keeps the u8 pixels reads the same floats.
+  for (int64_t max : {0, 2}) {
+    absl::StatusOr<std::unique_ptr<ExampleSource>> src = OpenIdx(ip, lp, max);
+    ASSERT_TRUE(src.ok()) << src.status();
+    EXPECT_EQ((*src)->size(), max == 0 ? 3 : 2);
+    EXPECT_EQ((*src)->channels(), 1);
+    EXPECT_EQ((*src)->height(), 4);
+    EXPECT_EQ((*src)->width(), 5);
+    for (int64_t i = 0; i < (*src)->size(); ++i) {
+      std::vector<float> x(20, -1.f);
+      int32_t label = -1;
+      ASSERT_TRUE((*src)->Read(i, x.data(), &label).ok());
+      EXPECT_EQ(x, std::vector<float>(d->images.begin() + 20 * i,
+                                      d->images.begin() + 20 * (i + 1)));
+      EXPECT_EQ(label, d->labels[i]);
+    }
+  }
+  EXPECT_EQ(OpenIdx(ip + ".missing", lp).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_P(IdxTest, MissingFileIsNotFound) {
@@ -170,6 +191,47 @@ TEST(IdxGzipTest, CutShortStream) {
   EXPECT_THAT(d.status().message(), HasSubstr(ip));
 }
 
+// Two gzip members one after the other (as `cat a.gz b.gz` makes): the
+// whole of both, as gunzip gives it.
+TEST(IdxGzipTest, SeveralMembersAreReadWhole) {
+  const std::vector<uint8_t> px = Pixels(6 * 64);
+  const std::string idx = ImagesIdx(6, 8, 8, px);
+  const std::string a = ReadBytes(WriteFile("half-a.gz", idx.substr(0, 100)));
+  const std::string b = ReadBytes(WriteFile("half-b.gz", idx.substr(100)));
+  const std::string ip = TestTmpDir() + "/members-images.gz";
+  WriteBytes(ip, a + b);
+  const std::string lp =
+      WriteFile("members-labels.gz", LabelsIdx({1, 2, 3, 4, 5, 6}));
+  absl::StatusOr<Dataset> d = LoadIdxDataset(ip, lp);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->images.size(), px.size());
+  for (size_t i = 0; i < px.size(); ++i) {
+    ASSERT_EQ(d->images[i], static_cast<float>(px[i]) / 255.0f) << i;
+  }
+}
+
+// A trailer whose length does not match the data (too small, too large, or
+// more than deflate can expand the file to) is an error naming the file,
+// never a buffer of the length it claims.
+TEST(IdxGzipTest, ATrailerThatLiesIsAnError) {
+  const std::string lp =
+      WriteFile("lying-labels.gz", LabelsIdx(std::vector<uint8_t>(50, 3)));
+  const std::string good =
+      ReadBytes(WriteFile("lying-src.gz", ImagesIdx(50, 8, 8, Pixels(50 * 64))));
+  for (const uint32_t size : {3216u - 1, 3216u + 1, 0xfffffff0u}) {
+    std::string gz = good;
+    for (int k = 0; k < 4; ++k) {
+      gz[gz.size() - 4 + k] = static_cast<char>((size >> (8 * k)) & 0xff);
+    }
+    const std::string ip = TestTmpDir() + "/lying-images.gz";
+    WriteBytes(ip, gz);
+    absl::StatusOr<Dataset> d = LoadIdxDataset(ip, lp);
+    ASSERT_FALSE(d.ok()) << size;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss) << size;
+    EXPECT_THAT(d.status().message(), HasSubstr(ip));
+  }
+}
+
 TEST(LoadMnistSplitTest, FallsBackToUncompressedFiles) {
   const std::string dir = TestTmpDir() + "/split";
   ASSERT_EQ(::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
@@ -227,6 +289,19 @@ TEST(FashionMnistTest, RealTrainSplit) {
   EXPECT_EQ(histogram, std::vector<int>(10, 6000));
   std::printf("loaded Fashion-MNIST train split (60000 examples) in %.3f s\n",
               secs);
+  // Training reads the split through the source that keeps u8 pixels: the
+  // same floats and labels, example by example.
+  absl::StatusOr<std::unique_ptr<ExampleSource>> src =
+      OpenMnistSplit(kFashionDir, /*train=*/true);
+  ASSERT_TRUE(src.ok()) << src.status();
+  ASSERT_EQ((*src)->size(), 60000);
+  std::vector<float> x(28 * 28);
+  for (int64_t i = 0; i < 60000; i += 997) {
+    int32_t label = -1;
+    ASSERT_TRUE((*src)->Read(i, x.data(), &label).ok());
+    ASSERT_TRUE(std::equal(x.begin(), x.end(), d->images.begin() + i * 784)) << i;
+    ASSERT_EQ(label, d->labels[i]) << i;
+  }
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 namespace downpour {
 namespace {
 
-// IDX or CIFAR-10, in memory.
+// IDX or CIFAR-10, in memory as floats.
 absl::StatusOr<Dataset> LoadDecoded(const SplitRequest& r) {
   if (r.dataset == DatasetKind::kCifar10) {
     return LoadCifar10Split(r.data_dir, r.train, r.max_examples);
@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSplit(const SplitRequest& r) 
       return OpenTensorFile(r.data_dir + "/" + split + ".safetensors", o);
     }
     case DatasetKind::kFashionMnist:
+      return OpenMnistSplit(r.data_dir, r.train, r.max_examples);
     case DatasetKind::kCifar10:
       break;
   }

@@ -1,9 +1,10 @@
 // File: worker/data/split_reader.h
 //
 // One split (train or test) of any data set a job can name (--dataset,
-// common/dataset_kind.h) as an ExampleSource for the Batcher: IDX and
-// CIFAR-10 files loaded into memory, an image folder decoded as it is read
-// (image_folder_reader.h), a safetensors file mapped (tensor_file_reader.h).
+// common/dataset_kind.h) as an ExampleSource for the Batcher: IDX files
+// held in memory as their u8 pixels, CIFAR-10 files loaded into memory, an
+// image folder decoded as it is read (image_folder_reader.h), a
+// safetensors file mapped (tensor_file_reader.h).
 //
 //   SplitRequest r;
 //   r.dataset = DatasetKind::kImageFolder; r.data_dir = dir; r.train = true;
