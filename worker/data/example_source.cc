@@ -8,6 +8,15 @@
 
 namespace downpour {
 
+void PixelsToFloats(const unsigned char* p, size_t n, float* dst) {
+  static const auto* const kTable = [] {
+    auto* t = new float[256];
+    for (int v = 0; v < 256; ++v) t[v] = static_cast<float>(v) / 255.0f;
+    return t;
+  }();
+  for (size_t k = 0; k < n; ++k) dst[k] = kTable[p[k]];
+}
+
 absl::Status DatasetSource::Read(int64_t index, float* dst,
                                  int32_t* label) const {
   const int64_t n = data_->ExampleSize();

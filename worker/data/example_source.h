@@ -67,6 +67,10 @@ class DatasetSource : public ExampleSource {
   const Dataset* const data_;  // owned_ or not owned.
 };
 
+// u8 pixels as the models take them, p / 255 (as a division: every reader
+// of u8 pixels gives these bits), through a table of the 256 values.
+void PixelsToFloats(const unsigned char* p, size_t n, float* dst);
+
 // Every example of `source` in order, read by `threads` threads, as an
 // in-memory Dataset of `num_classes` classes (for the evaluation). With
 // `skip_bad`, examples whose Read fails with DataLoss are left out and

@@ -148,10 +148,6 @@ absl::StatusOr<IdxExamples> ReadIdx(const std::string& images_path,
   return x;
 }
 
-// A pixel as the model takes it. Division, not a multiplication by 1/255:
-// every reader of u8 pixels gives these bits.
-inline float PixelValue(unsigned char p) { return static_cast<float>(p) / 255.0f; }
-
 // The files' pixels kept as u8 (a quarter of the floats' memory, and no
 // conversion of the whole split before the first step); each Read converts
 // one example.
@@ -165,8 +161,7 @@ class IdxSource final : public ExampleSource {
   int width() const override { return x_.width; }
   absl::Status Read(int64_t index, float* dst, int32_t* label) const override {
     const size_t n = static_cast<size_t>(x_.height) * x_.width;
-    const unsigned char* p = pixels_ + static_cast<size_t>(index) * n;
-    for (size_t k = 0; k < n; ++k) dst[k] = PixelValue(p[k]);
+    PixelsToFloats(pixels_ + static_cast<size_t>(index) * n, n, dst);
     *label = labels_[index];
     return absl::OkStatus();
   }
@@ -204,7 +199,7 @@ Dataset ToDataset(const IdxExamples& x) {
   const size_t n_pixels = static_cast<size_t>(d.size) * d.ExampleSize();
   const unsigned char* pixels = x.pixels();
   d.images.resize(n_pixels);
-  for (size_t i = 0; i < n_pixels; ++i) d.images[i] = PixelValue(pixels[i]);
+  PixelsToFloats(pixels, n_pixels, d.images.data());
   d.labels.assign(x.label_bytes(), x.label_bytes() + d.size);
   return d;
 }

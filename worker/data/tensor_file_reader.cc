@@ -204,8 +204,7 @@ class TensorFileSource : public ExampleSource {
   absl::Status Read(int64_t i, float* dst, int32_t* label) const override {
     const size_t n = static_cast<size_t>(shape_.Size());
     if (u8_) {
-      const unsigned char* p = images_ + static_cast<size_t>(i) * n;
-      for (size_t k = 0; k < n; ++k) dst[k] = p[k] / 255.0f;
+      PixelsToFloats(images_ + static_cast<size_t>(i) * n, n, dst);
     } else {
       std::memcpy(dst, images_ + static_cast<size_t>(i) * n * sizeof(float),
                   n * sizeof(float));
