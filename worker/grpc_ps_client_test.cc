@@ -307,6 +307,7 @@ class Arrivals {
   bool WaitForShard(const ShardMap& map, int shard) {
     absl::MutexLock l(&mu_);
     const auto all_in = [&] {
+      mu_.AssertHeld();  // Await calls it under mu_.
       for (const Chunk& c : map.chunks) {
         if (c.shard == shard && ids_.count(c.id) == 0) return false;
       }
