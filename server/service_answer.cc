@@ -49,9 +49,11 @@ Answer SlotAnswer(SharedCallAnswer call,
                       }
                     }
                   }
-                  call.finish(s, bytes);
+                  // Counted before the worker can see the reply, as a
+                  // gRPC call is: a scrape after the call counts it.
                   reporter->Report(method, s.code(), absl::Now() - start,
                                    received, static_cast<int64_t>(bytes.size()));
+                  call.finish(s, bytes);
                 },
                 call.abandoned};
 }
