@@ -32,13 +32,6 @@ void CarriedPulls::Start(int shard,
   jobs_[shard]->Start([c, call = std::move(call)] { return call(c); });
 }
 
-bool CarriedPulls::any_running() const {
-  for (bool r : running_) {
-    if (r) return true;
-  }
-  return false;
-}
-
 absl::Status CarriedPulls::Wait(
     const std::function<void(int, const CarriedPull&)>& done) {
   absl::Status first;

@@ -9,7 +9,7 @@
 // still get this worker's parts in time). The push's end waits for them.
 //
 //   CarriedPulls carried(num_shards);
-//   CarriedPull* c = carried.Prepare(shard);   // fill its request, etc.
+//   CarriedPull* c = carried.Prepare(shard, parts);  // fill its request...
 //   carried.Start(shard, [&](CarriedPull* c) { return Call(c); });
 //   ...                                        // the push goes on
 //   DP_RETURN_IF_ERROR(carried.Wait([&](int shard, const CarriedPull& c) {
@@ -69,7 +69,6 @@ class CarriedPulls {
   // Runs call(state) on the shard's thread.
   void Start(int shard, std::function<absl::Status(CarriedPull*)> call);
   bool running(int shard) const { return running_[shard]; }
-  bool any_running() const;
   // Waits for every call under way, then tells done(shard, state) of each
   // that succeeded; the first failure's status (after all ended).
   absl::Status Wait(

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,25 +46,24 @@ absl::StatusOr<std::string> ReadRaw(const std::string& path) {
 }
 
 // The inflated size a gzip stream's trailer gives (of its last member,
-// modulo 2^32), 0 when there is none; at most what deflate can expand
-// `gz.size()` bytes to (1032 to 1), else 0: a trailer that lies.
+// modulo 2^32), 0 when there is none or when it claims more than 64 times
+// `gz.size()` (data sets compress 2 to 5 times): a buffer of that size is
+// taken before the data is checked, so a trailer that lies must not name
+// much more than the file.
 size_t GzipSizeHint(const std::string& gz) {
   if (gz.size() < 18) return 0;  // Header and trailer.
   const auto* b = reinterpret_cast<const unsigned char*>(gz.data() + gz.size() - 4);
   const size_t size = size_t{b[0]} | size_t{b[1]} << 8 | size_t{b[2]} << 16 |
                       size_t{b[3]} << 24;
-  return size / 1032 <= gz.size() ? size : 0;
+  return size / 64 <= gz.size() ? size : 0;
 }
 
 // `gz` inflated in one call of libdeflate (two to three times zlib's speed)
-// when it is one gzip member whose trailer gives its size and that
-// inflates to exactly that with a good CRC; else nothing. The buffer is
-// filled before the data is checked, so a trailer promising more than 64
-// times the file (data sets compress 2 to 5 times) is left to zlib's
-// stream, which takes memory only as it inflates.
+// when it is one gzip member whose trailer gives its size (GzipSizeHint)
+// and that inflates to exactly that with a good CRC; else nothing.
 std::optional<std::string> InflateWhole(const std::string& gz) {
   const size_t size = GzipSizeHint(gz);
-  if (size == 0 || size / 64 > gz.size()) return std::nullopt;
+  if (size == 0) return std::nullopt;
   libdeflate_decompressor* d = libdeflate_alloc_decompressor();
   if (d == nullptr) return std::nullopt;
   std::string out(size, '\0');
@@ -84,16 +82,12 @@ std::optional<std::string> InflateWhole(const std::string& gz) {
 // and checks each one's CRC and length, so that a corrupt or cut-short
 // stream is reported rather than returning partial data.
 absl::StatusOr<std::string> ReadGzip(const std::string& path) {
-  if (!FileExists(path)) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  }
   size_t hint = 0;
   {
-    absl::StatusOr<std::string> gz = ReadRaw(path);
+    absl::StatusOr<std::string> gz = ReadRaw(path);  // NotFound, if so.
     if (!gz.ok()) return gz.status();
     if (std::optional<std::string> out = InflateWhole(*gz)) return *std::move(out);
-    // Believed up to 64 times the file, as in InflateWhole.
-    hint = std::min(GzipSizeHint(*gz), 64 * gz->size());
+    hint = GzipSizeHint(*gz);
   }
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
