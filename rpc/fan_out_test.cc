@@ -19,6 +19,7 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/grpc_config.h"
 
 namespace downpour {
 namespace {
@@ -90,12 +91,8 @@ struct Answer {
 using Decide = std::function<Answer(const std::string& request, int arrival)>;
 
 std::string Text(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
   std::string out;
-  if (!b.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
+  ByteBufferBytes(b, &out);
   return out;
 }
 

@@ -1,9 +1,22 @@
 #include "rpc/grpc_config.h"
 
+#include <string>
+#include <vector>
+
 #include "grpc/compression.h"
 #include "grpcpp/resource_quota.h"
 
 namespace downpour {
+
+bool ByteBufferBytes(const grpc::ByteBuffer& b, std::string* out) {
+  out->clear();
+  std::vector<grpc::Slice> slices;
+  if (!b.Dump(&slices).ok()) return false;
+  for (const grpc::Slice& s : slices) {
+    out->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return true;
+}
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);

@@ -16,8 +16,10 @@
 #define DOWNPOUR_RPC_GRPC_CONFIG_H_
 
 #include <cstdint>
+#include <string>
 
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace downpour {
@@ -33,6 +35,11 @@ inline constexpr char kPullMethod[] = "/downpour.proto.ParameterServer/Pull";
 inline constexpr char kPushMethod[] = "/downpour.proto.ParameterServer/Push";
 inline constexpr char kPushPullMethod[] =
     "/downpour.proto.ParameterServer/PushPull";
+
+// The bytes of a bulk method's raw byte buffer in one string, in *out
+// (cleared first); false, with *out empty, when gRPC cannot read its
+// slices.
+bool ByteBufferBytes(const grpc::ByteBuffer& b, std::string* out);
 
 // Sets the message limits above on a server being built / on a client
 // channel. A server also turns SO_REUSEPORT off, so that a second server on

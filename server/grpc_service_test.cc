@@ -132,12 +132,7 @@ class GrpcServiceTest : public ::testing::Test {
     grpc::Status Wait(std::string* response) {
       done.WaitForNotification();
       response->clear();
-      std::vector<grpc::Slice> slices;
-      if (status.ok() && resp.Dump(&slices).ok()) {
-        for (const grpc::Slice& s : slices) {
-          response->append(reinterpret_cast<const char*>(s.begin()), s.size());
-        }
-      }
+      if (status.ok()) ByteBufferBytes(resp, response);
       return status;
     }
   };

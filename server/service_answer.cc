@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "rpc/grpc_config.h"
 #include "rpc/rpc_convert.h"
 
 namespace downpour {
@@ -40,15 +41,7 @@ Answer SlotAnswer(SharedCallAnswer call,
                 [response, call, reporter, method, received,
                  start = absl::Now()](const absl::Status& s) {
                   std::string bytes;
-                  if (s.ok()) {
-                    std::vector<grpc::Slice> slices;
-                    if (response->Dump(&slices).ok()) {
-                      for (const grpc::Slice& sl : slices) {
-                        bytes.append(reinterpret_cast<const char*>(sl.begin()),
-                                     sl.size());
-                      }
-                    }
-                  }
+                  if (s.ok()) ByteBufferBytes(*response, &bytes);
                   // Counted before the worker can see the reply, as a
                   // gRPC call is: a scrape after the call counts it.
                   reporter->Report(method, s.code(), absl::Now() - start,

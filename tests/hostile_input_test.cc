@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "rpc/credentials.h"
+#include "rpc/grpc_config.h"
 #include "rpc/rpc_convert.h"
 #include "tests/test_cluster.h"
 
@@ -61,15 +62,7 @@ class HostileInputTest : public ::testing::Test {
                         done.Notify();
                       });
     done.WaitForNotification();
-    if (reply != nullptr) {
-      std::vector<grpc::Slice> slices;
-      reply->clear();
-      if (response.Dump(&slices).ok()) {
-        for (const grpc::Slice& s : slices) {
-          reply->append(reinterpret_cast<const char*>(s.begin()), s.size());
-        }
-      }
-    }
+    if (reply != nullptr) ByteBufferBytes(response, reply);
     return status;
   }
 

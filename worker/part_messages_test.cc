@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "rpc/grpc_config.h"
 #include "worker/shard_map_test_util.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/slice.h"
@@ -20,12 +21,8 @@ std::vector<float> Values(int64_t n, float offset) {
 }
 
 std::string Bytes(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(b.Dump(&slices).ok());
   std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
+  EXPECT_TRUE(ByteBufferBytes(b, &out));
   return out;
 }
 

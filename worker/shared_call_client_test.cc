@@ -19,18 +19,15 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "rpc/grpc_config.h"
 #include "server/shared_call_server.h"
 
 namespace downpour {
 namespace {
 
 std::string Flatten(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(b.Dump(&slices).ok());
   std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
+  EXPECT_TRUE(ByteBufferBytes(b, &out));
   return out;
 }
 
