@@ -335,17 +335,27 @@ void SyncPolicy::CompleteStepLocked() {
   if (pending_.empty()) return;
   const ShardChunks& chunks = *ctx_.chunks;
   const float scale = 1.0f / static_cast<float>(pending_.size());
-  std::vector<float> sum;
+  // The sum is 0 + g[0] + g[1] + ... in worker-index order (std::map), so
+  // it is the same on every run; it is formed in the first worker's buffer,
+  // which is recycled after the step (no buffer of its own, one pass less).
+  float* const sum = pending_.begin()->second.grad.data();
   for (size_t idx = 0; idx < chunks.size(); ++idx) {
     ChunkState& st = chunks.at(idx);
     const int64_t n = st.info().num_elements;
-    sum.assign(n, 0.0f);
-    // Worker-index order (std::map), so the sum is the same on every run.
-    for (const auto& [worker, grad] : pending_) {
-      const float* g = grad.grad.data() + chunks.offset(idx);
-      for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
+    float* const s = sum + chunks.offset(idx);
+    auto it = pending_.begin();
+    if (pending_.size() == 1) {
+      for (int64_t i = 0; i < n; ++i) s[i] = 0.0f + s[i];
+    } else {
+      // The first two in one pass, then one pass per further worker.
+      const float* g = (++it)->second.grad.data() + chunks.offset(idx);
+      for (int64_t i = 0; i < n; ++i) s[i] = (0.0f + s[i]) + g[i];
+      for (++it; it != pending_.end(); ++it) {
+        g = it->second.grad.data() + chunks.offset(idx);
+        for (int64_t i = 0; i < n; ++i) s[i] += g[i];
+      }
     }
-    st.ApplyDense(sum.data(), scale, *ctx_.optimizer, step_ + 1);
+    st.ApplyDense(s, scale, *ctx_.optimizer, step_ + 1);
   }
   // Every chunk update of a sync step is fresh: staleness 0, counted per
   // chunk update as in async mode.
