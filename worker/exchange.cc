@@ -219,7 +219,9 @@ class WaitFreeExchange final : public BackgroundExchange {
       : BackgroundExchange(options, client, group, std::move(params),
                            std::move(grads), std::move(incoming),
                            std::move(sending)),
-        send_(staging != nullptr ? staging : sending_.data()) {
+        send_(staging != nullptr ? staging : sending_.data()),
+        land_(options.mode == TrainMode::kSync ? group->HostParameters()
+                                               : nullptr) {
     hooks_.before_forward = [this](int64_t b, int64_t e) {
       return BeforeForward(b, e);
     };
@@ -329,8 +331,8 @@ class WaitFreeExchange final : public BackgroundExchange {
       return absl::InternalError("wait-free exchange: a pull ended early");
     }
     waits_.pull += absl::ToDoubleSeconds(absl::Now() - start);
-    return group_->SetParameterRange(
-        absl::MakeConstSpan(incoming_.params.data(), n_), b, e);
+    return group_->SetParameterRange(absl::MakeConstSpan(PullTarget(), n_), b,
+                                     e);
   }
 
   absl::Status GradientsReady(int64_t from) {
@@ -397,8 +399,7 @@ class WaitFreeExchange final : public BackgroundExchange {
     const absl::Span<const float> grads = absl::MakeConstSpan(send_, n_);
     const bool async = options_.mode == TrainMode::kAsync;
     const bool sync = options_.mode == TrainMode::kSync;
-    PulledValues pulled{absl::MakeSpan(incoming_.params.data(), n_),
-                        &incoming_.versions};
+    PulledValues pulled{absl::MakeSpan(PullTarget(), n_), &incoming_.versions};
     if (!async) {
       wait.on_chunks = [this](absl::Span<const int32_t> ids) {
         absl::MutexLock l(&mu_);
@@ -449,9 +450,22 @@ class WaitFreeExchange final : public BackgroundExchange {
     return s;
   }
 
+  // Where a pull's values go: land_, or incoming_ (then copied into the
+  // model as the forward takes each range).
+  float* PullTarget() { return land_ != nullptr ? land_ : incoming_.params.data(); }
+
   // The gradient being pushed: sending_, or the client's push staging
   // (sending_ then empty).
   float* const send_;
+  // Sync on a CPU backend: the model's own parameters
+  // (ReplicaGroup::HostParameters), where pulls write directly, so that
+  // the forward copies nothing. Safe because a shard's values for the next
+  // step come only after this worker's last part for that shard went,
+  // which GradientsReady released once the backward pass had finished with
+  // every tensor of it (a layer reads its weights for its input gradient,
+  // computed no later than its weight gradient), and the forward reads a
+  // range only once BeforeForward saw it arrive. Null otherwise.
+  float* const land_;
   StepHooks hooks_;
   std::vector<ChunkAt> by_offset_;  // The chunks in flat order.
   bool per_layer_ = false;      // This step's forward waits per layer.

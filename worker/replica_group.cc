@@ -116,6 +116,11 @@ absl::Status ReplicaGroup::WaitGradientCopies() {
   return replicas_[0].model->WaitGradientCopies();
 }
 
+float* ReplicaGroup::HostParameters() const {
+  Model* const m = replicas_[0].model;
+  return m->backend()->HostMemory() ? m->parameters() : nullptr;
+}
+
 absl::Status ReplicaGroup::SetParameterRange(absl::Span<const float> params,
                                              int64_t begin, int64_t end) {
   for (const Replica& r : replicas_) {

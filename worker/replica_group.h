@@ -96,6 +96,10 @@ class ReplicaGroup {
   absl::Status StartGradientCopy(int64_t begin, int64_t end,
                                  absl::Span<float> out);
   absl::Status WaitGradientCopies();
+  // Precondition: CanStream(). Replica 0's parameter memory when the host
+  // may write it directly (Backend::HostMemory), else null. Values written
+  // there count once SetParameterRange is given this memory for the range.
+  float* HostParameters() const;
   // params[begin, end) (params: num_parameters() floats) into every replica.
   absl::Status SetParameterRange(absl::Span<const float> params,
                                  int64_t begin, int64_t end);

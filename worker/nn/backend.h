@@ -124,6 +124,11 @@ class Backend {
   // the CPU. Owned by the backend; valid while it lives. Default:
   // DefaultHostAllocator().
   virtual HostAllocator* staging_allocator();
+  // Whether backend memory is ordinary host memory, which another thread may
+  // write while the backend does not use it (the CPU backends). A
+  // CopyToDevice from a buffer onto itself then copies nothing and only
+  // tells the backend its values were written. Default: false.
+  virtual bool HostMemory() const { return false; }
 
   // ---- Elementwise --------------------------------------------------------
   virtual absl::Status Fill(float* x, int64_t n, float value) = 0;

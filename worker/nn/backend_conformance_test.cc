@@ -79,6 +79,23 @@ TEST_P(BackendTest, CopiesRoundTrip) {
   ExpectExact(Download(d3), v, "copy");
 }
 
+// A backend of host memory takes values the host wrote into its buffer
+// once told by a CopyToDevice onto itself, even where its last op left a
+// layout of its own (the oneDNN backend's blocked convolution output): the
+// way a sync worker's pulls land in the model (worker/exchange.cc).
+TEST_P(BackendTest, HostMemoryWrittenInPlaceIsTaken) {
+  if (!be_->HostMemory()) GTEST_SKIP() << be_->Name() << ": device memory";
+  const ConvDesc d = ToConvDesc(ConvCase{2, 3, 10, 10, 32, 3, 3, 1, 1});
+  const auto [xs, ws, ys] = ConvSizes(d);
+  DeviceBuffer x = Upload(RandomVec(xs, 21)), w = Upload(RandomVec(ws, 22));
+  DeviceBuffer y = Zeros(ys);
+  ASSERT_TRUE(be_->Conv2dForward(d, x.data(), w.data(), nullptr, y.data()).ok());
+  const std::vector<float> v = RandomVec(ys, 23);
+  std::copy(v.begin(), v.end(), y.data());
+  ASSERT_TRUE(be_->CopyToDevice(y.data(), y.data(), ys).ok());
+  ExpectExact(Download(y), v, "written in place");
+}
+
 TEST_P(BackendTest, DeviceBufferMoves) {
   auto a = DeviceBuffer::Create(be_.get(), 10);
   ASSERT_TRUE(a.ok());

@@ -93,7 +93,7 @@ absl::Status OnednnBackend::CopyToDevice(const float* host_src, float* dst,
                                          int64_t n) {
   if (n < 0) return absl::InvalidArgumentError("CopyToDevice: negative size");
   DP_RETURN_IF_ERROR(Overwrite(dst, n));
-  if (n > 0) std::memcpy(dst, host_src, Bytes(n));
+  if (n > 0 && host_src != dst) std::memcpy(dst, host_src, Bytes(n));
   return absl::OkStatus();
 }
 

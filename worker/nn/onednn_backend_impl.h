@@ -61,6 +61,7 @@ class OnednnBackend : public Backend {
   absl::Status CopyToHost(const float* src, float* host_dst,
                           int64_t n) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  bool HostMemory() const override { return true; }
   absl::Status Discard(float* p, int64_t n) override {
     if (n < 0) return absl::InvalidArgumentError("Discard: negative size");
     return Overwrite(p, n);

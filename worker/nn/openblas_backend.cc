@@ -267,6 +267,7 @@ class OpenblasBackend : public Backend {
                             int64_t n) override {
     return Copy(host_src, dst, n, "CopyToDevice");
   }
+  bool HostMemory() const override { return true; }
   absl::Status CopyToHost(const float* src, float* host_dst,
                           int64_t n) override {
     return Copy(src, host_dst, n, "CopyToHost");
@@ -611,7 +612,7 @@ class OpenblasBackend : public Backend {
     if (n < 0) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": negative size"));
     }
-    if (n > 0) std::memcpy(dst, src, sizeof(float) * n);
+    if (n > 0 && src != dst) std::memcpy(dst, src, sizeof(float) * n);
     return absl::OkStatus();
   }
 
