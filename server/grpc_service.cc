@@ -74,15 +74,10 @@ void SerializeSmall(const Message& msg, grpc::ByteBuffer* out) {
 
 // Each gRPC callback thread keeps one buffer for payloads that must be
 // gathered or decoded, reused across requests (no allocation, no page
-// faults in the steady state), and one for payloads copied out of shared
-// memory.
+// faults in the steady state).
 std::vector<float>& ThreadScratch() {
   thread_local std::vector<float> scratch;
   return scratch;
-}
-std::string& ThreadSharedCopy() {
-  thread_local std::string copy;
-  return copy;
 }
 
 
@@ -450,8 +445,9 @@ class ParameterServerService final : public ServiceBase {
   // PushResult. For a PushPull (push_pull), a leave or an unknown
   // pull_encoding is refused before anything is applied; so is a push for a
   // worker the caller's certificate does not name (rpc/peer_identity.h). A
-  // push naming shared memory has its payloads copied out of the region
-  // first; a PushPull's reply goes there too (*shared).
+  // push naming shared memory is read in the region, mapped until the store
+  // has applied it (SharedPayloads::TakePush); a PushPull's reply goes there
+  // too (*shared).
   absl::StatusOr<PushResult> ApplyPush(const PeerIdentity& identity,
                                        absl::string_view peer,
                                        wire::Pieces* request, bool push_pull,
@@ -491,7 +487,7 @@ class ParameterServerService final : public ServiceBase {
                           shared_.Region(peer, *msg->shared,
                                          options_.replica != nullptr));
       DP_RETURN_IF_ERROR(shared_.TakePush(*region, *msg->shared, push_pull,
-                                          msg, &pieces, &ThreadSharedCopy()));
+                                          msg, &pieces));
       if (shared != nullptr) {
         *shared = SharedReply{std::move(region), msg->shared->reply_offset,
                               &shared_};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -13,9 +14,14 @@ namespace {
 
 // Value i of a float32 array at any alignment; compiles to a plain
 // (unaligned) vector load in the loops below.
+// A gradient value; a non-finite one reads as 0 (Optimizer::ApplyAt).
+// Integer compares on the exponent bits, so the loops still vectorize.
 inline float Load(const char* __restrict p, int64_t i) {
+  uint32_t u;
+  std::memcpy(&u, p + 4 * i, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u) u = 0;
   float v;
-  std::memcpy(&v, p + 4 * i, sizeof v);
+  std::memcpy(&v, &u, sizeof v);
   return v;
 }
 

@@ -93,7 +93,11 @@ class Optimizer {
   // number t (>= 1; see LrSchedule): the schedule's rate at t, and Adam's
   // bias correction for t. `state` holds
   // n * StateSize() floats. `grad` is n float32 values at any alignment (so
-  // a gradient can be applied straight from a received message's bytes).
+  // a gradient can be applied straight from a received message's bytes, or
+  // a worker's shared memory); a non-finite one counts as 0. The store
+  // refuses a push with one, so only a value changed after that check (a
+  // hostile worker writing its shared memory during the call) is read so,
+  // and the parameters and state stay finite.
   // A single vectorizable pass; no allocation. Rules are elementwise: one
   // Apply over n elements equals Applys over consecutive runs of them (with
   // params offset by the run's start and state by start * StateSize()),

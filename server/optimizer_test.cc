@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,39 @@ TEST(OptimizerTest, AdagradNormalizesByAccumulatedSquares) {
   EXPECT_NEAR(w[0], -1.0, 1e-3);
   EXPECT_NEAR(w[1], -0.01 / std::sqrt(0.0001 + 0.0001), 1e-4);
   EXPECT_FLOAT_EQ(acc[0], 0.0001f + 10000.0f);
+}
+
+// A non-finite gradient value (which the store refuses before applying, so
+// only one changed afterwards in a worker's shared memory reaches here)
+// counts as 0 in every optimizer: the parameters and the state get the
+// same bits as from a 0 there, and stay finite. The vector loops' tails
+// are covered by the length.
+TEST(OptimizerTest, NonFiniteGradientValuesCountAsZero) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const char* name : {"sgd", "momentum", "adagrad", "adam"}) {
+    OptimizerOptions o{name, 0.1f};
+    auto opt = CreateOptimizer(o);
+    ASSERT_TRUE(opt.ok()) << name;
+    const int n = 37;
+    std::vector<float> bad(n), zero(n);
+    for (int i = 0; i < n; ++i) bad[i] = zero[i] = 0.01f * (i - 18);
+    for (int i : {0, 5, 17, 36}) {
+      bad[i] = i == 5 ? inf : i == 17 ? -inf : std::nanf("");
+      zero[i] = 0.0f;
+    }
+    const int k = (*opt)->StateSize();
+    std::vector<float> w1(n, 0.5f), w2(n, 0.5f);
+    std::vector<float> s1(static_cast<size_t>(n) * k, (*opt)->InitialState());
+    std::vector<float> s2 = s1;
+    for (int t = 1; t <= 2; ++t) {
+      (*opt)->ApplyAt(t, n, bad.data(), 0.5f, w1.data(), s1.data());
+      (*opt)->ApplyAt(t, n, zero.data(), 0.5f, w2.data(), s2.data());
+    }
+    EXPECT_EQ(0, std::memcmp(w1.data(), w2.data(), n * sizeof(float))) << name;
+    EXPECT_EQ(0, std::memcmp(s1.data(), s2.data(), s1.size() * sizeof(float)))
+        << name;
+    for (float v : w1) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
 }
 
 TEST(OptimizerTest, RejectsBadOptions) {

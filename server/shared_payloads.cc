@@ -61,7 +61,7 @@ absl::StatusOr<int> SharedPayloads::CallShard(const MappedRegion& region) {
 absl::Status SharedPayloads::TakePush(const MappedRegion& region,
                                       const wire::SharedRef& ref, bool reply,
                                       wire::PushMessage* msg,
-                                      wire::Pieces* pieces, std::string* copy) {
+                                      wire::Pieces* pieces) {
   DP_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, GetModel());
   const std::vector<Place>& places = model->places;
   const auto own = [&](int32_t id) {
@@ -69,7 +69,6 @@ absl::Status SharedPayloads::TakePush(const MappedRegion& region,
            places[id].num_elements >= 0;
   };
   std::vector<bool> seen(places.size(), false);
-  int64_t total = 0;
   for (const wire::WireChunk& c : msg->chunks) {
     if (c.encoding != wire::Encoding::kRawF32 || c.data.size != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -83,11 +82,7 @@ absl::Status SharedPayloads::TakePush(const MappedRegion& region,
           absl::StrCat("push: chunk ", c.chunk_id, " named twice"));
     }
     seen[c.chunk_id] = true;
-    total += 4 * places[c.chunk_id].num_elements;
   }
-  copy->resize(static_cast<size_t>(total));
-  const size_t piece = pieces->size();
-  int64_t at = 0;
   for (wire::WireChunk& c : msg->chunks) {
     if (!own(c.chunk_id)) continue;
     const Place& p = places[c.chunk_id];
@@ -100,12 +95,10 @@ absl::Status SharedPayloads::TakePush(const MappedRegion& region,
                                     4 * p.num_elements)
                              .status());
     }
-    std::memcpy(copy->data() + at, bytes.data(), bytes.size());
-    c.data = wire::DataRef{piece, static_cast<size_t>(at),
+    c.data = wire::DataRef{pieces->size(), 0,
                            static_cast<int64_t>(bytes.size())};
-    at += static_cast<int64_t>(bytes.size());
+    pieces->push_back(bytes);
   }
-  pieces->emplace_back(*copy);
   return absl::OkStatus();
 }
 

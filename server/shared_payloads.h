@@ -1,14 +1,14 @@
 // File: server/shared_payloads.h
 //
 // A shard's side of payloads that travel through a worker's shared memory
-// (rpc/shared_memory.h): which requests may use it, copying a push's
-// gradients out of the region, and writing a reply's values into it. The
+// (rpc/shared_memory.h): which requests may use it, reading a push's
+// gradients in the region, and writing a reply's values into it. The
 // service (server/grpc_service.cc) calls these around the store, as it
 // reads and writes gRPC slices otherwise.
 //
 //   SharedPayloads shared(store);
 //   DP_ASSIGN_OR_RETURN(auto region, shared.Region(ctx.peer(), ref, false));
-//   DP_RETURN_IF_ERROR(shared.TakePush(*region, ref, &msg, &pieces, &copy));
+//   DP_RETURN_IF_ERROR(shared.TakePush(*region, ref, reply, &msg, &pieces));
 //   ... store->Push(...) from `pieces` ...
 //   DP_RETURN_IF_ERROR(shared.WriteReply(*region, ref.reply_offset, views));
 //
@@ -44,19 +44,23 @@ class SharedPayloads {
   absl::StatusOr<std::shared_ptr<MappedRegion>> Region(
       absl::string_view peer, const wire::SharedRef& ref, bool has_standby);
 
-  // Copies the payloads of msg's chunks (float32, each at 4 * its flat
-  // offset in the push area) into *copy, appends *copy to *pieces and
-  // points each chunk's data at its bytes there: from then on the push
-  // reads as one that carried its payloads. InvalidArgument for a chunk with
+  // Appends to *pieces the payload of each of msg's chunks in the region
+  // (float32, at 4 * its flat offset in the push area) and points the
+  // chunk's data at it: from then on the push reads as one that carried its
+  // payloads, without a copy. The store reads them while the call lasts,
+  // which the worker leaves the push area alone for; a hostile one writing
+  // it meanwhile cannot put a non-finite value into the parameters (the
+  // optimizers read gradients as finite, server/optimizer.h), and sizes and
+  // places are the shard's own. InvalidArgument for a chunk with
   // inline data or another encoding, or named twice; a chunk that is not
-  // this shard's keeps an empty payload (the store refuses it), so *copy
-  // holds at most the shard's own bytes. With `reply` (a PushPull that
+  // this shard's keeps an empty payload (the store refuses it). With
+  // `reply` (a PushPull that
   // returns the pushed chunks), their places in the reply area are checked
   // too, so that a reply that could not be written is refused before the
   // push is applied. FailedPrecondition before the model is declared.
   absl::Status TakePush(const MappedRegion& region, const wire::SharedRef& ref,
                         bool reply, wire::PushMessage* msg,
-                        wire::Pieces* pieces, std::string* copy);
+                        wire::Pieces* pieces);
 
   // Writes each chunk's float32 values at 4 * its flat offset from
   // reply_offset.

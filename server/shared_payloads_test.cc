@@ -3,13 +3,15 @@
 // push-pulls and pulls move their float32 values through the region, the
 // probe says whether a region is taken, and every refused request (a
 // stranger's key, inline data beside a region, another encoding, a region
-// not of the model's size, a chunk named twice, a leave) changes nothing
-// and leaves the server serving. Pushes written into the region's call
-// block, once a probe took it, are served the same way without gRPC.
+// not of the model's size, a chunk named twice, a NaN in the push area, a
+// leave) changes nothing and leaves the server serving. Pushes written into
+// the region's call block, once a probe took it, are served the same way
+// without gRPC.
 #include "server/shared_payloads.h"
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -212,6 +214,15 @@ TEST_F(SharedPayloadsTest, RefusedRequestsChangeNothing) {
   s = push_pull(twice);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("chunk 2 named twice"), std::string::npos)
+      << s.error_message();
+
+  // A gradient value that is not finite, read where the worker wrote it.
+  proto::PushRequest nan = SharedPush(8, region_->ref());
+  const float bad = std::nanf("");
+  std::memcpy(region_->push_area() + 4 * 5, &bad, 4);
+  s = push_pull(nan);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("NaN or Inf"), std::string::npos)
       << s.error_message();
 
   proto::PushRequest leave;
