@@ -68,7 +68,7 @@ class DatasetSource : public ExampleSource {
 };
 
 // u8 pixels as the models take them, p / 255 (as a division: every reader
-// of u8 pixels gives these bits), 16, 8 or 4 at a time as the CPU allows.
+// of u8 pixels gives these bits), vectorized as widely as the CPU allows.
 void PixelsToFloats(const unsigned char* p, size_t n, float* dst);
 
 // Every example of `source` in order, read by `threads` threads, as an
