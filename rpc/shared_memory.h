@@ -12,9 +12,10 @@
 // shards never overlap, and a request names only the region
 // (proto/parameter_server.proto, SharedMemory). The worker copies each
 // pushed chunk into the push area before the call and reads each pulled
-// chunk from the reply area after it; the server copies a push's payloads
-// out of the region before it checks and applies them (a client cannot
-// change them in between) and writes reply values straight into it.
+// chunk from the reply area after it; the server checks and applies a
+// push's payloads where they are, while the call lasts (a value a client
+// changes in between reaches no parameter as NaN or Inf:
+// server/shared_payloads.h), and writes reply values straight into it.
 //
 // The region is a sealed memfd on tmpfs (it can neither shrink nor grow, so a
 // mapping of it cannot fault), created by the worker; the server opens it

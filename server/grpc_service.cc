@@ -475,6 +475,10 @@ class ParameterServerService final : public ServiceBase {
                     : "push: pull_min_version is for PushPull only, got ",
           msg->pull_min_version));
     }
+    // The pieces of a push named in shared memory point into the region:
+    // held here until the store has applied them (the cache may drop it
+    // meanwhile, once the worker has closed it or for another region).
+    std::shared_ptr<MappedRegion> region;
     if (msg->shared.has_value()) {
       if (msg->leave) {
         return absl::InvalidArgumentError("a leave names no shared memory");
@@ -483,14 +487,12 @@ class ParameterServerService final : public ServiceBase {
         return absl::InvalidArgumentError(
             "push-pull: shared-memory values are float32 only");
       }
-      DP_ASSIGN_OR_RETURN(std::shared_ptr<MappedRegion> region,
-                          shared_.Region(peer, *msg->shared,
-                                         options_.replica != nullptr));
+      DP_ASSIGN_OR_RETURN(region, shared_.Region(peer, *msg->shared,
+                                                 options_.replica != nullptr));
       DP_RETURN_IF_ERROR(shared_.TakePush(*region, *msg->shared, push_pull,
                                           msg, &pieces));
       if (shared != nullptr) {
-        *shared = SharedReply{std::move(region), msg->shared->reply_offset,
-                              &shared_};
+        *shared = SharedReply{region, msg->shared->reply_offset, &shared_};
       }
     }
     if (options_.replica == nullptr) {

@@ -96,8 +96,9 @@ class Optimizer {
   // a gradient can be applied straight from a received message's bytes, or
   // a worker's shared memory); a non-finite one counts as 0. The store
   // refuses a push with one, so only a value changed after that check (a
-  // hostile worker writing its shared memory during the call) is read so,
-  // and the parameters and state stay finite.
+  // worker writing its shared memory during the call) or a sync step's sum
+  // that overflowed is read so: no NaN or Inf from a gradient enters the
+  // arithmetic (a huge finite one still can overflow the state).
   // A single vectorizable pass; no allocation. Rules are elementwise: one
   // Apply over n elements equals Applys over consecutive runs of them (with
   // params offset by the run's start and state by start * StateSize()),

@@ -47,11 +47,15 @@ class SharedPayloads {
   // Appends to *pieces the payload of each of msg's chunks in the region
   // (float32, at 4 * its flat offset in the push area) and points the
   // chunk's data at it: from then on the push reads as one that carried its
-  // payloads, without a copy. The store reads them while the call lasts,
-  // which the worker leaves the push area alone for; a hostile one writing
-  // it meanwhile cannot put a non-finite value into the parameters (the
-  // optimizers read gradients as finite, server/optimizer.h), and sizes and
-  // places are the shard's own. InvalidArgument for a chunk with
+  // payloads, without a copy; the caller keeps `region` mapped until the
+  // store has applied them. The worker leaves the push area alone until
+  // its call is answered, with one exception: a retry of a part still
+  // being applied is answered at once (push_dedup.h), so an async worker
+  // whose call timed out may write its next gradient there while the first
+  // call still reads it, and the shard then applies a mix of the two. A
+  // client writing the area meanwhile cannot make the optimizers read a
+  // NaN or Inf (server/optimizer.h), and sizes and places are the shard's
+  // own. InvalidArgument for a chunk with
   // inline data or another encoding, or named twice; a chunk that is not
   // this shard's keeps an empty payload (the store refuses it). With
   // `reply` (a PushPull that

@@ -344,7 +344,8 @@ class WaitFreeExchange final : public BackgroundExchange {
       waits_.push += absl::ToDoubleSeconds(absl::Now() - start);
       if (per_layer_) {
         // Sync: the forward took the pulled parameters; they become the
-        // current ones.
+        // current ones (with land_, only their versions: the values went
+        // straight into the model, and current_.params is stale).
         std::swap(current_.params, incoming_.params);
         std::swap(current_.versions, incoming_.versions);
         per_layer_ = false;

@@ -50,6 +50,12 @@ void PixelsToFloats(const unsigned char* p, size_t n, float* dst) {
   fn(p, n, dst);
 }
 
+namespace data_internal {
+void PixelsToFloatsBaseline(const unsigned char* p, size_t n, float* dst) {
+  PixelsBaseline(p, n, dst);
+}
+}  // namespace data_internal
+
 absl::Status DatasetSource::Read(int64_t index, float* dst,
                                  int32_t* label) const {
   const int64_t n = data_->ExampleSize();

@@ -71,6 +71,11 @@ class DatasetSource : public ExampleSource {
 // of u8 pixels gives these bits), vectorized as widely as the CPU allows.
 void PixelsToFloats(const unsigned char* p, size_t n, float* dst);
 
+namespace data_internal {
+// Tests: PixelsToFloats's baseline (SSE4.1) version, whatever the CPU has.
+void PixelsToFloatsBaseline(const unsigned char* p, size_t n, float* dst);
+}  // namespace data_internal
+
 // Every example of `source` in order, read by `threads` threads, as an
 // in-memory Dataset of `num_classes` classes (for the evaluation). With
 // `skip_bad`, examples whose Read fails with DataLoss are left out and

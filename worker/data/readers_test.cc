@@ -237,26 +237,36 @@ TYPED_TEST(ReaderConformanceTest, ReadAllExamplesKeepsTheOrder) {
 // --- Decoding. ---
 
 // Every length (the vector loops' tails) and start (unaligned loads and
-// stores) gives each pixel's p / 255.0f, bit for bit.
+// stores) gives each pixel's p / 255.0f, bit for bit, in the version the
+// CPU picks and in the baseline one; each input is a buffer of exactly its
+// length, so that a read past it is an ASan error, and guards around the
+// output catch a write past it.
 TEST(PixelsToFloatsTest, EveryPixelIsItsDivisionAtAnyLengthAndStart) {
   std::vector<unsigned char> pixels(300);
   for (size_t i = 0; i < pixels.size(); ++i) {
     pixels[i] = static_cast<unsigned char>((i * 37 + 11) % 256);
   }
   for (int v = 0; v < 256; ++v) pixels[v] = static_cast<unsigned char>(v);
-  for (size_t start : {0, 1, 3, 7}) {
-    for (size_t n = 0; n + start <= pixels.size(); n += (n < 40 ? 1 : 29)) {
-      std::vector<float> out(n + 2, -1.0f);
-      PixelsToFloats(pixels.data() + start, n, out.data() + 1);
-      ASSERT_EQ(out[0], -1.0f) << "start " << start << " n " << n;
-      ASSERT_EQ(out[n + 1], -1.0f) << "start " << start << " n " << n;
-      for (size_t k = 0; k < n; ++k) {
-        const float want = static_cast<float>(pixels[start + k]) / 255.0f;
-        uint32_t got_bits, want_bits;
-        std::memcpy(&got_bits, &out[k + 1], 4);
-        std::memcpy(&want_bits, &want, 4);
-        ASSERT_EQ(got_bits, want_bits)
-            << "pixel " << int{pixels[start + k]} << " at " << k << " of " << n;
+  using Fn = void (*)(const unsigned char*, size_t, float*);
+  for (Fn fn : {Fn{PixelsToFloats}, Fn{data_internal::PixelsToFloatsBaseline}}) {
+    for (size_t start : {0, 1, 3, 7}) {
+      for (size_t n = 0; n + start <= pixels.size(); n += (n < 40 ? 1 : 29)) {
+        // The first `start` bytes only shift the input off its alignment.
+        const std::vector<unsigned char> buf(pixels.begin(),
+                                             pixels.begin() + start + n);
+        const unsigned char* in = buf.data() + start;
+        std::vector<float> out(n + 2, -1.0f);
+        fn(in, n, out.data() + 1);
+        ASSERT_EQ(out[0], -1.0f) << "start " << start << " n " << n;
+        ASSERT_EQ(out[n + 1], -1.0f) << "start " << start << " n " << n;
+        for (size_t k = 0; k < n; ++k) {
+          const float want = static_cast<float>(in[k]) / 255.0f;
+          uint32_t got_bits, want_bits;
+          std::memcpy(&got_bits, &out[k + 1], 4);
+          std::memcpy(&want_bits, &want, 4);
+          ASSERT_EQ(got_bits, want_bits)
+              << "pixel " << int{in[k]} << " at " << k << " of " << n;
+        }
       }
     }
   }

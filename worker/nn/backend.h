@@ -127,7 +127,9 @@ class Backend {
   // Whether backend memory is ordinary host memory, which another thread may
   // write while the backend does not use it (the CPU backends). A
   // CopyToDevice from a buffer onto itself then copies nothing and only
-  // tells the backend its values were written. Default: false.
+  // tells the backend its values were written (as plain floats: the oneDNN
+  // backend keeps no layout of its own on memory it only reads, such as
+  // parameters, so none is half overwritten). Default: false.
   virtual bool HostMemory() const { return false; }
 
   // ---- Elementwise --------------------------------------------------------
